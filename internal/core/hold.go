@@ -1,0 +1,227 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+type holdState int
+
+const (
+	held holdState = iota
+	releasing
+	lost
+	released
+)
+
+// Hold is one granted acquisition: a key at a create revision. A goroutine watches the key
+// and the session from the moment the hold exists, so Done closes and Err turns ErrLost as
+// soon as etcd says the key is gone; Release stops it before returning.
+type Hold struct {
+	cli  *clientv3.Client
+	sess *concurrency.Session
+	key  string
+	rev  int64
+
+	done        chan struct{}
+	stopMonitor context.CancelFunc
+	monitorDone chan struct{}
+
+	mu        sync.Mutex
+	state     holdState
+	err       error
+	sawDelete bool // the key vanished while a release was under way
+}
+
+func newHold(cli *clientv3.Client, sess *concurrency.Session, key string, rev int64) *Hold {
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &Hold{
+		cli: cli, sess: sess, key: key, rev: rev,
+		done: make(chan struct{}), stopMonitor: cancel, monitorDone: make(chan struct{}),
+	}
+	go h.monitor(ctx)
+	return h
+}
+
+// Key is the hold's key.
+func (h *Hold) Key() string { return h.key }
+
+// Token is the hold's create revision: its fencing token.
+func (h *Hold) Token() int64 { return h.rev }
+
+// Session is the session whose lease the key is bound to.
+func (h *Hold) Session() *concurrency.Session { return h.sess }
+
+// Done is closed when the hold ends, by release or by loss.
+func (h *Hold) Done() <-chan struct{} { return h.done }
+
+// Err is nil while the hold lasts or after a clean release, ErrLost after a loss.
+func (h *Hold) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
+}
+
+// IsOwner is a Txn compare that holds only while the hold's key is the one it created.
+func (h *Hold) IsOwner() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)
+}
+
+// end closes done once, with err as the hold's final error.
+func (h *Hold) end(state holdState, err error) {
+	if h.state == lost || h.state == released {
+		h.state = state
+		return
+	}
+	h.state, h.err = state, err
+	close(h.done)
+}
+
+// lose records that the key or the session is gone. During a release the delete seen may be
+// the release's own, so it is only noted.
+func (h *Hold) lose() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch h.state {
+	case held:
+		h.end(lost, ErrLost)
+	case releasing:
+		h.sawDelete = true
+	}
+}
+
+// monitor watches the key from the revision after its creation, so no delete is missed
+// whenever the watch starts; it re-watches through leader changes until stopped.
+func (h *Hold) monitor(ctx context.Context) {
+	defer close(h.monitorDone)
+	from := h.rev + 1
+	var b backoff
+	for {
+		next, gone := h.watchKey(ctx, from)
+		if gone {
+			h.lose()
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		from = next
+		if b.wait(ctx) != nil {
+			return
+		}
+	}
+}
+
+// watchKey returns when the watch fails (with the revision to watch from next), the key or
+// the session is gone (gone), or ctx ends.
+func (h *Hold) watchKey(ctx context.Context, from int64) (next int64, gone bool) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := h.cli.Watch(wctx, h.key, clientv3.WithRev(from), clientv3.WithFilterPut())
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok {
+				return from, false
+			}
+			if errors.Is(wr.Err(), rpctypes.ErrCompacted) {
+				return h.checkKey(ctx, from)
+			}
+			if wr.Err() != nil {
+				return from, false
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					return from, true
+				}
+			}
+			from = wr.Header.Revision + 1
+		case <-h.sess.Done():
+			return from, true
+		case <-ctx.Done():
+			return from, false
+		}
+	}
+}
+
+// checkKey reads the key after a compaction took the history the watch needed.
+func (h *Hold) checkKey(ctx context.Context, from int64) (next int64, gone bool) {
+	resp, err := h.cli.Get(ctx, h.key)
+	if err != nil {
+		return from, false
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev {
+		return from, true
+	}
+	return resp.Header.Revision + 1, false
+}
+
+// Release deletes the key if it is still this hold's (a compare on its create revision, so
+// a late or retried release never deletes a newer hold's key) and ends the hold. One Txn,
+// retried through leader changes until ctx ends.
+//
+// ended is true for exactly one call: the one that ended the hold, with a nil error or
+// ErrLost if the hold was lost first. Another call, during or after it, gets ErrNotLocked.
+// When the Txn cannot be done, the hold stays and the error says why.
+func (h *Hold) Release(ctx context.Context) (ended bool, err error) {
+	h.mu.Lock()
+	prev := h.state
+	if prev == releasing || prev == released {
+		h.mu.Unlock()
+		return false, ErrNotLocked
+	}
+	if prev == held {
+		h.state = releasing
+	}
+	h.mu.Unlock()
+
+	deleted, err := h.deleteFenced(ctx)
+	if err != nil {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if prev == held {
+			h.state = held
+			if h.sawDelete {
+				h.end(lost, ErrLost)
+			}
+		}
+		return false, fmt.Errorf("release %s: %w", h.key, err)
+	}
+	h.stopMonitor()
+	<-h.monitorDone // before taking h.mu, which the monitor's lose() takes
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if prev == lost || !deleted {
+		h.end(released, ErrLost)
+		return true, ErrLost
+	}
+	h.end(released, nil)
+	return true, nil
+}
+
+func (h *Hold) deleteFenced(ctx context.Context) (deleted bool, err error) {
+	ambiguous := false
+	var b backoff
+	for {
+		resp, err := h.cli.Txn(ctx).If(h.IsOwner()).Then(clientv3.OpDelete(h.key)).Commit()
+		if err == nil {
+			// After a try whose answer was lost, a failed compare means that try deleted it.
+			return resp.Succeeded || ambiguous, nil
+		}
+		if !transient(err) || ctx.Err() != nil {
+			return false, err
+		}
+		ambiguous = true
+		if err := b.wait(ctx); err != nil {
+			return false, err
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// DefaultTTL is the lease TTL without WithTTL: the same as etcd's concurrency.Session.
+const DefaultTTL = 60 * time.Second
+
+// Option configures a primitive. Every package's WithTTL and WithSession return one, so
+// options are interchangeable between packages.
+type Option func(*Config)
+
+// Config is what the options set; Options builds it.
+type Config struct {
+	TTL     time.Duration        // lease TTL of the shared session, whole seconds
+	Session *concurrency.Session // the caller's session, or nil for the shared one
+	errs    []error
+	ttlSet  bool
+}
+
+// WithTTL sets the lease TTL, at least one second; a fraction of a second is rounded up,
+// since etcd leases count whole seconds.
+func WithTTL(ttl time.Duration) Option {
+	return func(c *Config) {
+		if ttl < time.Second {
+			c.errs = append(c.errs, fmt.Errorf("%w: TTL %v is under 1s", ErrInvalidOption, ttl))
+			return
+		}
+		c.TTL = ((ttl + time.Second - 1) / time.Second) * time.Second
+		c.ttlSet = true
+	}
+}
+
+// WithSession makes the primitive use s as it is: its lease, its keep-alive, its lifetime.
+func WithSession(s *concurrency.Session) Option {
+	return func(c *Config) {
+		if s == nil {
+			c.errs = append(c.errs, fmt.Errorf("%w: nil session", ErrInvalidOption))
+			return
+		}
+		c.Session = s
+	}
+}
+
+// Options applies opts to the defaults and reports every invalid one, wrapped around
+// ErrInvalidOption.
+func Options(opts []Option) (Config, error) {
+	c := Config{TTL: DefaultTTL}
+	for _, opt := range opts {
+		if opt == nil {
+			c.errs = append(c.errs, fmt.Errorf("%w: nil option", ErrInvalidOption))
+			continue
+		}
+		opt(&c)
+	}
+	if c.ttlSet && c.Session != nil {
+		c.errs = append(c.errs, fmt.Errorf("%w: WithTTL and WithSession together (the session has its own TTL)", ErrInvalidOption))
+	}
+	return c, errors.Join(c.errs...)
+}

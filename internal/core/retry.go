@@ -1,0 +1,59 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// cleanupTimeout bounds the detached context that removes the key of a cancelled or failed
+// acquisition: long enough to ride out a leader election, short enough to keep a cancelled
+// call prompt when etcd is unreachable (the key then goes with its lease).
+const cleanupTimeout = 5 * time.Second
+
+// detached returns a context that outlives ctx's cancellation by at most cleanupTimeout.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+}
+
+// transient reports whether err says only that etcd could not answer now (no leader, a
+// leader change, a member out of reach), so the same request may be sent again.
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.Unavailable
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Code() == codes.Unavailable
+	}
+	return errors.Is(err, errWatchClosed)
+}
+
+var errWatchClosed = errors.New("etcdsync: watch closed")
+
+// backoff spaces out retries after transient errors: 25 ms doubling to 1 s, with jitter.
+type backoff struct{ next time.Duration }
+
+func (b *backoff) wait(ctx context.Context) error {
+	if b.next == 0 {
+		b.next = 25 * time.Millisecond
+	}
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(2*b.next, time.Second)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

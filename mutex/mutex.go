@@ -1,0 +1,177 @@
+package mutex
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// Mutex is a distributed lock on one name. It is safe for use by several goroutines: like
+// sync.Mutex, a Lock on a handle that holds the lock waits for its Unlock, and it never
+// re-enters (see package reentrant for that).
+type Mutex struct {
+	name string
+	q    *core.Queue
+	turn chan struct{} // the handle's own one-at-a-time: full while it waits or holds
+
+	mu      sync.Mutex
+	hold    *core.Hold
+	waiting string // key of the acquisition under way
+}
+
+var spec = core.Spec{Slots: 1}
+
+// New returns a Mutex on name over cli. It does no I/O. A bad name returns ErrInvalidName,
+// a bad option or a nil client ErrInvalidOption, both wrapped with the detail.
+func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
+	if err := core.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("mutex: %w", err)
+	}
+	if cli == nil {
+		return nil, fmt.Errorf("mutex %q: %w: nil client", name, ErrInvalidOption)
+	}
+	cfg, err := core.Options(opts)
+	if err != nil {
+		return nil, fmt.Errorf("mutex %q: %w", name, err)
+	}
+	return &Mutex{
+		name: name,
+		q:    core.NewQueue(cli, core.SessionsFor(cli, cfg), core.NamePrefix(name)),
+		turn: make(chan struct{}, 1),
+	}, nil
+}
+
+// Lock waits until the lock is held, in FIFO order with every other waiter on the name.
+// Uncontended it costs one Txn (and one lease grant on the client's first use). If ctx
+// ends first it returns ctx's error, wrapped, after deleting its key. ErrLost means the
+// session's lease expired while waiting; the next Lock takes a new one.
+func (m *Mutex) Lock(ctx context.Context) error {
+	select {
+	case m.turn <- struct{}{}:
+	case <-ctx.Done():
+		return m.errorf("lock", ctx.Err())
+	}
+	h, err := m.q.Acquire(ctx, spec, m.setWaiting)
+	m.mu.Lock()
+	m.waiting, m.hold = "", h
+	m.mu.Unlock()
+	if err != nil {
+		<-m.turn
+		return m.errorf("lock", err)
+	}
+	return nil
+}
+
+// TryLock takes the lock only if nobody holds it or waits for it; otherwise, or if this
+// handle holds or waits already, it returns ErrLocked having written nothing. One Txn.
+func (m *Mutex) TryLock(ctx context.Context) error {
+	select {
+	case m.turn <- struct{}{}:
+	default:
+		return m.errorf("try lock", ErrLocked)
+	}
+	h, err := m.q.TryAcquire(ctx, spec)
+	if err != nil {
+		<-m.turn
+		return m.errorf("try lock", err)
+	}
+	m.mu.Lock()
+	m.hold = h
+	m.mu.Unlock()
+	return nil
+}
+
+// Unlock releases the lock: one Txn that deletes the key only while its create revision is
+// still this hold's, so a late or repeated Unlock never frees a newer holder. It returns
+// ErrNotLocked without a hold, and ErrLost (the hold has ended all the same) if the hold
+// was lost before. If etcd cannot be reached before ctx ends, the lock stays held and
+// Unlock may be called again.
+func (m *Mutex) Unlock(ctx context.Context) error {
+	m.mu.Lock()
+	h := m.hold
+	m.mu.Unlock()
+	if h == nil {
+		return m.errorf("unlock", ErrNotLocked)
+	}
+	ended, err := h.Release(ctx)
+	if ended {
+		m.mu.Lock()
+		m.hold = nil
+		m.mu.Unlock()
+		<-m.turn
+	}
+	if err != nil {
+		return m.errorf("unlock", err)
+	}
+	return nil
+}
+
+func (m *Mutex) current() *core.Hold {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.hold
+}
+
+func (m *Mutex) setWaiting(key string) {
+	m.mu.Lock()
+	m.waiting = key
+	m.mu.Unlock()
+}
+
+// Token is the fencing token of the hold: its key's create revision, strictly increasing
+// across the successive holders of the name. 0 without a hold.
+func (m *Mutex) Token() int64 {
+	if h := m.current(); h != nil {
+		return h.Token()
+	}
+	return 0
+}
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Done is closed when the current hold ends: by Unlock, or by loss (then Err is ErrLost).
+// Without a hold it is an already closed channel.
+func (m *Mutex) Done() <-chan struct{} {
+	if h := m.current(); h != nil {
+		return h.Done()
+	}
+	return closed
+}
+
+// Err is nil while the lock is held, ErrLost once the hold was lost (its key deleted, its
+// lease expired or revoked) until Unlock, and ErrNotLocked without a hold.
+func (m *Mutex) Err() error {
+	if h := m.current(); h != nil {
+		return h.Err()
+	}
+	return ErrNotLocked
+}
+
+// IsOwner is a Txn compare that succeeds only while this hold's key exists with its
+// create revision: put it in the If of every write the lock guards. Without a hold it
+// never succeeds.
+func (m *Mutex) IsOwner() clientv3.Cmp {
+	if h := m.current(); h != nil {
+		return h.IsOwner()
+	}
+	// No key has a negative create revision.
+	return clientv3.Compare(clientv3.CreateRevision(m.q.Prefix()), "<", 0)
+}
+
+// Key is this handle's key in etcd while it holds the lock or waits for it, else "".
+func (m *Mutex) Key() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.hold != nil {
+		return m.hold.Key()
+	}
+	return m.waiting
+}
+
+func (m *Mutex) errorf(op string, err error) error {
+	return fmt.Errorf("mutex %q: %s: %w", m.name, op, err)
+}
