@@ -1,0 +1,158 @@
+package core_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
+)
+
+var cluster *etcdtest.Cluster
+
+func TestMain(m *testing.M) { etcdtest.Main(m, &cluster) }
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var exclusive = core.Spec{Slots: 1}
+
+func queue(t *testing.T, cli *clientv3.Client, name string, opts ...core.Option) *core.Queue {
+	t.Helper()
+	cfg, err := core.Options(opts)
+	require.NoError(t, err)
+	return core.NewQueue(cli, core.SessionsFor(cli, cfg), core.NamePrefix(name))
+}
+
+func leaseOf(t *testing.T, cli *clientv3.Client, key string) clientv3.LeaseID {
+	t.Helper()
+	resp, err := cli.Get(testContext(t), key)
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	return clientv3.LeaseID(resp.Kvs[0].Lease)
+}
+
+func leases(t *testing.T, cli *clientv3.Client) int {
+	t.Helper()
+	resp, err := cli.Leases(testContext(t))
+	require.NoError(t, err)
+	return len(resp.Leases)
+}
+
+func TestPrimitivesOnOneClientAndTTLShareOneLease(t *testing.T) {
+	ctx := testContext(t)
+	cli, other := cluster.Client(t), cluster.Client(t)
+	before := leases(t, cli)
+
+	var holds []*core.Hold
+	for _, q := range []*core.Queue{queue(t, cli, "share-a"), queue(t, cli, "share-b"), queue(t, cli, "share-c")} {
+		h, err := q.Acquire(ctx, exclusive, nil)
+		require.NoError(t, err)
+		holds = append(holds, h)
+	}
+	lease := leaseOf(t, cli, holds[0].Key())
+	for _, h := range holds[1:] {
+		assert.Equal(t, lease, leaseOf(t, cli, h.Key()))
+	}
+	assert.Equal(t, before+1, leases(t, cli), "more than one lease for one client and TTL")
+
+	longer, err := queue(t, cli, "share-d", core.WithTTL(2*time.Minute)).Acquire(ctx, exclusive, nil)
+	require.NoError(t, err)
+	onOther, err := queue(t, other, "share-e").Acquire(ctx, exclusive, nil)
+	require.NoError(t, err)
+	assert.NotEqual(t, lease, leaseOf(t, cli, longer.Key()), "another TTL shares the lease")
+	assert.NotEqual(t, lease, leaseOf(t, cli, onOther.Key()), "another client shares the lease")
+
+	for _, h := range append(holds, longer, onOther) {
+		ended, err := h.Release(ctx)
+		assert.True(t, ended)
+		assert.NoError(t, err)
+	}
+}
+
+func TestExpiredSessionIsReplacedForTheNextAcquisition(t *testing.T) {
+	ctx := testContext(t)
+	cli := cluster.Client(t)
+	q := queue(t, cli, "replace", core.WithTTL(time.Second))
+	h, err := q.Acquire(ctx, exclusive, nil)
+	require.NoError(t, err)
+	old := leaseOf(t, cli, h.Key())
+	_, err = cli.Revoke(ctx, old)
+	require.NoError(t, err)
+	select {
+	case <-h.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("hold did not end after its lease was revoked")
+	}
+	assert.ErrorIs(t, h.Err(), core.ErrLost)
+
+	next, err := q.Acquire(ctx, exclusive, nil)
+	require.NoError(t, err)
+	assert.NotEqual(t, old, leaseOf(t, cli, next.Key()))
+	_, err = next.Release(ctx)
+	assert.NoError(t, err)
+}
+
+func TestReleaseTwiceEndsOnce(t *testing.T) {
+	ctx := testContext(t)
+	h, err := queue(t, cluster.Client(t), "twice").Acquire(ctx, exclusive, nil)
+	require.NoError(t, err)
+	ended, err := h.Release(ctx)
+	assert.True(t, ended)
+	assert.NoError(t, err)
+	ended, err = h.Release(ctx)
+	assert.False(t, ended)
+	assert.ErrorIs(t, err, core.ErrNotLocked)
+	assert.NoError(t, h.Err(), "a clean release is not a loss")
+}
+
+func TestSlotsAdmitThatManyHolders(t *testing.T) {
+	ctx := testContext(t)
+	spec := core.Spec{Slots: 2}
+	q := queue(t, cluster.Client(t), "slots")
+	a, err := q.Acquire(ctx, spec, nil)
+	require.NoError(t, err)
+	b, err := q.Acquire(ctx, spec, nil)
+	require.NoError(t, err)
+
+	got := make(chan *core.Hold, 1)
+	go func() {
+		h, err := q.Acquire(ctx, spec, nil)
+		assert.NoError(t, err)
+		got <- h
+	}()
+	select {
+	case <-got:
+		t.Fatal("a third holder came in with two slots taken")
+	case <-time.After(300 * time.Millisecond):
+	}
+	_, err = b.Release(ctx)
+	require.NoError(t, err)
+	c := <-got
+	for _, h := range []*core.Hold{a, c} {
+		_, err := h.Release(ctx)
+		assert.NoError(t, err)
+	}
+}
+
+func TestNamePrefixKeepsNamesApart(t *testing.T) {
+	names := []string{"a", "a/b", "ab", "a/", "a%2Fb", "a%", "/"}
+	seen := map[string]string{}
+	for _, n := range names {
+		p := core.NamePrefix(n)
+		for other, op := range seen {
+			assert.False(t, len(op) <= len(p) && p[:len(op)] == op, "%q's prefix %q holds %q's %q", other, op, n, p)
+			assert.False(t, len(p) <= len(op) && op[:len(p)] == p, "%q's prefix %q holds %q's %q", n, p, other, op)
+		}
+		seen[n] = p
+	}
+	assert.Equal(t, "jobs/", core.NamePrefix("jobs"), "a plain name keeps etcd's layout")
+}

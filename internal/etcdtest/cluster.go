@@ -1,0 +1,368 @@
+package etcdtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// startTimeout bounds how long a member may take to serve, and a new cluster to elect a leader.
+const startTimeout = 30 * time.Second
+
+// Cluster is a running etcd: embedded members in this process, or an external cluster.
+type Cluster struct {
+	endpoints []string
+	members   []*member // nil for an external cluster
+	closeOnce sync.Once
+}
+
+// member is one embedded etcd. life serializes starting and stopping it; etcd is the
+// running server, nil while the member is stopped.
+type member struct {
+	name, dir          string
+	clientURL, peerURL url.URL
+	initialCluster     string
+
+	life   sync.Mutex
+	closed bool // by Cluster.Close; under life
+	joined bool // has started once, so its data dir holds the cluster; under life
+	etcd   atomic.Pointer[embed.Etcd]
+}
+
+// New starts an embedded cluster of size members (1 or 3; other sizes allowed) unless the
+// environment variable ETCD_ENDPOINTS is set ("host:port,host:port"), in which case it returns
+// an external cluster for those endpoints and starts nothing (size is then ignored).
+func New(size int) (*Cluster, error) {
+	if env := os.Getenv("ETCD_ENDPOINTS"); env != "" {
+		return external(strings.Split(env, ","))
+	}
+	return NewEmbedded(size)
+}
+
+// external returns the cluster at endpoints, given as "host:port" (http is assumed) or URLs.
+func external(endpoints []string) (*Cluster, error) {
+	c := &Cluster{}
+	for _, ep := range endpoints {
+		if ep = strings.TrimSpace(ep); ep == "" {
+			continue
+		}
+		if !strings.Contains(ep, "://") {
+			ep = "http://" + ep
+		}
+		c.endpoints = append(c.endpoints, ep)
+	}
+	if len(c.endpoints) == 0 {
+		return nil, errors.New("etcdtest: ETCD_ENDPOINTS names no endpoint")
+	}
+	return c, nil
+}
+
+// NewEmbedded starts size embedded members in this process, whatever ETCD_ENDPOINTS says (for
+// fault tests), and returns once every member serves and they agree on a leader. On error
+// nothing is left running and the data directories are removed.
+func NewEmbedded(size int) (*Cluster, error) {
+	if size < 1 {
+		return nil, fmt.Errorf("etcdtest: cluster of %d members", size)
+	}
+	ports, err := freePorts(2 * size)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{members: make([]*member, size)}
+	initial := make([]string, size)
+	for i := range c.members {
+		dir, err := os.MkdirTemp("", fmt.Sprintf("etcdtest-m%d-", i))
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("etcdtest: data dir: %w", err)
+		}
+		m := &member{
+			name:      fmt.Sprintf("m%d", i),
+			dir:       dir,
+			clientURL: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])},
+			peerURL:   url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
+		}
+		c.members[i] = m
+		c.endpoints = append(c.endpoints, m.clientURL.String())
+		initial[i] = m.name + "=" + m.peerURL.String()
+	}
+	for _, m := range c.members {
+		m.initialCluster = strings.Join(initial, ",")
+	}
+	// The members of a new cluster wait for each other before they serve: start them together.
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for i, m := range c.members {
+		wg.Go(func() { errs[i] = m.start() })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		c.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := c.WaitLeader(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// config is a fresh configuration for the member: embed.StartEtcd keeps state in the
+// Config it is given (its logger), so every start gets its own.
+func (m *member) config() *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Name, cfg.Dir = m.name, m.dir
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{m.clientURL}, []url.URL{m.clientURL}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{m.peerURL}, []url.URL{m.peerURL}
+	cfg.InitialCluster = m.initialCluster
+	if m.joined {
+		// Ignored anyway once the data dir holds a WAL, which it does after the first start.
+		cfg.ClusterState = embed.ClusterStateFlagExisting
+	}
+	cfg.UnsafeNoFsync = true
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.EnableGRPCGateway = false // the HTTP/JSON gateway: a loopback gRPC client we do not need
+	return cfg
+}
+
+// start starts the stopped member and returns once it serves.
+func (m *member) start() error {
+	m.life.Lock()
+	defer m.life.Unlock()
+	switch {
+	case m.closed:
+		return fmt.Errorf("etcdtest: start %s: cluster closed", m.name)
+	case m.etcd.Load() != nil:
+		return fmt.Errorf("etcdtest: start %s: already running", m.name)
+	}
+	e, err := embed.StartEtcd(m.config())
+	if err != nil {
+		return fmt.Errorf("etcdtest: start %s: %w", m.name, err)
+	}
+	m.joined = true
+	timer := time.NewTimer(startTimeout)
+	defer timer.Stop()
+	select {
+	case <-e.Server.ReadyNotify():
+		m.etcd.Store(e)
+		return nil
+	case err = <-e.Err():
+	case <-e.Server.StopNotify():
+		err = errors.New("server stopped")
+	case <-timer.C:
+		err = fmt.Errorf("not ready after %v", startTimeout)
+	}
+	shutdown(e, true)
+	return fmt.Errorf("etcdtest: start %s: %w", m.name, err)
+}
+
+// stop stops the member if it runs: see shutdown.
+func (m *member) stop(hard bool) {
+	m.life.Lock()
+	defer m.life.Unlock()
+	if e := m.etcd.Swap(nil); e != nil {
+		shutdown(e, hard)
+	}
+}
+
+// shutdown stops e. Gracefully, Close drains the client servers, then hands leadership over
+// if e leads (waiting up to the request timeout) and stops raft. Hard, HardStop first stops
+// raft and its transport at once, without telling anyone, so that Close finds no peer to hand
+// leadership to. HardStop is also what lets Close end for a server that never became ready:
+// Close waits for the client servers, which wait for the server to be ready or stopping.
+func shutdown(e *embed.Etcd, hard bool) {
+	if hard {
+		e.Server.HardStop()
+	}
+	e.Close()
+}
+
+// freePorts returns n distinct loopback TCP ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("etcdtest: free port: %w", err)
+		}
+		defer l.Close() // held until all are taken, so that they differ
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// External reports whether the cluster was started by someone else (ETCD_ENDPOINTS): its
+// members cannot be stopped, killed or restarted.
+func (c *Cluster) External() bool { return c.members == nil }
+
+// Endpoints returns the client URLs of all members ("http://127.0.0.1:port"), in member order.
+func (c *Cluster) Endpoints() []string { return append([]string(nil), c.endpoints...) }
+
+// MemberEndpoint returns the client URL of embedded member i; it panics on an external cluster.
+func (c *Cluster) MemberEndpoint(i int) string {
+	c.member(i)
+	return c.endpoints[i]
+}
+
+// Size returns the number of members: of endpoints, for an external cluster.
+func (c *Cluster) Size() int { return len(c.endpoints) }
+
+// ClientConfig returns a client configuration for all endpoints with a 5 s dial timeout and a
+// no-op logger, and nothing else set, so that callers may add DialOptions or interceptors.
+func (c *Cluster) ClientConfig() clientv3.Config {
+	return clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+}
+
+// NewClient opens a new client on ClientConfig(); the caller closes it.
+func (c *Cluster) NewClient() (*clientv3.Client, error) {
+	cli, err := clientv3.New(c.ClientConfig())
+	if err != nil {
+		return nil, fmt.Errorf("etcdtest: client: %w", err)
+	}
+	return cli, nil
+}
+
+// Client opens a new client on ClientConfig() and closes it in tb.Cleanup; it fails tb if it
+// cannot open one.
+func (c *Cluster) Client(tb testing.TB) *clientv3.Client {
+	tb.Helper()
+	cli, err := c.NewClient()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// member returns embedded member i, or panics on an external cluster.
+func (c *Cluster) member(i int) *member {
+	if c.External() {
+		panic("etcdtest: the members of an external cluster (ETCD_ENDPOINTS) cannot be addressed, stopped or restarted; check External() first")
+	}
+	if i < 0 || i >= len(c.members) {
+		panic(fmt.Sprintf("etcdtest: no member %d in a cluster of %d", i, len(c.members)))
+	}
+	return c.members[i]
+}
+
+// Stop stops member i gracefully (embed.Etcd.Close): it drains its clients and, if it leads,
+// transfers leadership first. Stopping a stopped member does nothing. It panics on an
+// external cluster.
+func (c *Cluster) Stop(i int) { c.member(i).stop(false) }
+
+// Kill stops member i hard, as a crash would as far as the other members can tell: raft and
+// its peer connections stop at once, with no leadership transfer (EtcdServer.HardStop); then
+// its listeners and client streams close (embed.Etcd.Close). Killing a stopped member does
+// nothing. It panics on an external cluster.
+func (c *Cluster) Kill(i int) { c.member(i).stop(true) }
+
+// Restart starts stopped or killed member i again with its data dir and URLs, and returns
+// once it serves (it has rejoined the cluster), or with an error after about 30 s. It
+// panics on an external cluster.
+func (c *Cluster) Restart(i int) error { return c.member(i).start() }
+
+// Leader returns the index of the leader, waiting until ctx ends for the members to agree on
+// one: every running embedded member, or every endpoint that answers a Status call on an
+// external cluster, names the same leader, which is one of them.
+func (c *Cluster) Leader(ctx context.Context) (int, error) {
+	view := c.embeddedView
+	if c.External() {
+		cli, err := c.NewClient()
+		if err != nil {
+			return -1, err
+		}
+		defer cli.Close()
+		view = func(ctx context.Context, i int) (self, lead uint64, ok bool) {
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			st, err := cli.Status(ctx, c.endpoints[i])
+			if err != nil {
+				return 0, 0, false
+			}
+			return st.Header.MemberId, st.Leader, true
+		}
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if i := c.agreedLeader(ctx, view); i >= 0 {
+			return i, nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return -1, fmt.Errorf("etcdtest: no leader: %w", ctx.Err())
+		}
+	}
+}
+
+// WaitLeader waits until ctx ends for the running members to agree on a leader, as Leader.
+func (c *Cluster) WaitLeader(ctx context.Context) error {
+	_, err := c.Leader(ctx)
+	return err
+}
+
+// embeddedView returns member i's ID and the leader it follows; ok is false if it is stopped.
+func (c *Cluster) embeddedView(_ context.Context, i int) (self, lead uint64, ok bool) {
+	e := c.members[i].etcd.Load()
+	if e == nil {
+		return 0, 0, false
+	}
+	return uint64(e.Server.MemberID()), uint64(e.Server.Leader()), true
+}
+
+// agreedLeader returns the index of the leader every member in view names, or -1.
+func (c *Cluster) agreedLeader(ctx context.Context, view func(context.Context, int) (self, lead uint64, ok bool)) int {
+	leader, lead := -1, uint64(0)
+	for i := range c.endpoints {
+		self, l, ok := view(ctx, i)
+		switch {
+		case !ok:
+			continue
+		case l == 0 || (lead != 0 && l != lead):
+			return -1
+		}
+		lead = l
+		if self == l {
+			leader = i
+		}
+	}
+	return leader
+}
+
+// Close stops every embedded member and removes their data dirs; on an external cluster it
+// does nothing. It is safe to call twice.
+func (c *Cluster) Close() {
+	c.closeOnce.Do(func() {
+		// Hard: a graceful stop of a leader would try to hand leadership to members that are
+		// stopping too, and wait for that.
+		var wg sync.WaitGroup
+		for _, m := range c.members {
+			if m == nil {
+				continue
+			}
+			wg.Go(func() {
+				m.life.Lock()
+				m.closed = true
+				m.life.Unlock()
+				m.stop(true)
+				os.RemoveAll(m.dir)
+			})
+		}
+		wg.Wait()
+	})
+}

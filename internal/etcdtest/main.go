@@ -1,0 +1,51 @@
+package etcdtest
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// leakPatience is how long Main lets goroutines end on their own after Close before it calls
+// them leaked. Embedded members talk HTTP to each other over connections with a 5 s read
+// deadline (rafthttp.ConnReadTimeout), re-armed by every Read, which can beat net/http's own
+// attempt to cut a read short: the server and client goroutines of a peer connection that was
+// serving a request at Close end only when that deadline passes, up to 5 s after Close.
+// goleak.Find alone waits about half a second, and goleak v1.3.0 cannot be told to wait longer.
+const leakPatience = 10 * time.Second
+
+// Main is a TestMain body: it starts New(1) into *c, runs the tests, closes the cluster, then
+// checks with goleak that no goroutine outlived it, ignoring none. It exits non-zero on a test
+// failure or a leak, printing the leaked goroutines, and exits 1 if the cluster cannot start.
+func Main(m *testing.M, c **Cluster) {
+	cluster, err := New(1)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "etcdtest: cannot start etcd: %v\n", err)
+		os.Exit(1)
+	}
+	*c = cluster
+	code := m.Run()
+	cluster.Close()
+	if err := findLeaks(); err != nil {
+		fmt.Fprintf(os.Stderr, "etcdtest: goroutines leaked: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// findLeaks runs goleak.Find, which itself retries for a while, until it finds no leak or
+// leakPatience has passed.
+func findLeaks() error {
+	deadline := time.Now().Add(leakPatience)
+	for {
+		err := goleak.Find()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+	}
+}

@@ -1,0 +1,278 @@
+package mutex_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/etcdsync/etcdsync/internal/rpcstat"
+	"github.com/etcdsync/etcdsync/mutex"
+)
+
+// Every benchmark runs ours ("etcdsync") and etcd's concurrency.Mutex ("etcd") on the same
+// embedded server in the same run, and reports RPCs per operation by gRPC method.
+
+type locker interface {
+	Lock(context.Context) error
+	TryLock(context.Context) error
+	Unlock(context.Context) error
+}
+
+type impl struct {
+	name string
+	open func(b *testing.B, cli *clientv3.Client, name string) locker
+}
+
+var impls = []impl{
+	{"etcdsync", func(b *testing.B, cli *clientv3.Client, name string) locker {
+		m, err := mutex.New(cli, name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return m
+	}},
+	{"etcd", func(b *testing.B, cli *clientv3.Client, name string) locker {
+		s, err := concurrency.NewSession(cli)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		return concurrency.NewMutex(s, name)
+	}},
+}
+
+// benchClient is a client whose RPCs are counted.
+func benchClient(b *testing.B) (*clientv3.Client, *rpcstat.Counter) {
+	cnt := &rpcstat.Counter{}
+	cfg := cluster.ClientConfig()
+	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cli.Close() })
+	return cli, cnt
+}
+
+func reportRPCs(b *testing.B, counts rpcstat.Counts, ops int) {
+	for _, m := range counts.Methods() {
+		b.ReportMetric(float64(counts[m])/float64(ops), m+"/op")
+	}
+}
+
+func mustLock(b *testing.B, ctx context.Context, l locker) {
+	if err := l.Lock(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func mustUnlock(b *testing.B, ctx context.Context, l locker) {
+	if err := l.Unlock(ctx); err != nil {
+		b.Fatal(err)
+	}
+}
+
+var benchRun atomic.Int64 // keeps names apart between runs of one benchmark
+
+func benchName(kind string) string {
+	return fmt.Sprintf("bench-%s-%d", kind, benchRun.Add(1))
+}
+
+// BenchmarkUncontended: lock+unlock cycles of one client alone.
+func BenchmarkUncontended(b *testing.B) {
+	ctx := context.Background()
+	for _, im := range impls {
+		b.Run(im.name, func(b *testing.B) {
+			cli, cnt := benchClient(b)
+			l := im.open(b, cli, benchName("uncontended"))
+			mustLock(b, ctx, l) // the first use grants the lease
+			mustUnlock(b, ctx, l)
+			before := cnt.Counts()
+			b.ResetTimer()
+			for range b.N {
+				mustLock(b, ctx, l)
+				mustUnlock(b, ctx, l)
+			}
+			b.StopTimer()
+			reportRPCs(b, cnt.Counts().Sub(before), b.N)
+		})
+	}
+}
+
+// BenchmarkContended: n clients lock+unlock one name as fast as they can; an op is one
+// lock cycle of any client.
+func BenchmarkContended(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{2, 8} {
+		for _, im := range impls {
+			b.Run(fmt.Sprintf("clients=%d/%s", n, im.name), func(b *testing.B) {
+				name := benchName("contended")
+				lockers := make([]locker, n)
+				counters := make([]*rpcstat.Counter, n)
+				for i := range lockers {
+					var cli *clientv3.Client
+					cli, counters[i] = benchClient(b)
+					lockers[i] = im.open(b, cli, name)
+					mustLock(b, ctx, lockers[i])
+					mustUnlock(b, ctx, lockers[i])
+				}
+				before := rpcstat.Counts{}
+				for _, c := range counters {
+					before.Add(c.Counts())
+				}
+				var left atomic.Int64
+				left.Store(int64(b.N))
+				var wg sync.WaitGroup
+				b.ResetTimer()
+				start := time.Now()
+				for _, l := range lockers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for left.Add(-1) >= 0 {
+							if err := l.Lock(ctx); err != nil {
+								b.Error(err)
+								return
+							}
+							if err := l.Unlock(ctx); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				elapsed := time.Since(start)
+				b.StopTimer()
+				after := rpcstat.Counts{}
+				for _, c := range counters {
+					after.Add(c.Counts())
+				}
+				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
+				reportRPCs(b, after.Sub(before), b.N)
+			})
+		}
+	}
+}
+
+// BenchmarkHandoff: the time from the holder's Unlock returning to the next waiter's Lock
+// returning, and the waiter's RPCs per contended Lock. "fresh": the holder unlocks as soon
+// as the waiter is in line, as under contention; "settled": the waiter has waited 150 ms.
+func BenchmarkHandoff(b *testing.B) {
+	ctx := context.Background()
+	for _, wait := range []time.Duration{0, 150 * time.Millisecond} {
+		variant := "fresh"
+		if wait > 0 {
+			variant = "settled"
+		}
+		for _, im := range impls {
+			b.Run(variant+"/"+im.name, func(b *testing.B) {
+				name := benchName("handoff")
+				admin := cluster.Client(b)
+				var l [2]locker
+				var cnt [2]*rpcstat.Counter
+				for i := range l {
+					var cli *clientv3.Client
+					cli, cnt[i] = benchClient(b)
+					l[i] = im.open(b, cli, name)
+					mustLock(b, ctx, l[i])
+					mustUnlock(b, ctx, l[i])
+				}
+				var total time.Duration
+				waiterRPCs := rpcstat.Counts{}
+				mustLock(b, ctx, l[0])
+				b.ResetTimer()
+				for i := range b.N {
+					holder, waiter := l[i%2], l[(i+1)%2]
+					before := cnt[(i+1)%2].Counts()
+					locked := make(chan time.Time, 1)
+					go func() {
+						if err := waiter.Lock(ctx); err != nil {
+							b.Error(err)
+						}
+						locked <- time.Now()
+					}()
+					awaitBenchKeys(b, admin, name, 2)
+					if wait > 0 {
+						time.Sleep(wait)
+					}
+					mustUnlock(b, ctx, holder)
+					unlocked := time.Now()
+					total += max(0, (<-locked).Sub(unlocked))
+					waiterRPCs.Add(cnt[(i+1)%2].Counts().Sub(before))
+				}
+				b.StopTimer()
+				mustUnlock(b, ctx, l[b.N%2])
+				b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms/handoff")
+				reportRPCs(b, waiterRPCs, b.N)
+			})
+		}
+	}
+}
+
+// awaitBenchKeys returns once name has n keys, woken by a watch.
+func awaitBenchKeys(b *testing.B, cli *clientv3.Client, name string, n int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wch := cli.Watch(ctx, name+"/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	<-wch
+	for {
+		resp, err := cli.Get(ctx, name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if resp.Count == n {
+			return
+		}
+		if _, ok := <-wch; !ok {
+			b.Fatalf("%s never had %d keys", name, n)
+		}
+	}
+}
+
+// BenchmarkTryLockFails: TryLock on a name another client holds. writes/op counts the
+// revisions it adds: each put or delete is one.
+func BenchmarkTryLockFails(b *testing.B) {
+	ctx := context.Background()
+	for _, im := range impls {
+		b.Run(im.name, func(b *testing.B) {
+			name := benchName("trylock")
+			holderCli, _ := benchClient(b)
+			holder := im.open(b, holderCli, name)
+			mustLock(b, ctx, holder)
+			cli, cnt := benchClient(b)
+			l := im.open(b, cli, name)
+			warm := im.open(b, cli, benchName("warm")) // grants the lease outside the loop
+			mustLock(b, ctx, warm)
+			mustUnlock(b, ctx, warm)
+			rev := func() int64 {
+				resp, err := cli.Get(ctx, "\x00")
+				if err != nil {
+					b.Fatal(err)
+				}
+				return resp.Header.Revision
+			}
+			revBefore, before := rev(), cnt.Counts()
+			b.ResetTimer()
+			for range b.N {
+				if err := l.TryLock(ctx); !errors.Is(err, mutex.ErrLocked) && !errors.Is(err, concurrency.ErrLocked) {
+					b.Fatalf("TryLock: %v", err)
+				}
+			}
+			b.StopTimer()
+			counts := cnt.Counts().Sub(before)
+			revAfter := rev()
+			counts["Range"]-- // rev()'s own
+			reportRPCs(b, counts, b.N)
+			b.ReportMetric(float64(revAfter-revBefore)/float64(b.N), "writes/op")
+			mustUnlock(b, ctx, holder)
+		})
+	}
+}

@@ -1,0 +1,391 @@
+package mutex_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/etcdsync/etcdsync/mutex"
+)
+
+func TestWaitersAreServedInArrivalOrder(t *testing.T) {
+	ctx := testContext(t)
+	const name, waiters = "fifo", 5
+	admin := cluster.Client(t)
+	holder := newMutex(t, cluster.Client(t), name)
+	require.NoError(t, holder.Lock(ctx))
+
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range waiters {
+		m := newMutex(t, cluster.Client(t), name)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !assert.NoError(t, m.Lock(ctx)) {
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			assert.NoError(t, m.Unlock(ctx))
+		}()
+		awaitKeys(t, admin, name, int64(i+2)) // waiter i is in line before i+1 starts
+	}
+	require.NoError(t, holder.Unlock(ctx))
+	wg.Wait()
+	assert.Equal(t, []int{0, 1, 2, 3, 4}, order)
+	assert.Zero(t, keysOf(t, admin, name))
+}
+
+func TestMutualExclusionAcrossClients(t *testing.T) {
+	ctx := testContext(t)
+	const clients, rounds = 4, 10
+	var inside, total atomic.Int64
+	var wg sync.WaitGroup
+	for range clients {
+		m := newMutex(t, cluster.Client(t), "exclusion")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				if !assert.NoError(t, m.Lock(ctx)) {
+					return
+				}
+				assert.Equal(t, int64(1), inside.Add(1), "two holders at once")
+				total.Add(1)
+				inside.Add(-1)
+				assert.NoError(t, m.Unlock(ctx))
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int64(clients*rounds), total.Load())
+}
+
+func TestSharedHandleLetsOneGoroutineInAtATime(t *testing.T) {
+	ctx := testContext(t)
+	m := newMutex(t, cluster.Client(t), "shared-handle")
+	const goroutines, rounds = 6, 8
+	var inside, total atomic.Int64
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				if !assert.NoError(t, m.Lock(ctx)) {
+					return
+				}
+				assert.Equal(t, int64(1), inside.Add(1), "two goroutines in through one handle")
+				total.Add(1)
+				inside.Add(-1)
+				assert.NoError(t, m.Unlock(ctx))
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Equal(t, int64(goroutines*rounds), total.Load())
+	assert.ErrorIs(t, m.Unlock(ctx), mutex.ErrNotLocked)
+}
+
+func TestTryLockFailsAtOnceAndWritesNothing(t *testing.T) {
+	ctx := testContext(t)
+	const name = "try"
+	admin := cluster.Client(t)
+	holder := newMutex(t, cluster.Client(t), name)
+	require.NoError(t, holder.TryLock(ctx))
+	other := newMutex(t, cluster.Client(t), name)
+
+	before := revision(t, admin)
+	start := time.Now()
+	err := other.TryLock(ctx)
+	assert.ErrorIs(t, err, mutex.ErrLocked)
+	assert.Less(t, time.Since(start), 5*time.Second, "TryLock waited")
+	assert.Equal(t, before, revision(t, admin), "a failed TryLock wrote")
+	assert.Equal(t, int64(1), keysOf(t, admin, name))
+	assert.ErrorIs(t, other.Err(), mutex.ErrNotLocked)
+	assert.Zero(t, other.Token())
+
+	// A holding handle's own TryLock fails too: it never re-enters.
+	assert.ErrorIs(t, holder.TryLock(ctx), mutex.ErrLocked)
+	require.NoError(t, holder.Unlock(ctx))
+	require.NoError(t, other.TryLock(ctx))
+	require.NoError(t, other.Unlock(ctx))
+	assert.Zero(t, keysOf(t, admin, name))
+}
+
+func TestCancelledLockReturnsContextErrorAndLeavesNoKey(t *testing.T) {
+	ctx := testContext(t)
+	const name = "cancel"
+	admin := cluster.Client(t)
+	holder := newMutex(t, cluster.Client(t), name)
+	require.NoError(t, holder.Lock(ctx))
+
+	waiter := newMutex(t, cluster.Client(t), name)
+	wctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- waiter.Lock(wctx) }()
+	awaitKeys(t, admin, name, 2)
+	assert.NotEmpty(t, waiter.Key())
+	cancel()
+	err := within(t, errc, 10*time.Second, "cancelled Lock returns")
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, int64(1), keysOf(t, admin, name), "the cancelled waiter's key is left")
+	assert.Empty(t, waiter.Key())
+
+	dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer dcancel()
+	assert.ErrorIs(t, waiter.Lock(dctx), context.DeadlineExceeded)
+	assert.Equal(t, int64(1), keysOf(t, admin, name), "the timed-out waiter's key is left")
+	require.NoError(t, holder.Unlock(ctx))
+	assert.Zero(t, keysOf(t, admin, name))
+}
+
+func TestNestedNamesAreIndependent(t *testing.T) {
+	ctx := testContext(t)
+	cli := cluster.Client(t)
+	names := []string{"a", "a/b", "ab", "a/", "a%2Fb", "/a"}
+	held := make([]*mutex.Mutex, len(names))
+	for i, name := range names {
+		held[i] = newMutex(t, cli, name)
+		require.NoError(t, held[i].TryLock(ctx), "name %q blocked by another", name)
+	}
+	for i, m := range held {
+		assert.Equal(t, int64(1), keysOf(t, cli, names[i]), "name %q sees another's key", names[i])
+		require.NoError(t, m.Unlock(ctx))
+	}
+}
+
+func TestTokensIncreaseAcrossHolders(t *testing.T) {
+	ctx := testContext(t)
+	a := newMutex(t, cluster.Client(t), "tokens")
+	b := newMutex(t, cluster.Client(t), "tokens")
+	var last int64
+	for i := range 6 {
+		m := a
+		if i%2 == 1 {
+			m = b
+		}
+		require.NoError(t, m.Lock(ctx))
+		assert.Greater(t, m.Token(), last)
+		last = m.Token()
+		require.NoError(t, m.Unlock(ctx))
+		assert.Zero(t, m.Token())
+	}
+}
+
+func TestIsOwnerGuardsWritesOnlyWhileHeld(t *testing.T) {
+	ctx := testContext(t)
+	cli := cluster.Client(t)
+	m := newMutex(t, cli, "owner")
+	fencedPut := func(v string) bool {
+		resp, err := cli.Txn(ctx).If(m.IsOwner()).Then(clientv3.OpPut("owner-data", v)).Commit()
+		require.NoError(t, err)
+		return resp.Succeeded
+	}
+	assert.False(t, fencedPut("before"), "IsOwner held before Lock")
+	require.NoError(t, m.Lock(ctx))
+	assert.True(t, fencedPut("held"))
+	require.NoError(t, m.Unlock(ctx))
+	assert.False(t, fencedPut("after"), "IsOwner held after Unlock")
+	resp, err := cli.Get(ctx, "owner-data")
+	require.NoError(t, err)
+	assert.Equal(t, "held", string(resp.Kvs[0].Value))
+}
+
+func TestRevokedLeaseEndsHoldAndServesNextWaiter(t *testing.T) {
+	ctx := testContext(t)
+	const name = "revoked"
+	admin := cluster.Client(t)
+	holder := newMutex(t, cluster.Client(t), name)
+	require.NoError(t, holder.Lock(ctx))
+	done := holder.Done()
+	assert.NoError(t, holder.Err())
+
+	waiter := newMutex(t, cluster.Client(t), name)
+	errc := make(chan error, 1)
+	go func() { errc <- waiter.Lock(ctx) }()
+	awaitKeys(t, admin, name, 2)
+
+	resp, err := admin.Get(ctx, holder.Key())
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	_, err = admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	require.NoError(t, err)
+
+	within(t, done, 3*time.Second, "Done closes after the lease is revoked")
+	assert.ErrorIs(t, holder.Err(), mutex.ErrLost)
+	require.NoError(t, within(t, errc, 3*time.Second, "the next waiter is served"))
+	assert.NoError(t, waiter.Err())
+
+	// The lost holder's Unlock says so, frees the handle, and leaves the new hold alone.
+	assert.ErrorIs(t, holder.Unlock(ctx), mutex.ErrLost)
+	assert.ErrorIs(t, holder.Err(), mutex.ErrNotLocked)
+	assert.Equal(t, int64(1), keysOf(t, admin, name))
+	// The revoked session is replaced for the next acquisition.
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	relock := make(chan error, 1)
+	go func() { relock <- holder.Lock(lctx) }()
+	require.NoError(t, waiter.Unlock(ctx))
+	require.NoError(t, <-relock)
+	require.NoError(t, holder.Unlock(ctx))
+}
+
+func TestLateUnlockNeverDeletesANewerHoldsKey(t *testing.T) {
+	ctx := testContext(t)
+	admin := cluster.Client(t)
+	m := newMutex(t, cluster.Client(t), "late-unlock")
+	require.NoError(t, m.Lock(ctx))
+	key, done := m.Key(), m.Done()
+	get, err := admin.Get(ctx, key)
+	require.NoError(t, err)
+	lease := clientv3.LeaseID(get.Kvs[0].Lease)
+
+	// The key is deleted and written again under the same lease: a newer hold on the same
+	// key, as etcd's own Mutex makes when one session locks again.
+	_, err = admin.Delete(ctx, key)
+	require.NoError(t, err)
+	within(t, done, 3*time.Second, "Done closes when the key is deleted")
+	_, err = admin.Put(ctx, key, "", clientv3.WithLease(lease))
+	require.NoError(t, err)
+
+	assert.ErrorIs(t, m.Unlock(ctx), mutex.ErrLost)
+	after, err := admin.Get(ctx, key)
+	require.NoError(t, err)
+	require.Len(t, after.Kvs, 1, "the late Unlock deleted the newer hold's key")
+	_, err = admin.Delete(ctx, key)
+	require.NoError(t, err)
+}
+
+func TestExcludesEtcdConcurrencyMutexBothWays(t *testing.T) {
+	ctx := testContext(t)
+	const name = "interop"
+	ours := newMutex(t, cluster.Client(t), name)
+	sess, err := concurrency.NewSession(cluster.Client(t))
+	require.NoError(t, err)
+	defer sess.Close()
+	theirs := concurrency.NewMutex(sess, name)
+
+	// Ours first: theirs cannot get in until ours unlocks.
+	require.NoError(t, ours.Lock(ctx))
+	assert.ErrorIs(t, theirs.TryLock(ctx), concurrency.ErrLocked)
+	tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	assert.ErrorIs(t, theirs.Lock(tctx), context.DeadlineExceeded)
+	cancel()
+	theirsLocked := make(chan error, 1)
+	go func() { theirsLocked <- theirs.Lock(ctx) }()
+	awaitKeys(t, sess.Client(), name, 2)
+	require.NoError(t, ours.Unlock(ctx))
+	require.NoError(t, within(t, theirsLocked, 10*time.Second, "etcd's Mutex gets the lock after ours"))
+
+	// Theirs first: ours cannot get in until theirs unlocks.
+	assert.ErrorIs(t, ours.TryLock(ctx), mutex.ErrLocked)
+	oursLocked := make(chan error, 1)
+	go func() { oursLocked <- ours.Lock(ctx) }()
+	awaitKeys(t, sess.Client(), name, 2)
+	require.NoError(t, theirs.Unlock(ctx))
+	require.NoError(t, within(t, oursLocked, 10*time.Second, "ours gets the lock after etcd's Mutex"))
+	require.NoError(t, ours.Unlock(ctx))
+}
+
+func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
+	cli := cluster.Client(t)
+	sess, err := concurrency.NewSession(cli)
+	require.NoError(t, err)
+	defer sess.Close()
+	before := revision(t, cli)
+
+	for _, tc := range []struct {
+		desc string
+		cli  *clientv3.Client
+		name string
+		opts []mutex.Option
+		want error
+	}{
+		{"empty name", cli, "", nil, mutex.ErrInvalidName},
+		{"NUL in name", cli, "a\x00b", nil, mutex.ErrInvalidName},
+		{"name over 512 bytes", cli, strings.Repeat("x", 513), nil, mutex.ErrInvalidName},
+		{"name not UTF-8", cli, "\xff", nil, mutex.ErrInvalidName},
+		{"TTL under a second", cli, "ok", []mutex.Option{mutex.WithTTL(500 * time.Millisecond)}, mutex.ErrInvalidOption},
+		{"negative TTL", cli, "ok", []mutex.Option{mutex.WithTTL(-time.Second)}, mutex.ErrInvalidOption},
+		{"nil session", cli, "ok", []mutex.Option{mutex.WithSession(nil)}, mutex.ErrInvalidOption},
+		{"TTL and session", cli, "ok", []mutex.Option{mutex.WithTTL(time.Minute), mutex.WithSession(sess)}, mutex.ErrInvalidOption},
+		{"nil option", cli, "ok", []mutex.Option{nil}, mutex.ErrInvalidOption},
+		{"nil client", nil, "ok", nil, mutex.ErrInvalidOption},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			m, err := mutex.New(tc.cli, tc.name, tc.opts...)
+			assert.ErrorIs(t, err, tc.want)
+			assert.Nil(t, m)
+		})
+	}
+	m := newMutex(t, cli, strings.Repeat("x", 512), mutex.WithTTL(time.Second))
+	ctx := testContext(t)
+	assert.ErrorIs(t, m.Unlock(ctx), mutex.ErrNotLocked)
+	assert.ErrorIs(t, m.Err(), mutex.ErrNotLocked)
+	assert.Equal(t, before, revision(t, cli), "bad input wrote to etcd")
+}
+
+func TestWithSessionUsesTheCallersLease(t *testing.T) {
+	ctx := testContext(t)
+	cli := cluster.Client(t)
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+	require.NoError(t, err)
+	m := newMutex(t, cli, "with-session", mutex.WithSession(sess))
+	require.NoError(t, m.Lock(ctx))
+	resp, err := cli.Get(ctx, m.Key())
+	require.NoError(t, err)
+	assert.Equal(t, int64(sess.Lease()), resp.Kvs[0].Lease)
+	require.NoError(t, m.Unlock(ctx))
+
+	require.NoError(t, sess.Close())
+	assert.ErrorIs(t, m.Lock(ctx), mutex.ErrLost, "Lock on an expired caller's session")
+	assert.Zero(t, keysOf(t, cli, "with-session"))
+}
+
+func Example() {
+	cli, err := cluster.NewClient()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer cli.Close()
+	ctx := context.Background()
+
+	m, err := mutex.New(cli, "jobs/nightly-report")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := m.Lock(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// A fenced write: it applies only while this process still holds the lock.
+	resp, err := cli.Txn(ctx).If(m.IsOwner()).
+		Then(clientv3.OpPut("reports/last-run", "2026-11-22")).Commit()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("written under the lock:", resp.Succeeded)
+	if err := m.Unlock(ctx); err != nil && !errors.Is(err, mutex.ErrLost) {
+		fmt.Println(err)
+	}
+	// Output: written under the lock: true
+}
