@@ -1,7 +1,7 @@
 // Package mutex is a distributed mutual-exclusion lock on etcd, granted first come, first
 // served in the order of the keys' create revisions.
 //
-// Each Lock writes one key "<name>/<lease hex>_<uuid>" bound to a lease that every
+// Each Lock writes one key "<name>/<lease hex>_<n>" bound to a lease that every
 // primitive on the same client and TTL shares, and waits for the keys created before it to
 // go. For a name without '/' and '%', that is the layout of etcd's concurrency.Mutex and of
 // `etcdctl lock`, so all three exclude one another on the same name; other names are

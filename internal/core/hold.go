@@ -27,6 +27,7 @@ const (
 type Hold struct {
 	cli  *clientv3.Client
 	sess *concurrency.Session
+	slot *slot
 	key  string
 	rev  int64
 
@@ -40,10 +41,10 @@ type Hold struct {
 	sawDelete bool // the key vanished while a release was under way
 }
 
-func newHold(cli *clientv3.Client, sess *concurrency.Session, key string, rev int64) *Hold {
+func newHold(cli *clientv3.Client, sess *concurrency.Session, slot *slot, rev int64) *Hold {
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Hold{
-		cli: cli, sess: sess, key: key, rev: rev,
+		cli: cli, sess: sess, slot: slot, key: slot.key(), rev: rev,
 		done: make(chan struct{}), stopMonitor: cancel, monitorDone: make(chan struct{}),
 	}
 	go h.monitor(ctx)
@@ -74,7 +75,9 @@ func (h *Hold) IsOwner() clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)
 }
 
-// end closes done once, with err as the hold's final error.
+// end closes done once, with err as the hold's final error, and frees the key's slot: the
+// key is gone (or, after a loss, no longer this hold's), and a late Release of this hold
+// compares the create revision, so it cannot touch the slot's next key.
 func (h *Hold) end(state holdState, err error) {
 	if h.state == lost || h.state == released {
 		h.state = state
@@ -82,6 +85,7 @@ func (h *Hold) end(state holdState, err error) {
 	}
 	h.state, h.err = state, err
 	close(h.done)
+	h.slot.free()
 }
 
 // lose records that the key or the session is gone. During a release the delete seen may be

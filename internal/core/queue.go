@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/google/uuid"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -40,12 +39,6 @@ type Spec struct {
 	Value string // stored in the key
 }
 
-func (q *Queue) newKey(spec Spec, lease clientv3.LeaseID) string {
-	// The lease in hex first is etcd's own layout; the random part keeps two acquisitions
-	// on one shared lease apart (etcd's Mutex would let them both in).
-	return fmt.Sprintf("%s%s%x_%s", q.prefix, spec.Kind, int64(lease), uuid.NewString())
-}
-
 // Acquire enqueues and waits until spec's predicate holds, then returns the hold. onKey, if
 // not nil, learns the key before the wait. Uncontended it costs one Txn; a waiter adds one
 // watch and, when revisions moved between its Txn and its watch, one Range; once the last
@@ -57,12 +50,14 @@ func (q *Queue) Acquire(ctx context.Context, spec Spec, onKey func(string)) (*Ho
 		if err != nil {
 			return nil, err
 		}
-		key := q.newKey(spec, sess.Lease())
+		slot := claimSlot(q.prefix, spec.Kind, sess.Lease())
+		key := slot.key()
 		if onKey != nil {
 			onKey(key)
 		}
 		rev, ahead, err := q.enqueue(ctx, sess, spec, key)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			slot.free()
 			q.sessions.Expired(sess) // expired while unused: take a new lease and go again
 			continue
 		}
@@ -71,9 +66,10 @@ func (q *Queue) Acquire(ctx context.Context, spec Spec, onKey func(string)) (*Ho
 		}
 		if err != nil {
 			q.remove(ctx, key)
+			slot.free()
 			return nil, err
 		}
-		return newHold(q.cli, sess, key, rev), nil
+		return newHold(q.cli, sess, slot, rev), nil
 	}
 }
 
@@ -87,7 +83,8 @@ func (q *Queue) enqueue(ctx context.Context, sess *concurrency.Session, spec Spe
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 				clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
-			// A retry after an answer that was lost: the key is there, read its place.
+			// The key is there already (written by a try whose answer was lost, or left by a
+			// cleanup that could not reach etcd): it is this slot's, so take its place.
 			Else(clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly())).
 			Commit()
 		switch {
@@ -210,44 +207,61 @@ func (q *Queue) reread(ctx context.Context, spec Spec, key string, rev int64, ah
 	return nil
 }
 
-// TryAcquire takes a hold only if no key is in spec.Ahead; otherwise it returns ErrLocked
-// having written nothing. One Txn.
+// TryAcquire takes a hold only if no key is in spec.Ahead (spec.Slots is not consulted);
+// otherwise it returns ErrLocked having written nothing. One Txn.
 func (q *Queue) TryAcquire(ctx context.Context, spec Spec) (*Hold, error) {
-	aheadRange := q.prefix + spec.Ahead
 	for {
 		sess, err := q.sessions.Session(ctx)
 		if err != nil {
 			return nil, err
 		}
-		key := q.newKey(spec, sess.Lease())
-		var b backoff
-		for {
-			resp, err := q.cli.Txn(ctx).
-				If(clientv3.Compare(clientv3.CreateRevision(aheadRange), "=", 0).WithPrefix()).
-				Then(clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
-				Else(clientv3.OpGet(key)). // a retry whose first try wrote the key
-				Commit()
-			if err == nil {
-				if resp.Succeeded {
-					return newHold(q.cli, sess, key, resp.Header.Revision), nil
-				}
-				if own := resp.Responses[0].GetResponseRange().Kvs; len(own) > 0 {
-					return newHold(q.cli, sess, key, own[0].CreateRevision), nil
-				}
+		slot := claimSlot(q.prefix, spec.Kind, sess.Lease())
+		h, err := q.try(ctx, sess, spec, slot)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			slot.free()
+			q.sessions.Expired(sess)
+			continue
+		}
+		if err != nil {
+			slot.free()
+			return nil, err
+		}
+		return h, nil
+	}
+}
+
+func (q *Queue) try(ctx context.Context, sess *concurrency.Session, spec Spec, slot *slot) (*Hold, error) {
+	key, aheadRange := slot.key(), q.prefix+spec.Ahead
+	var b backoff
+	for {
+		resp, err := q.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(aheadRange), "=", 0).WithPrefix()).
+			Then(clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
+			// The key may be there already: see enqueue.
+			Else(clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithFirstCreate()...)).
+			Commit()
+		switch {
+		case err == nil && resp.Succeeded:
+			return newHold(q.cli, sess, slot, resp.Header.Revision), nil
+		case err == nil:
+			own, first := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+			if len(own) == 0 {
 				return nil, ErrLocked
 			}
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				q.sessions.Expired(sess)
-				break
+			if len(first) == 0 || first[0].CreateRevision >= own[0].CreateRevision {
+				return newHold(q.cli, sess, slot, own[0].CreateRevision), nil
 			}
-			if !transient(err) || ctx.Err() != nil {
-				q.remove(ctx, key)
-				return nil, fmt.Errorf("try %s: %w", key, err)
-			}
-			if err := b.wait(ctx); err != nil {
-				q.remove(ctx, key)
-				return nil, err
-			}
+			q.remove(ctx, key) // ours, but behind another: a try does not wait
+			return nil, ErrLocked
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return nil, err
+		case !transient(err) || ctx.Err() != nil:
+			q.remove(ctx, key)
+			return nil, fmt.Errorf("try %s: %w", key, err)
+		}
+		if err := b.wait(ctx); err != nil {
+			q.remove(ctx, key)
+			return nil, err
 		}
 	}
 }
