@@ -303,6 +303,28 @@ func TestExcludesEtcdConcurrencyMutexBothWays(t *testing.T) {
 	require.NoError(t, ours.Unlock(ctx))
 }
 
+func TestClosingTheClientEndsAWaitingLock(t *testing.T) {
+	ctx := testContext(t)
+	const name = "client-closed"
+	admin := cluster.Client(t)
+	holder := newMutex(t, cluster.Client(t), name)
+	require.NoError(t, holder.Lock(ctx))
+
+	// The session lives on another client, so only the waiter's own client closes.
+	sess, err := concurrency.NewSession(cluster.Client(t))
+	require.NoError(t, err)
+	defer sess.Close()
+	cli, err := cluster.NewClient()
+	require.NoError(t, err)
+	waiter := newMutex(t, cli, name, mutex.WithSession(sess))
+	errc := make(chan error, 1)
+	go func() { errc <- waiter.Lock(ctx) }()
+	awaitKeys(t, admin, name, 2)
+	require.NoError(t, cli.Close())
+	assert.Error(t, within(t, errc, 10*time.Second, "Lock returns once its client is closed"))
+	require.NoError(t, holder.Unlock(ctx))
+}
+
 func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 	cli := cluster.Client(t)
 	sess, err := concurrency.NewSession(cli)

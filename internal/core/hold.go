@@ -169,6 +169,8 @@ func (h *Hold) watchKey(ctx context.Context, from int64) (next int64, gone bool)
 			from = wr.Header.Revision + 1
 		case <-h.sess.Done():
 			return from, true
+		case <-h.cli.Ctx().Done():
+			return from, true // nothing can keep or release the key through a closed client
 		case <-ctx.Done():
 			return from, false
 		}

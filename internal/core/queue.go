@@ -177,9 +177,14 @@ func (q *Queue) watchAhead(ctx context.Context, sess *concurrency.Session, spec 
 	}
 }
 
+// watchEnded says why a watch channel closed: ctx, the client's closing (final), or
+// something a new watch may get past.
 func (q *Queue) watchEnded(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if err := q.cli.Ctx().Err(); err != nil {
+		return fmt.Errorf("etcd client closed: %w", err)
 	}
 	return errWatchClosed
 }

@@ -17,9 +17,21 @@ import (
 // goleak.Find alone waits about half a second, and goleak v1.3.0 cannot be told to wait longer.
 const leakPatience = 10 * time.Second
 
+// knownServerLeaks are goroutines of embedded etcd members that etcd itself strands, which no
+// code of ours can end:
+//
+//   - etcd-io/etcd#22189: a member being stopped closes its backend while its peer HTTP
+//     handlers still serve. A peer's /version request in that window panics on the closed
+//     bolt transaction inside the backend's read lock; net/http recovers the panic, the lock
+//     stays held, and the next /version handler on that member blocks on it for good.
+var knownServerLeaks = []goleak.Option{
+	goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/etcdserver/api/etcdhttp.newPeerHandler.versionHandler.func1"),
+}
+
 // Main is a TestMain body: it starts New(1) into *c, runs the tests, closes the cluster, then
-// checks with goleak that no goroutine outlived it, ignoring none. It exits non-zero on a test
-// failure or a leak, printing the leaked goroutines, and exits 1 if the cluster cannot start.
+// checks with goleak that no goroutine outlived it, ignoring only knownServerLeaks. It exits
+// non-zero on a test failure or a leak, printing the leaked goroutines, and exits 1 if the
+// cluster cannot start.
 func Main(m *testing.M, c **Cluster) {
 	cluster, err := New(1)
 	if err != nil {
@@ -43,7 +55,7 @@ func Main(m *testing.M, c **Cluster) {
 func findLeaks() error {
 	deadline := time.Now().Add(leakPatience)
 	for {
-		err := goleak.Find()
+		err := goleak.Find(knownServerLeaks...)
 		if err == nil || time.Now().After(deadline) {
 			return err
 		}
