@@ -135,6 +135,10 @@ var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c
 
 // Done is closed when the current hold ends: by Unlock, or by loss (then Err is ErrLost).
 // Without a hold it is an already closed channel.
+//
+// The first call to Done or Err on a hold starts a watch of its key and session (from the
+// key's creation on, so a loss that came before is reported at once); a hold that is never
+// asked costs no watch. Either way Unlock reports a loss, and IsOwner fences writes.
 func (m *Mutex) Done() <-chan struct{} {
 	if h := m.current(); h != nil {
 		return h.Done()
@@ -143,7 +147,8 @@ func (m *Mutex) Done() <-chan struct{} {
 }
 
 // Err is nil while the lock is held, ErrLost once the hold was lost (its key deleted, its
-// lease expired or revoked) until Unlock, and ErrNotLocked without a hold.
+// lease expired or revoked) until Unlock, and ErrNotLocked without a hold. See Done for
+// when a loss becomes known.
 func (m *Mutex) Err() error {
 	if h := m.current(); h != nil {
 		return h.Err()

@@ -156,3 +156,86 @@ func TestNamePrefixKeepsNamesApart(t *testing.T) {
 	}
 	assert.Equal(t, "jobs/", core.NamePrefix("jobs"), "a plain name keeps etcd's layout")
 }
+
+func TestKeysAreReusedAndDistinctWhileLive(t *testing.T) {
+	ctx := testContext(t)
+	q := queue(t, cluster.Client(t), "reuse")
+	first, err := q.Acquire(ctx, core.Spec{Slots: 2}, nil)
+	require.NoError(t, err)
+	second, err := q.Acquire(ctx, core.Spec{Slots: 2}, nil)
+	require.NoError(t, err)
+	assert.NotEqual(t, first.Key(), second.Key(), "two live acquisitions share a key")
+
+	key := first.Key()
+	_, err = first.Release(ctx)
+	require.NoError(t, err)
+	again, err := q.Acquire(ctx, core.Spec{Slots: 2}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, key, again.Key(), "a freed slot's key is not reused")
+	assert.Greater(t, again.Token(), second.Token())
+	for _, h := range []*core.Hold{second, again} {
+		_, err := h.Release(ctx)
+		assert.NoError(t, err)
+	}
+}
+
+// nextKey returns the key q's next acquisition on cli will use and the lease it is bound to.
+func nextKey(t *testing.T, cli *clientv3.Client, q *core.Queue) (string, clientv3.LeaseID) {
+	t.Helper()
+	ctx := testContext(t)
+	probe, err := q.TryAcquire(ctx, exclusive)
+	require.NoError(t, err)
+	key, lease := probe.Key(), leaseOf(t, cli, probe.Key())
+	_, err = probe.Release(ctx)
+	require.NoError(t, err)
+	return key, lease
+}
+
+// putLeftover writes key as a cleanup that could not reach etcd would have left it, and
+// returns its create revision.
+func putLeftover(t *testing.T, cli *clientv3.Client, key string, lease clientv3.LeaseID) int64 {
+	t.Helper()
+	put, err := cli.Put(testContext(t), key, "", clientv3.WithLease(lease))
+	require.NoError(t, err)
+	return put.Header.Revision
+}
+
+func TestALeftoverOwnKeyWithNothingAheadIsTakenOver(t *testing.T) {
+	ctx := testContext(t)
+	cli := cluster.Client(t)
+	q := queue(t, cli, "leftover-first")
+	for _, try := range []bool{false, true} {
+		key, lease := nextKey(t, cli, q)
+		rev := putLeftover(t, cli, key, lease)
+		var h *core.Hold
+		var err error
+		if try {
+			h, err = q.TryAcquire(ctx, exclusive)
+		} else {
+			h, err = q.Acquire(ctx, exclusive, nil)
+		}
+		require.NoError(t, err)
+		assert.Equal(t, key, h.Key())
+		assert.Equal(t, rev, h.Token(), "not the leftover key's place in line")
+		_, err = h.Release(ctx)
+		require.NoError(t, err)
+	}
+}
+
+func TestTryAcquireRemovesALeftoverOwnKeyBehindAnother(t *testing.T) {
+	ctx := testContext(t)
+	cli := cluster.Client(t)
+	q := queue(t, cli, "leftover-behind")
+	key, lease := nextKey(t, cli, q)
+	holder, err := queue(t, cluster.Client(t), "leftover-behind").Acquire(ctx, exclusive, nil)
+	require.NoError(t, err)
+	require.Greater(t, putLeftover(t, cli, key, lease), holder.Token())
+
+	_, err = q.TryAcquire(ctx, exclusive)
+	assert.ErrorIs(t, err, core.ErrLocked)
+	resp, err := cli.Get(ctx, key)
+	require.NoError(t, err)
+	assert.Empty(t, resp.Kvs, "the leftover key behind the holder is still queued")
+	_, err = holder.Release(ctx)
+	require.NoError(t, err)
+}
