@@ -62,6 +62,21 @@ func benchClient(b *testing.B) (*clientv3.Client, *rpcstat.Counter) {
 	return cli, cnt
 }
 
+// openWarm opens n lockers of im on name, each on its own counted client, and locks and
+// unlocks each once, so that lease grants fall outside the measurement.
+func openWarm(b *testing.B, im impl, name string, n int) ([]locker, []*rpcstat.Counter) {
+	ctx := context.Background()
+	lockers, counters := make([]locker, n), make([]*rpcstat.Counter, n)
+	for i := range lockers {
+		var cli *clientv3.Client
+		cli, counters[i] = benchClient(b)
+		lockers[i] = im.open(b, cli, name)
+		mustLock(b, ctx, lockers[i])
+		mustUnlock(b, ctx, lockers[i])
+	}
+	return lockers, counters
+}
+
 // reportRPCs reports calls per op by method, each metric's name prefixed with prefix.
 func reportRPCs(b *testing.B, prefix string, counts rpcstat.Counts, ops int) {
 	for _, m := range counts.Methods() {
@@ -131,16 +146,7 @@ func BenchmarkContended(b *testing.B) {
 	for _, n := range []int{2, 8} {
 		for _, im := range impls {
 			b.Run(fmt.Sprintf("clients=%d/%s", n, im.name), func(b *testing.B) {
-				name := benchName("contended")
-				lockers := make([]locker, n)
-				counters := make([]*rpcstat.Counter, n)
-				for i := range lockers {
-					var cli *clientv3.Client
-					cli, counters[i] = benchClient(b)
-					lockers[i] = im.open(b, cli, name)
-					mustLock(b, ctx, lockers[i])
-					mustUnlock(b, ctx, lockers[i])
-				}
+				lockers, counters := openWarm(b, im, benchName("contended"), n)
 				before := rpcstat.Counts{}
 				for _, c := range counters {
 					before.Add(c.Counts())
@@ -194,15 +200,7 @@ func BenchmarkHandoff(b *testing.B) {
 			b.Run(variant+"/"+im.name, func(b *testing.B) {
 				name := benchName("handoff")
 				admin := cluster.Client(b)
-				var l [2]locker
-				var cnt [2]*rpcstat.Counter
-				for i := range l {
-					var cli *clientv3.Client
-					cli, cnt[i] = benchClient(b)
-					l[i] = im.open(b, cli, name)
-					mustLock(b, ctx, l[i])
-					mustUnlock(b, ctx, l[i])
-				}
+				l, cnt := openWarm(b, im, name, 2)
 				var total time.Duration
 				waiterRPCs := rpcstat.Counts{}
 				mustLock(b, ctx, l[0])
