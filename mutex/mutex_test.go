@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/etcdsync/etcdsync/internal/rpcstat"
 	"github.com/etcdsync/etcdsync/mutex"
 )
 
@@ -140,6 +141,23 @@ func TestCancelledLockReturnsContextErrorAndLeavesNoKey(t *testing.T) {
 	assert.Equal(t, int64(1), keysOf(t, admin, name), "the timed-out waiter's key is left")
 	require.NoError(t, holder.Unlock(ctx))
 	assert.Zero(t, keysOf(t, admin, name))
+}
+
+func TestLockWithADoneContextSendsNothing(t *testing.T) {
+	cnt := &rpcstat.Counter{}
+	cfg := cluster.ClientConfig()
+	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
+	cli, err := clientv3.New(cfg)
+	require.NoError(t, err)
+	defer cli.Close()
+	m := newMutex(t, cli, "done-context")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 20 { // the handle's turn is free too: a select must not pick it
+		assert.ErrorIs(t, m.Lock(ctx), context.Canceled)
+		assert.ErrorIs(t, m.TryLock(ctx), context.Canceled)
+	}
+	assert.Empty(t, cnt.Counts(), "RPCs sent for a done context")
 }
 
 func TestNestedNamesAreIndependent(t *testing.T) {

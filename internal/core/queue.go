@@ -45,6 +45,9 @@ type Spec struct {
 // predecessor's delete event arrives it returns with no further RPC. On failure, including
 // ctx ending, it deletes its key before returning.
 func (q *Queue) Acquire(ctx context.Context, spec Spec, onKey func(string)) (*Hold, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // before any I/O, which would only have to be undone
+	}
 	for {
 		sess, err := q.sessions.Session(ctx)
 		if err != nil {
@@ -145,6 +148,11 @@ func (q *Queue) watchAhead(ctx context.Context, sess *concurrency.Session, spec 
 				return q.watchEnded(ctx)
 			}
 			if err := wr.Err(); err != nil {
+				if errors.Is(err, rpctypes.ErrCompacted) {
+					// A watch the client resumed after a reconnect, from a revision since
+					// compacted: a new watch from the present and a reread recover.
+					return errWatchClosed
+				}
 				return fmt.Errorf("watch %s: %w", q.prefix, err)
 			}
 			if first && wr.Created {
@@ -215,6 +223,9 @@ func (q *Queue) reread(ctx context.Context, spec Spec, key string, rev int64, ah
 // TryAcquire takes a hold only if no key is in spec.Ahead (spec.Slots is not consulted);
 // otherwise it returns ErrLocked having written nothing. One Txn.
 func (q *Queue) TryAcquire(ctx context.Context, spec Spec) (*Hold, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	for {
 		sess, err := q.sessions.Session(ctx)
 		if err != nil {
