@@ -394,7 +394,7 @@ func Example() {
 	defer cli.Close()
 	ctx := context.Background()
 
-	m, err := mutex.New(cli, "jobs/nightly-report")
+	m, err := mutex.New(cli, "nightly-report")
 	if err != nil {
 		fmt.Println(err)
 		return
