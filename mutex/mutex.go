@@ -49,6 +49,9 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 // Uncontended it costs one Txn (and one lease grant on the client's first use). If ctx
 // ends first it returns ctx's error, wrapped, after deleting its key. ErrLost means the
 // session's lease expired while waiting; the next Lock takes a new one.
+//
+// Like a sync.Mutex, a handle stays taken from Lock to Unlock, also when its hold was lost
+// in between: call Unlock (it returns ErrLost) before this handle can Lock again.
 func (m *Mutex) Lock(ctx context.Context) error {
 	select {
 	case m.turn <- struct{}{}:
