@@ -251,6 +251,37 @@ func TestRevokedLeaseEndsHoldAndServesNextWaiter(t *testing.T) {
 	require.NoError(t, holder.Unlock(ctx))
 }
 
+func TestAHolderThatStopsRenewingLosesTheLockAndItsFence(t *testing.T) {
+	ctx := testContext(t)
+	const name = "stops-renewing"
+	cli := cluster.Client(t)
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(2))
+	require.NoError(t, err)
+	holder := newMutex(t, cli, name, mutex.WithSession(sess))
+	require.NoError(t, holder.Lock(ctx))
+	done := holder.Done()
+
+	waiter := newMutex(t, cluster.Client(t), name)
+	errc := make(chan error, 1)
+	go func() { errc <- waiter.Lock(ctx) }()
+	awaitKeys(t, cli, name, 2)
+
+	fencedPut := func(m *mutex.Mutex, v string) bool {
+		resp, err := cli.Txn(ctx).If(m.IsOwner()).Then(clientv3.OpPut("stops-renewing-data", v)).Commit()
+		require.NoError(t, err)
+		return resp.Succeeded
+	}
+	sess.Orphan() // the process stalls: no more keep-alives, but the lease lives out its TTL
+	within(t, done, 3*time.Second, "Done closes once the session can no longer renew")
+	assert.ErrorIs(t, holder.Err(), mutex.ErrLost)
+
+	require.NoError(t, within(t, errc, 10*time.Second, "the waiter is served after the lease expires"))
+	assert.False(t, fencedPut(holder, "stale"), "the stalled holder's fenced write applied after the lease expired")
+	assert.True(t, fencedPut(waiter, "fresh"))
+	assert.ErrorIs(t, holder.Unlock(ctx), mutex.ErrLost)
+	require.NoError(t, waiter.Unlock(ctx))
+}
+
 func TestLateUnlockNeverDeletesANewerHoldsKey(t *testing.T) {
 	ctx := testContext(t)
 	admin := cluster.Client(t)
