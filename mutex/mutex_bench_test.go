@@ -187,8 +187,10 @@ func BenchmarkContended(b *testing.B) {
 }
 
 // BenchmarkHandoff: the time from the holder's Unlock returning to the next waiter's Lock
-// returning, and the waiter's RPCs per contended Lock. "fresh": the holder unlocks as soon
-// as the waiter is in line, as under contention; "settled": the waiter has waited 150 ms.
+// returning (0 when the waiter's Lock returned first: the delete event can reach it before
+// the holder has its Txn's answer), and the waiter's RPCs per contended Lock. "fresh": the
+// holder unlocks as soon as the waiter is in line, as under contention; "settled": the
+// waiter has waited 150 ms.
 func BenchmarkHandoff(b *testing.B) {
 	ctx := context.Background()
 	for _, wait := range []time.Duration{0, 150 * time.Millisecond} {
