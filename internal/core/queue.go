@@ -45,6 +45,30 @@ type Spec struct {
 // predecessor's delete event arrives it returns with no further RPC. On failure, including
 // ctx ending, it deletes its key before returning.
 func (q *Queue) Acquire(ctx context.Context, spec Spec, onKey func(string)) (*Hold, error) {
+	return q.withSlot(ctx, spec.Kind, func(sess *concurrency.Session, slot *slot) (*Hold, error) {
+		key := slot.key()
+		if onKey != nil {
+			onKey(key)
+		}
+		rev, ahead, err := q.enqueue(ctx, sess, spec, key)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return nil, err // nothing was written
+		}
+		if err == nil && len(ahead) >= spec.Slots {
+			err = q.wait(ctx, sess, spec, key, rev, ahead)
+		}
+		if err != nil {
+			q.remove(ctx, key)
+			return nil, err
+		}
+		return newHold(q.cli, sess, slot, rev), nil
+	})
+}
+
+// withSlot runs attempt with a live session and a slot claimed on its lease, and frees the
+// slot unless attempt returns a hold, which then owns it. When the lease turns out to be gone
+// (the shared session expired while unused), it takes a new lease and runs attempt again.
+func (q *Queue) withSlot(ctx context.Context, kind string, attempt func(*concurrency.Session, *slot) (*Hold, error)) (*Hold, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // before any I/O, which would only have to be undone
 	}
@@ -53,26 +77,16 @@ func (q *Queue) Acquire(ctx context.Context, spec Spec, onKey func(string)) (*Ho
 		if err != nil {
 			return nil, err
 		}
-		slot := claimSlot(q.prefix, spec.Kind, sess.Lease())
-		key := slot.key()
-		if onKey != nil {
-			onKey(key)
+		slot := claimSlot(q.prefix, kind, sess.Lease())
+		h, err := attempt(sess, slot)
+		if err == nil {
+			return h, nil
 		}
-		rev, ahead, err := q.enqueue(ctx, sess, spec, key)
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			slot.free()
-			q.sessions.Expired(sess) // expired while unused: take a new lease and go again
-			continue
-		}
-		if err == nil && len(ahead) >= spec.Slots {
-			err = q.wait(ctx, sess, spec, key, rev, ahead)
-		}
-		if err != nil {
-			q.remove(ctx, key)
-			slot.free()
+		slot.free()
+		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return nil, err
 		}
-		return newHold(q.cli, sess, slot, rev), nil
+		q.sessions.Expired(sess)
 	}
 }
 
@@ -223,27 +237,9 @@ func (q *Queue) reread(ctx context.Context, spec Spec, key string, rev int64, ah
 // TryAcquire takes a hold only if no key is in spec.Ahead (spec.Slots is not consulted);
 // otherwise it returns ErrLocked having written nothing. One Txn.
 func (q *Queue) TryAcquire(ctx context.Context, spec Spec) (*Hold, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	for {
-		sess, err := q.sessions.Session(ctx)
-		if err != nil {
-			return nil, err
-		}
-		slot := claimSlot(q.prefix, spec.Kind, sess.Lease())
-		h, err := q.try(ctx, sess, spec, slot)
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			slot.free()
-			q.sessions.Expired(sess)
-			continue
-		}
-		if err != nil {
-			slot.free()
-			return nil, err
-		}
-		return h, nil
-	}
+	return q.withSlot(ctx, spec.Kind, func(sess *concurrency.Session, slot *slot) (*Hold, error) {
+		return q.try(ctx, sess, spec, slot)
+	})
 }
 
 func (q *Queue) try(ctx context.Context, sess *concurrency.Session, spec Spec, slot *slot) (*Hold, error) {
