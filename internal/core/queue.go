@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -50,12 +49,12 @@ func (q *Queue) Acquire(ctx context.Context, spec Spec, onKey func(string)) (*Ho
 		if onKey != nil {
 			onKey(key)
 		}
-		rev, ahead, err := q.enqueue(ctx, sess, spec, key)
+		rev, seen, ahead, err := q.enqueue(ctx, sess, spec, key)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return nil, err // nothing was written
 		}
-		if err == nil && len(ahead) >= spec.Slots {
-			err = q.wait(ctx, sess, spec, key, rev, ahead)
+		if err == nil && ahead >= spec.Slots {
+			err = q.wait(ctx, sess, spec, key, rev, seen, ahead)
 		}
 		if err != nil {
 			q.remove(ctx, key)
@@ -90,107 +89,79 @@ func (q *Queue) withSlot(ctx context.Context, kind string, attempt func(*concurr
 	}
 }
 
-// enqueue writes key once, whatever the retries, and returns its create revision and the
-// keys ahead of it in spec.Ahead.
-func (q *Queue) enqueue(ctx context.Context, sess *concurrency.Session, spec Spec, key string) (int64, map[string]struct{}, error) {
+// enqueue writes key once, whatever the retries, and returns its create revision, the
+// revision its count reflects, and how many keys are ahead of it in spec.Ahead.
+func (q *Queue) enqueue(ctx context.Context, sess *concurrency.Session, spec Spec, key string) (rev, seen int64, ahead int, err error) {
 	aheadRange := q.prefix + spec.Ahead
 	var b backoff
 	for {
 		resp, err := q.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+			// Read before the put: every key there is ahead.
+			Then(clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithCountOnly()),
 				clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
 			// The key is there already (written by a try whose answer was lost, or left by a
 			// cleanup that could not reach etcd): it is this slot's, so take its place.
 			Else(clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly())).
 			Commit()
 		switch {
+		case err == nil && resp.Succeeded:
+			rev = resp.Header.Revision
+			return rev, rev, int(resp.Responses[0].GetResponseRange().Count), nil
 		case err == nil:
-			return keysAhead(resp, key)
+			own := resp.Responses[0].GetResponseRange().Kvs
+			if len(own) == 0 {
+				return 0, 0, 0, fmt.Errorf("%w: key %s vanished between two tries of its write", ErrLost, key)
+			}
+			rev = own[0].CreateRevision
+			return rev, resp.Header.Revision, countAhead(resp.Responses[1].GetResponseRange().Kvs, rev), nil
 		case !transient(err) || ctx.Err() != nil:
-			return 0, nil, fmt.Errorf("enqueue %s: %w", key, err)
+			return 0, 0, 0, fmt.Errorf("enqueue %s: %w", key, err)
 		}
 		if err := b.wait(ctx); err != nil {
-			return 0, nil, err
+			return 0, 0, 0, err
 		}
 	}
 }
 
-func keysAhead(resp *clientv3.TxnResponse, key string) (int64, map[string]struct{}, error) {
-	rev, kvs := resp.Header.Revision, resp.Responses[0].GetResponseRange().Kvs
-	if !resp.Succeeded {
-		own := resp.Responses[0].GetResponseRange().Kvs
-		if len(own) == 0 {
-			return 0, nil, fmt.Errorf("%w: key %s vanished between two tries of its write", ErrLost, key)
-		}
-		rev, kvs = own[0].CreateRevision, resp.Responses[1].GetResponseRange().Kvs
-	}
-	ahead := make(map[string]struct{}, len(kvs))
+// countAhead counts the keys created before rev.
+func countAhead(kvs []*mvccpb.KeyValue, rev int64) int {
+	n := 0
 	for _, kv := range kvs {
 		if kv.CreateRevision < rev {
-			ahead[string(kv.Key)] = struct{}{}
+			n++
 		}
 	}
-	return rev, ahead, nil
+	return n
 }
 
-// wait returns once fewer than spec.Slots keys are ahead, retrying its watch through
-// leader changes until ctx ends; ErrLost when its own key or session goes first.
-func (q *Queue) wait(ctx context.Context, sess *concurrency.Session, spec Spec, key string, rev int64, ahead map[string]struct{}) error {
-	var b backoff
+// wait returns once fewer than spec.Slots keys are ahead of key, counting the deletes its
+// hub dispatches; ErrLost when its own key or session goes first. It reads from etcd only
+// when the events cannot tell (see hub).
+func (q *Queue) wait(ctx context.Context, sess *concurrency.Session, spec Spec, key string, rev, seen int64, ahead int) error {
+	w := newWaiter(key, rev, seen, ahead, q.prefix+spec.Ahead, spec.Slots)
+	h := join(q.cli, q.prefix, w)
+	defer h.leave(w)
 	for {
-		err := q.watchAhead(ctx, sess, spec, key, rev, ahead)
-		if err == nil || !transient(err) || ctx.Err() != nil {
-			return err
+		h.mu.Lock()
+		served, err, resync := w.served, w.err, w.needResync && !w.served && w.err == nil
+		if resync {
+			w.beginResync()
 		}
-		if err := b.wait(ctx); err != nil {
+		h.mu.Unlock()
+		switch {
+		case served:
+			return nil
+		case err != nil:
 			return err
+		case resync:
+			if err := q.resync(ctx, h, w); err != nil {
+				return err
+			}
+			continue
 		}
-	}
-}
-
-func (q *Queue) watchAhead(ctx context.Context, sess *concurrency.Session, spec Spec, key string, rev int64, ahead map[string]struct{}) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	// From the present: a watch from a past revision waits for etcd's 100 ms resync loop.
-	wch := q.cli.Watch(wctx, q.prefix, clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
-	first := true
-	for {
 		select {
-		case wr, ok := <-wch:
-			if !ok {
-				return q.watchEnded(ctx)
-			}
-			if err := wr.Err(); err != nil {
-				if errors.Is(err, rpctypes.ErrCompacted) {
-					// A watch the client resumed after a reconnect, from a revision since
-					// compacted: a new watch from the present and a reread recover.
-					return errWatchClosed
-				}
-				return fmt.Errorf("watch %s: %w", q.prefix, err)
-			}
-			if first && wr.Created {
-				first = false
-				if wr.Header.Revision > rev {
-					// Deletes between our Txn and the watch's start are not in the stream.
-					if err := q.reread(ctx, spec, key, rev, ahead); err != nil {
-						return err
-					}
-				}
-			}
-			for _, ev := range wr.Events {
-				if ev.Type != mvccpb.DELETE {
-					continue
-				}
-				if k := string(ev.Kv.Key); k == key {
-					return fmt.Errorf("%w: key %s deleted while waiting", ErrLost, key)
-				} else {
-					delete(ahead, k)
-				}
-			}
-			if len(ahead) < spec.Slots {
-				return nil
-			}
+		case <-w.wake:
 		case <-sess.Done():
 			return fmt.Errorf("%w: session expired while waiting", ErrLost)
 		case <-ctx.Done():
@@ -199,39 +170,38 @@ func (q *Queue) watchAhead(ctx context.Context, sess *concurrency.Session, spec 
 	}
 }
 
-// watchEnded says why a watch channel closed: ctx, the client's closing (final), or
-// something a new watch may get past.
-func (q *Queue) watchEnded(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := q.cli.Ctx().Err(); err != nil {
-		return fmt.Errorf("etcd client closed: %w", err)
-	}
-	return errWatchClosed
-}
-
-// reread replaces ahead with the keys ahead now, and checks that key is still there.
-func (q *Queue) reread(ctx context.Context, spec Spec, key string, rev int64, ahead map[string]struct{}) error {
-	resp, err := q.cli.Get(ctx, q.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev))
-	if err != nil {
-		return fmt.Errorf("read keys ahead of %s: %w", key, err)
-	}
-	clear(ahead)
-	own := false
-	for _, kv := range resp.Kvs {
-		k := string(kv.Key)
-		switch {
-		case k == key:
-			own = true
-		case kv.CreateRevision < rev && strings.HasPrefix(k, q.prefix+spec.Ahead):
-			ahead[k] = struct{}{}
+// resync reads how many keys are ahead of w now, in one Txn that also checks w's key is
+// still its own. Keys only, not a count: etcd counts before it filters by create revision.
+func (q *Queue) resync(ctx context.Context, h *hub, w *waiter) error {
+	var b backoff
+	for {
+		resp, err := q.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.rev)).
+			Then(clientv3.OpGet(w.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(w.rev-1))).
+			Commit()
+		if err == nil {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if !resp.Succeeded {
+				w.abortResync()
+				return fmt.Errorf("%w: key %s deleted while waiting", ErrLost, w.key)
+			}
+			w.endResync(resp.Header.Revision, len(resp.Responses[0].GetResponseRange().Kvs))
+			return nil
+		}
+		if !transient(err) || ctx.Err() != nil {
+			h.mu.Lock()
+			w.abortResync()
+			h.mu.Unlock()
+			return fmt.Errorf("read keys ahead of %s: %w", w.key, err)
+		}
+		if err := b.wait(ctx); err != nil {
+			h.mu.Lock()
+			w.abortResync()
+			h.mu.Unlock()
+			return err
 		}
 	}
-	if !own {
-		return fmt.Errorf("%w: key %s deleted while waiting", ErrLost, key)
-	}
-	return nil
 }
 
 // TryAcquire takes a hold only if no key is in spec.Ahead (spec.Slots is not consulted);

@@ -43,12 +43,7 @@ var errWatchClosed = errors.New("etcdsync: watch closed")
 type backoff struct{ next time.Duration }
 
 func (b *backoff) wait(ctx context.Context) error {
-	if b.next == 0 {
-		b.next = 25 * time.Millisecond
-	}
-	d := b.next/2 + rand.N(b.next/2+1)
-	b.next = min(2*b.next, time.Second)
-	t := time.NewTimer(d)
+	t := time.NewTimer(b.step())
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -56,4 +51,16 @@ func (b *backoff) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// after returns a channel that yields after the next delay.
+func (b *backoff) after() <-chan time.Time { return time.After(b.step()) }
+
+func (b *backoff) step() time.Duration {
+	if b.next == 0 {
+		b.next = 25 * time.Millisecond
+	}
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(2*b.next, time.Second)
+	return d
 }

@@ -1,0 +1,277 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// hubLinger is how long a hub keeps its watch after its last waiter leaves, so that a client
+// that waits again soon (a contended lock taken in a loop) finds the watch in place and needs
+// no read to cover the gap before a new watch starts. No goroutine of ours runs meanwhile:
+// the events wait in the client's watch buffer and the next waiter's pump drains them.
+const hubLinger = 2 * time.Second
+
+// ringSize is how many recent deletes a hub remembers, so that a waiter whose snapshot is
+// older than the last event dispatched can catch up without a read.
+const ringSize = 512
+
+// A hub is the one watch of a client on a name's prefix, shared by all the client's waiters
+// on that name: a release costs one event per client, not per waiter. It dispatches every
+// delete, in revision order and once, to each registered waiter, which counts the keys ahead
+// of it that go (see waiter.apply).
+//
+// Revisions are what make it safe on a cluster. A watch may be served by a member that has
+// applied less than the member that ran a waiter's Txn, so it can deliver deletes the
+// waiter's snapshot already reflects; the client may resume a watch on another member and
+// repeat events; a resumed watch may find its revision compacted. So every event carries its
+// revision, a waiter ignores those at or below its snapshot's, the hub drops repeats, and a
+// gap it cannot cover makes the waiter read again.
+type hub struct {
+	cli    *clientv3.Client
+	prefix string
+	k      hubKey
+
+	mu      sync.Mutex
+	waiters map[*waiter]struct{}
+	wch     clientv3.WatchChan // nil without a watch
+	cancel  context.CancelFunc // of the watch
+	started bool               // the watch has said where it starts: pos is known
+	pos     int64              // every delete at a revision below pos has been dispatched
+	whole   bool               // ... and every one at pos too
+	atPos   map[string]bool    // else: the keys deleted at pos so far
+	ring    []event            // the last dispatched deletes, oldest first
+	floor   int64              // ring holds every delete at a revision above floor
+	stop    chan struct{}      // closed to stop the pump; nil while none runs
+	pumped  chan struct{}      // closed when the pump has stopped
+	idle    *time.Timer        // ends the watch after hubLinger without waiters
+}
+
+type event struct {
+	key     string
+	created int64 // create revision of the deleted key, 0 if etcd could not say
+	rev     int64 // revision of the delete
+}
+
+type hubKey struct {
+	cli    *clientv3.Client
+	prefix string
+}
+
+var (
+	hubsMu sync.Mutex
+	hubs   = map[hubKey]*hub{}
+)
+
+// join registers w with the hub of cli and prefix, creating the hub and its watch if needed.
+func join(cli *clientv3.Client, prefix string, w *waiter) *hub {
+	k := hubKey{cli, prefix}
+	hubsMu.Lock()
+	h, ok := hubs[k]
+	if !ok {
+		h = &hub{cli: cli, prefix: prefix, k: k, waiters: map[*waiter]struct{}{}}
+		hubs[k] = h
+	}
+	h.mu.Lock() // before hubsMu is released, so that an idle close cannot come between
+	hubsMu.Unlock()
+	defer h.mu.Unlock()
+
+	if h.idle != nil {
+		h.idle.Stop()
+		h.idle = nil
+	}
+	h.waiters[w] = struct{}{}
+	if h.wch == nil {
+		h.watch(0)
+	}
+	if h.started {
+		h.catchUp(w)
+	}
+	if h.stop == nil {
+		h.stop, h.pumped = make(chan struct{}), make(chan struct{})
+		go h.pump(h.wch, h.stop, h.pumped)
+	}
+	return h
+}
+
+// leave unregisters w. The last waiter to leave stops the pump and arms the idle timer.
+func (h *hub) leave(w *waiter) {
+	h.mu.Lock()
+	delete(h.waiters, w)
+	if len(h.waiters) > 0 || h.stop == nil {
+		h.mu.Unlock()
+		return
+	}
+	stop, pumped := h.stop, h.pumped
+	h.stop, h.pumped = nil, nil
+	h.idle = time.AfterFunc(hubLinger, h.closeIfIdle)
+	h.mu.Unlock()
+	close(stop)
+	<-pumped // no goroutine of ours outlives the last wait
+}
+
+// closeIfIdle ends the watch and forgets the hub unless a waiter came back.
+func (h *hub) closeIfIdle() {
+	hubsMu.Lock()
+	defer hubsMu.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.waiters) > 0 || h.idle == nil {
+		return
+	}
+	h.idle = nil
+	if h.cancel != nil {
+		h.cancel()
+	}
+	h.wch, h.cancel = nil, nil
+	if hubs[h.k] == h {
+		delete(hubs, h.k)
+	}
+}
+
+// watch opens the hub's watch: from rev if it is not 0 (resuming after a dispatched
+// revision), else from the present, which the created response then tells. Under h.mu.
+func (h *hub) watch(rev int64) {
+	if h.cancel != nil {
+		h.cancel()
+	}
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify()}
+	if rev != 0 {
+		// A watch from a past revision waits for etcd's resync loop (up to 100 ms), but this
+		// happens only after a fault, and it spares every waiter a read.
+		opts = append(opts, clientv3.WithRev(rev))
+	} else {
+		h.started = false
+	}
+	h.wch, h.cancel = h.cli.Watch(ctx, h.prefix, opts...), cancel
+}
+
+// pump dispatches the watch's events until stopped, replacing the watch when it fails.
+func (h *hub) pump(wch clientv3.WatchChan, stop, pumped chan struct{}) {
+	defer close(pumped)
+	var b backoff
+	for {
+		select {
+		case wr, ok := <-wch:
+			if ok && wr.Err() == nil {
+				h.dispatch(wr)
+				b = backoff{}
+				continue
+			}
+			if h.cli.Ctx().Err() != nil {
+				h.failAll(errClientClosed)
+				<-stop
+				return
+			}
+			var err error
+			if ok {
+				err = wr.Err()
+			}
+			select { // a member without a leader cancels a watch at once: do not spin
+			case <-stop:
+				return
+			case <-b.after():
+			}
+			wch = h.rewatch(wch, errors.Is(err, rpctypes.ErrCompacted))
+		case <-stop:
+			return
+		}
+	}
+}
+
+var errClientClosed = errors.New("etcd client closed")
+
+// rewatch replaces a failed watch: it resumes after the last dispatched revision, or, after
+// a compaction took that history, starts from the present and has every waiter read again.
+func (h *hub) rewatch(failed clientv3.WatchChan, compacted bool) clientv3.WatchChan {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.wch != failed {
+		return h.wch
+	}
+	switch {
+	case compacted || !h.started:
+		h.watch(0)
+		for w := range h.waiters {
+			w.resync()
+		}
+	case h.whole:
+		h.watch(h.pos + 1)
+	default:
+		h.watch(h.pos) // repeats at pos are dropped by key
+	}
+	return h.wch
+}
+
+// dispatch hands each new delete of wr to every waiter, once, in revision order.
+func (h *hub) dispatch(wr clientv3.WatchResponse) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if wr.Created && !h.started {
+		h.started, h.pos, h.whole, h.atPos = true, wr.Header.Revision, true, nil
+		h.ring, h.floor = h.ring[:0], wr.Header.Revision
+		for w := range h.waiters {
+			h.catchUp(w)
+		}
+	}
+	for _, ev := range wr.Events {
+		if ev.Type != mvccpb.DELETE || !h.fresh(ev.Kv) {
+			continue
+		}
+		e := event{key: string(ev.Kv.Key), rev: ev.Kv.ModRevision}
+		if ev.PrevKv != nil {
+			e.created = ev.PrevKv.CreateRevision
+		}
+		if len(h.ring) == ringSize {
+			h.floor = h.ring[0].rev
+			h.ring = append(h.ring[:0], h.ring[1:]...)
+		}
+		h.ring = append(h.ring, e)
+		for w := range h.waiters {
+			w.apply(e)
+		}
+	}
+}
+
+// fresh reports whether kv's delete has not been dispatched yet, and records it.
+func (h *hub) fresh(kv *mvccpb.KeyValue) bool {
+	rev, key := kv.ModRevision, string(kv.Key)
+	switch {
+	case rev < h.pos || (rev == h.pos && (h.whole || h.atPos[key])):
+		return false
+	case rev == h.pos:
+		h.atPos[key] = true
+	default:
+		h.pos, h.whole, h.atPos = rev, false, map[string]bool{key: true}
+	}
+	return true
+}
+
+// catchUp brings a waiter whose snapshot is older than the last dispatched delete up to
+// date from the ring, or has it read again. Under h.mu, with the watch started.
+func (h *hub) catchUp(w *waiter) {
+	if w.seen >= h.pos {
+		return // every delete after its snapshot is still to come
+	}
+	if w.seen < h.floor {
+		w.resync()
+		return
+	}
+	for _, e := range h.ring {
+		w.apply(e) // those at or below its snapshot it ignores
+	}
+}
+
+func (h *hub) failAll(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.waiters {
+		w.fail(err)
+	}
+}

@@ -1,0 +1,114 @@
+package mutex_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
+)
+
+// TestExclusionWithClientsOnLaggingMembers contends for one mutex from clients pinned to each
+// member of a 3-member cluster, while large writes on other keys keep the followers applying
+// behind the leader. A waiter's watch served by a follower then starts below the revision of
+// the waiter's own Txn and replays deletes the waiter's snapshot already reflects: the delete
+// of an earlier incarnation of its own reused key, or of a predecessor's key that was
+// re-created before the snapshot. Taken as news, the first is a spurious ErrLost and the
+// second lets the waiter in while its predecessor holds.
+func TestExclusionWithClientsOnLaggingMembers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-member cluster")
+	}
+	c, err := etcdtest.NewEmbedded(3)
+	require.NoError(t, err)
+	defer c.Close()
+
+	const clients, cycles = 6, 800 // per client
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	stopWrites := backgroundWrites(ctx, t, spreadClient(t, c, 0), "lag-data/")
+	defer stopWrites()
+
+	var inside, overlaps, done atomic.Int64
+	var spurious sync.Map // error text -> count, for the failure message
+	var wg sync.WaitGroup
+	for i := range clients {
+		m := newMutex(t, spreadClient(t, c, i%c.Size()), "lag")
+		wg.Go(func() {
+			for n := 0; n < cycles && ctx.Err() == nil; {
+				if err := m.Lock(ctx); err != nil {
+					if ctx.Err() == nil {
+						v, _ := spurious.LoadOrStore(err.Error(), new(atomic.Int64))
+						v.(*atomic.Int64).Add(1)
+					}
+					continue
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				inside.Add(-1)
+				if err := m.Unlock(ctx); err != nil && ctx.Err() == nil {
+					t.Errorf("unlock: %v", err)
+				}
+				n++
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, ctx.Err(), "out of time after %d cycles", done.Load())
+
+	var failures []string
+	spurious.Range(func(k, v any) bool {
+		failures = append(failures, k.(string)+" ×"+strconv.FormatInt(v.(*atomic.Int64).Load(), 10))
+		return true
+	})
+	assert.Zero(t, overlaps.Load(), "two holders at once, in %d cycles", done.Load())
+	assert.Empty(t, failures, "Lock failed although nothing was lost: %s", strings.Join(failures, "; "))
+	assert.Equal(t, int64(clients*cycles), done.Load())
+}
+
+// spreadClient is a client of every member, starting with member i. Its requests are
+// balanced over the members, so a waiter's Txn and its watch are often served by different
+// members, and the watch's member may not have applied the Txn yet.
+func spreadClient(t *testing.T, c *etcdtest.Cluster, i int) *clientv3.Client {
+	t.Helper()
+	eps := c.Endpoints()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   append(eps[i:], eps[:i]...),
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// backgroundWrites puts 256 KiB values under prefix in a loop until the returned stop is
+// called (which waits for it) or ctx ends: each takes the followers a while to apply.
+func backgroundWrites(ctx context.Context, t *testing.T, cli *clientv3.Client, prefix string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	value := strings.Repeat("x", 256<<10)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			_, err := cli.Put(ctx, prefix+strconv.Itoa(i%8), value)
+			if err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+				t.Errorf("background write: %v", err)
+				return
+			}
+		}
+	})
+	return func() { cancel(); wg.Wait() }
+}
