@@ -33,7 +33,7 @@ func TestExclusionWithClientsOnLaggingMembers(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 
-	const clients, cycles = 6, 800 // per client
+	const clients, cycles = 6, 350 // per client: 2,100 lock cycles
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
