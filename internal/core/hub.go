@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -24,14 +25,15 @@ const ringSize = 512
 // A hub is the one watch of a client on a name's prefix, shared by all the client's waiters
 // on that name: a release costs one event per client, not per waiter. It dispatches every
 // delete, in revision order and once, to each registered waiter, which counts the keys ahead
-// of it that go (see waiter.apply).
+// of it that go (see waiter.apply). When the events cannot tell a waiter's count (its
+// snapshot predates the watch), the hub reads the name's keys once for all such waiters.
 //
 // Revisions are what make it safe on a cluster. A watch may be served by a member that has
 // applied less than the member that ran a waiter's Txn, so it can deliver deletes the
 // waiter's snapshot already reflects; the client may resume a watch on another member and
 // repeat events; a resumed watch may find its revision compacted. So every event carries its
 // revision, a waiter ignores those at or below its snapshot's, the hub drops repeats, and a
-// gap it cannot cover makes the waiter read again.
+// gap it cannot cover is closed by a read.
 type hub struct {
 	cli    *clientv3.Client
 	prefix string
@@ -47,8 +49,9 @@ type hub struct {
 	atPos   map[string]bool    // else: the keys deleted at pos so far
 	ring    []event            // the last dispatched deletes, oldest first
 	floor   int64              // ring holds every delete at a revision above floor
-	stop    chan struct{}      // closed to stop the pump; nil while none runs
+	stop    context.CancelFunc // stops the pump; nil while none runs
 	pumped  chan struct{}      // closed when the pump has stopped
+	poke    chan struct{}      // tells the pump that a waiter turned stale
 	idle    *time.Timer        // ends the watch after hubLinger without waiters
 }
 
@@ -74,7 +77,7 @@ func join(cli *clientv3.Client, prefix string, w *waiter) *hub {
 	hubsMu.Lock()
 	h, ok := hubs[k]
 	if !ok {
-		h = &hub{cli: cli, prefix: prefix, k: k, waiters: map[*waiter]struct{}{}}
+		h = &hub{cli: cli, prefix: prefix, k: k, waiters: map[*waiter]struct{}{}, poke: make(chan struct{}, 1)}
 		hubs[k] = h
 	}
 	h.mu.Lock() // before hubsMu is released, so that an idle close cannot come between
@@ -91,10 +94,18 @@ func join(cli *clientv3.Client, prefix string, w *waiter) *hub {
 	}
 	if h.started {
 		h.catchUp(w)
+		if w.stale {
+			select {
+			case h.poke <- struct{}{}:
+			default:
+			}
+		}
 	}
 	if h.stop == nil {
-		h.stop, h.pumped = make(chan struct{}), make(chan struct{})
-		go h.pump(h.wch, h.stop, h.pumped)
+		var ctx context.Context
+		ctx, h.stop = context.WithCancel(context.Background())
+		h.pumped = make(chan struct{})
+		go h.pump(ctx, h.wch, h.pumped)
 	}
 	return h
 }
@@ -111,7 +122,7 @@ func (h *hub) leave(w *waiter) {
 	h.stop, h.pumped = nil, nil
 	h.idle = time.AfterFunc(hubLinger, h.closeIfIdle)
 	h.mu.Unlock()
-	close(stop)
+	stop()
 	<-pumped // no goroutine of ours outlives the last wait
 }
 
@@ -152,11 +163,15 @@ func (h *hub) watch(rev int64) {
 	h.wch, h.cancel = h.cli.Watch(ctx, h.prefix, opts...), cancel
 }
 
-// pump dispatches the watch's events until stopped, replacing the watch when it fails.
-func (h *hub) pump(wch clientv3.WatchChan, stop, pumped chan struct{}) {
+// pump dispatches the watch's events until stopped, replacing the watch when it fails, and
+// reads the name's keys when a waiter's count needs it.
+func (h *hub) pump(ctx context.Context, wch clientv3.WatchChan, pumped chan struct{}) {
 	defer close(pumped)
 	var b backoff
 	for {
+		if h.anyStale() {
+			h.readAll(ctx)
+		}
 		select {
 		case wr, ok := <-wch:
 			if ok && wr.Err() == nil {
@@ -165,8 +180,8 @@ func (h *hub) pump(wch clientv3.WatchChan, stop, pumped chan struct{}) {
 				continue
 			}
 			if h.cli.Ctx().Err() != nil {
-				h.failAll(errClientClosed)
-				<-stop
+				h.failAll(fmt.Errorf("etcd client closed: %w", h.cli.Ctx().Err()))
+				<-ctx.Done()
 				return
 			}
 			var err error
@@ -174,18 +189,59 @@ func (h *hub) pump(wch clientv3.WatchChan, stop, pumped chan struct{}) {
 				err = wr.Err()
 			}
 			select { // a member without a leader cancels a watch at once: do not spin
-			case <-stop:
+			case <-ctx.Done():
 				return
 			case <-b.after():
 			}
 			wch = h.rewatch(wch, errors.Is(err, rpctypes.ErrCompacted))
-		case <-stop:
+		case <-h.poke:
+		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-var errClientClosed = errors.New("etcd client closed")
+func (h *hub) anyStale() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for w := range h.waiters {
+		if w.stale {
+			return true
+		}
+	}
+	return false
+}
+
+// readAll reads every key of the name and renews the count of each stale waiter from it:
+// one Range for all of them, linearizable, so it reflects every delete dispatched so far.
+// It retries through leader changes until ctx ends; another error fails the stale waiters.
+func (h *hub) readAll(ctx context.Context) {
+	var b backoff
+	for {
+		resp, err := h.cli.Get(ctx, h.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err == nil {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			for w := range h.waiters {
+				w.recount(resp.Kvs, resp.Header.Revision)
+			}
+			return
+		}
+		if !transient(err) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			for w := range h.waiters {
+				if w.stale {
+					w.fail(fmt.Errorf("read keys of %s: %w", h.prefix, err))
+				}
+			}
+			return
+		}
+		if b.wait(ctx) != nil {
+			return
+		}
+	}
+}
 
 // rewatch replaces a failed watch: it resumes after the last dispatched revision, or, after
 // a compaction took that history, starts from the present and has every waiter read again.
@@ -199,7 +255,7 @@ func (h *hub) rewatch(failed clientv3.WatchChan, compacted bool) clientv3.WatchC
 	case compacted || !h.started:
 		h.watch(0)
 		for w := range h.waiters {
-			w.resync()
+			w.stale = true
 		}
 	case h.whole:
 		h.watch(h.pos + 1)
@@ -254,13 +310,14 @@ func (h *hub) fresh(kv *mvccpb.KeyValue) bool {
 }
 
 // catchUp brings a waiter whose snapshot is older than the last dispatched delete up to
-// date from the ring, or has it read again. Under h.mu, with the watch started.
+// date from the ring, or marks it stale for the pump to read. Under h.mu, with the watch
+// started.
 func (h *hub) catchUp(w *waiter) {
 	if w.seen >= h.pos {
 		return // every delete after its snapshot is still to come
 	}
 	if w.seen < h.floor {
-		w.resync()
+		w.stale = true
 		return
 	}
 	for _, e := range h.ring {

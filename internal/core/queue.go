@@ -136,29 +136,20 @@ func countAhead(kvs []*mvccpb.KeyValue, rev int64) int {
 }
 
 // wait returns once fewer than spec.Slots keys are ahead of key, counting the deletes its
-// hub dispatches; ErrLost when its own key or session goes first. It reads from etcd only
-// when the events cannot tell (see hub).
+// hub dispatches; ErrLost when its own key or session goes first. It sends no RPC itself.
 func (q *Queue) wait(ctx context.Context, sess *concurrency.Session, spec Spec, key string, rev, seen int64, ahead int) error {
 	w := newWaiter(key, rev, seen, ahead, q.prefix+spec.Ahead, spec.Slots)
 	h := join(q.cli, q.prefix, w)
 	defer h.leave(w)
 	for {
 		h.mu.Lock()
-		served, err, resync := w.served, w.err, w.needResync && !w.served && w.err == nil
-		if resync {
-			w.beginResync()
-		}
+		served, err := w.served, w.err
 		h.mu.Unlock()
 		switch {
 		case served:
 			return nil
 		case err != nil:
 			return err
-		case resync:
-			if err := q.resync(ctx, h, w); err != nil {
-				return err
-			}
-			continue
 		}
 		select {
 		case <-w.wake:
@@ -166,40 +157,6 @@ func (q *Queue) wait(ctx context.Context, sess *concurrency.Session, spec Spec, 
 			return fmt.Errorf("%w: session expired while waiting", ErrLost)
 		case <-ctx.Done():
 			return ctx.Err()
-		}
-	}
-}
-
-// resync reads how many keys are ahead of w now, in one Txn that also checks w's key is
-// still its own. Keys only, not a count: etcd counts before it filters by create revision.
-func (q *Queue) resync(ctx context.Context, h *hub, w *waiter) error {
-	var b backoff
-	for {
-		resp, err := q.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(w.key), "=", w.rev)).
-			Then(clientv3.OpGet(w.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(w.rev-1))).
-			Commit()
-		if err == nil {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			if !resp.Succeeded {
-				w.abortResync()
-				return fmt.Errorf("%w: key %s deleted while waiting", ErrLost, w.key)
-			}
-			w.endResync(resp.Header.Revision, len(resp.Responses[0].GetResponseRange().Kvs))
-			return nil
-		}
-		if !transient(err) || ctx.Err() != nil {
-			h.mu.Lock()
-			w.abortResync()
-			h.mu.Unlock()
-			return fmt.Errorf("read keys ahead of %s: %w", w.key, err)
-		}
-		if err := b.wait(ctx); err != nil {
-			h.mu.Lock()
-			w.abortResync()
-			h.mu.Unlock()
-			return err
 		}
 	}
 }

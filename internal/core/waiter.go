@@ -3,6 +3,8 @@ package core
 import (
 	"fmt"
 	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
 // A waiter is one queued acquisition as its hub sees it: how many keys are ahead of it, as
@@ -19,19 +21,15 @@ type waiter struct {
 	slots  int    // it is served once fewer than slots keys are ahead
 	wake   chan struct{}
 
-	seen       int64   // the revision its count reflects
-	ahead      int     // keys in prefix created before rev and alive at seen
-	served     bool    // ahead < slots
-	err        error   // its key went: the wait is over, unserved
-	needResync bool    // the count cannot be kept from events: read it again
-	resyncing  bool    // a read is under way; events meanwhile go to buffer
-	buffer     []event //
+	seen   int64 // the revision its count reflects
+	ahead  int   // keys in prefix created before rev and alive at seen
+	served bool  // ahead < slots
+	err    error // its key went: the wait is over, unserved
+	stale  bool  // the events cannot keep its count: the hub reads it again
 }
 
 func newWaiter(key string, rev, seen int64, ahead int, prefix string, slots int) *waiter {
-	w := &waiter{key: key, rev: rev, prefix: prefix, slots: slots, wake: make(chan struct{}, 1), seen: seen, ahead: ahead}
-	w.served = ahead < slots
-	return w
+	return &waiter{key: key, rev: rev, prefix: prefix, slots: slots, wake: make(chan struct{}, 1), seen: seen, ahead: ahead, served: ahead < slots}
 }
 
 func (w *waiter) signal() {
@@ -44,21 +42,20 @@ func (w *waiter) signal() {
 // apply counts one delete. A delete at or below seen is reflected already: a member that
 // applies behind the one that answered the waiter's Txn replays such deletes, among them
 // those of an earlier incarnation of the waiter's own (reused) key, or of a predecessor's
-// key that was created again before the snapshot.
+// key that was created again before the snapshot. A stale waiter ignores every delete: the
+// read that will renew its count comes after it.
 func (w *waiter) apply(e event) {
 	switch {
-	case w.served || w.err != nil:
-	case w.resyncing:
-		w.buffer = append(w.buffer, e)
+	case w.served || w.err != nil || w.stale:
 	case e.rev <= w.seen:
 	case e.key == w.key:
 		w.fail(fmt.Errorf("%w: key %s deleted while waiting", ErrLost, w.key))
 	case e.created == 0:
-		w.resync() // etcd could not say when the key was created
+		w.stale = true // etcd could not say when the key was created
 	case e.created < w.rev && strings.HasPrefix(e.key, w.prefix):
 		w.ahead--
-		if w.ahead < w.slots {
-			w.served = true
+		w.served = w.ahead < w.slots
+		if w.served {
 			w.signal()
 		}
 	}
@@ -71,33 +68,29 @@ func (w *waiter) fail(err error) {
 	}
 }
 
-// resync asks the waiting goroutine to read the count again.
-func (w *waiter) resync() {
-	w.needResync = true
-	w.signal()
-}
-
-// beginResync marks a read under way: from now on events are kept until it ends.
-func (w *waiter) beginResync() {
-	w.needResync, w.resyncing, w.buffer = false, true, w.buffer[:0]
-}
-
-// endResync installs the count read at revision seen, then applies what came meanwhile.
-func (w *waiter) endResync(seen int64, ahead int) {
-	buffered := w.buffer
-	w.resyncing, w.buffer = false, nil
-	if seen >= w.seen {
-		w.seen, w.ahead = seen, ahead
-		w.served = ahead < w.slots
+// recount renews a stale count from kvs, every key of the name read at revision rev. A read
+// older than the waiter's snapshot cannot: the waiter stays stale for the next read.
+func (w *waiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
+	if !w.stale || w.served || w.err != nil || rev < w.seen {
+		return
 	}
-	for _, e := range buffered {
-		w.apply(e)
+	w.stale = false
+	own, n := false, 0
+	for _, kv := range kvs {
+		k := string(kv.Key)
+		switch {
+		case k == w.key:
+			own = kv.CreateRevision == w.rev
+		case kv.CreateRevision < w.rev && strings.HasPrefix(k, w.prefix):
+			n++
+		}
 	}
-	w.signal()
-}
-
-// abortResync gives up a read that failed; the events kept are applied to the old count.
-func (w *waiter) abortResync() {
-	w.needResync = true
-	w.endResync(0, 0)
+	if !own {
+		w.fail(fmt.Errorf("%w: key %s deleted while waiting", ErrLost, w.key))
+		return
+	}
+	w.seen, w.ahead, w.served = rev, n, n < w.slots
+	if w.served {
+		w.signal()
+	}
 }
