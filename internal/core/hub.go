@@ -18,8 +18,9 @@ import (
 // the events wait in the client's watch buffer and the next waiter's pump drains them.
 const hubLinger = 2 * time.Second
 
-// ringSize is how many recent deletes a hub remembers, so that a waiter whose snapshot is
-// older than the last event dispatched can catch up without a read.
+// ringSize is how many recent deletes a hub remembers at least (at most twice that), so
+// that a waiter whose snapshot is older than the last event dispatched can catch up
+// without a read.
 const ringSize = 512
 
 // A hub is the one watch of a client on a name's prefix, shared by all the client's waiters
@@ -284,9 +285,9 @@ func (h *hub) dispatch(wr clientv3.WatchResponse) {
 		if ev.PrevKv != nil {
 			e.created = ev.PrevKv.CreateRevision
 		}
-		if len(h.ring) == ringSize {
-			h.floor = h.ring[0].rev
-			h.ring = append(h.ring[:0], h.ring[1:]...)
+		if len(h.ring) == 2*ringSize { // drop the older half: amortized O(1) per event
+			h.floor = h.ring[ringSize-1].rev
+			h.ring = append(h.ring[:0], h.ring[ringSize:]...)
 		}
 		h.ring = append(h.ring, e)
 		for w := range h.waiters {
