@@ -47,8 +47,10 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 
 // Lock waits until the lock is held, in FIFO order with every other waiter on the name.
 // Uncontended it costs one Txn (and one lease grant on the client's first use). If ctx
-// ends first it returns ctx's error, wrapped, after deleting its key. ErrLost means the
-// session's lease expired while waiting; the next Lock takes a new one.
+// ends first it returns ctx's error, wrapped, after deleting its key; if ctx ends while the
+// Txn that writes the key is in flight, Lock waits for its answer first (a round trip, at
+// most 5 s when etcd is unreachable), since etcd may apply it after the delete otherwise.
+// ErrLost means the session's lease expired while waiting; the next Lock takes a new one.
 //
 // Like a sync.Mutex, a handle stays taken from Lock to Unlock, also when its hold was lost
 // in between: call Unlock (it returns ErrLost) before this handle can Lock again.

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
 	"github.com/etcdsync/etcdsync/mutex"
 )
@@ -446,4 +447,46 @@ func Example() {
 		fmt.Println(err)
 	}
 	// Output: written under the lock: true
+}
+
+// TestLocksCancelledAtAnyMomentLeaveNoKey cancels waiting Locks at random moments, also
+// while their enqueue Txn is in flight: a Txn cancelled there may still be applied by etcd,
+// after the delete meant to undo it, and its key would then queue ahead of everyone for as
+// long as the client's lease lives.
+//
+// It runs on a 3-member cluster with clients balanced over the members, where a Txn that a
+// follower forwards to the leader is easily overtaken by a delete sent to the leader.
+func TestLocksCancelledAtAnyMomentLeaveNoKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-member cluster")
+	}
+	c, err := etcdtest.NewEmbedded(3)
+	require.NoError(t, err)
+	defer c.Close()
+	ctx := testContext(t)
+	const name, tries = "cancel-any", 300
+	admin := spreadClient(t, c, 0)
+	holder := newMutex(t, spreadClient(t, c, 0), name)
+	require.NoError(t, holder.Lock(ctx))
+	waiters := make([]*mutex.Mutex, 6)
+	for i := range waiters {
+		waiters[i] = newMutex(t, spreadClient(t, c, i%3), name)
+	}
+	var wg sync.WaitGroup
+	for _, m := range waiters {
+		wg.Go(func() {
+			for i := range tries {
+				lctx, cancel := context.WithTimeout(ctx, time.Duration(i%40)*50*time.Microsecond)
+				err := m.Lock(lctx)
+				cancel()
+				if !assert.Error(t, err, "served while the holder holds") {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(1), keysOf(t, admin, name), "cancelled Locks left keys")
+	require.NoError(t, holder.Unlock(ctx))
+	assert.Zero(t, keysOf(t, admin, name))
 }

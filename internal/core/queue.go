@@ -95,7 +95,8 @@ func (q *Queue) enqueue(ctx context.Context, sess *concurrency.Session, spec Spe
 	aheadRange := q.prefix + spec.Ahead
 	var b backoff
 	for {
-		resp, err := q.cli.Txn(ctx).
+		tctx, cancel := detached(ctx) // see detached: the Txn runs to its answer
+		resp, err := q.cli.Txn(tctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			// Read before the put: every key there is ahead.
 			Then(clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithCountOnly()),
@@ -104,7 +105,10 @@ func (q *Queue) enqueue(ctx context.Context, sess *concurrency.Session, spec Spe
 			// cleanup that could not reach etcd): it is this slot's, so take its place.
 			Else(clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly())).
 			Commit()
+		cancel()
 		switch {
+		case err == nil && ctx.Err() != nil:
+			return 0, 0, 0, ctx.Err() // the key is written: Acquire removes it
 		case err == nil && resp.Succeeded:
 			rev = resp.Header.Revision
 			return rev, rev, int(resp.Responses[0].GetResponseRange().Count), nil
@@ -173,13 +177,18 @@ func (q *Queue) try(ctx context.Context, sess *concurrency.Session, spec Spec, s
 	key, aheadRange := slot.key(), q.prefix+spec.Ahead
 	var b backoff
 	for {
-		resp, err := q.cli.Txn(ctx).
+		tctx, cancel := detached(ctx) // see detached: the Txn runs to its answer
+		resp, err := q.cli.Txn(tctx).
 			If(clientv3.Compare(clientv3.CreateRevision(aheadRange), "=", 0).WithPrefix()).
 			Then(clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
 			// The key may be there already: see enqueue.
 			Else(clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithFirstCreate()...)).
 			Commit()
+		cancel()
 		switch {
+		case err == nil && ctx.Err() != nil:
+			q.remove(ctx, key)
+			return nil, ctx.Err()
 		case err == nil && resp.Succeeded:
 			return newHold(q.cli, sess, slot, resp.Header.Revision), nil
 		case err == nil:

@@ -17,6 +17,13 @@ import (
 const cleanupTimeout = 5 * time.Second
 
 // detached returns a context that outlives ctx's cancellation by at most cleanupTimeout.
+//
+// A Txn that may write an acquisition's key runs on it, not on ctx: a Txn cancelled in
+// flight may still be applied by etcd after the client gave up, and then possibly after the
+// delete meant to undo it, which would leave a key that queues ahead of every later waiter
+// for as long as the shared lease lives. Waiting for its answer orders the delete after it;
+// a caller whose ctx ends meanwhile waits for that answer (a round trip, at most
+// cleanupTimeout when etcd is unreachable).
 func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 }
