@@ -26,14 +26,18 @@ type Cluster struct {
 	endpoints []string
 	members   []*member // nil for an external cluster
 	closeOnce sync.Once
+	cuts      sync.Mutex // serializes Partition, Heal and restarts: see applyCuts
 }
 
 // member is one embedded etcd. life serializes starting and stopping it; etcd is the
-// running server, nil while the member is stopped.
+// running server, nil while the member is stopped. It listens for peers on peerListenURL and
+// tells them peerURL: the same, or the URL of peerProxy, which forwards to it.
 type member struct {
-	name, dir          string
-	clientURL, peerURL url.URL
-	initialCluster     string
+	name, dir                         string
+	clientURL, peerURL, peerListenURL url.URL
+	peerProxy                         *Proxy // nil without WithPeerProxies
+	initialCluster                    string
+	partitioned                       bool // by Partition; under Cluster.cuts
 
 	life   sync.Mutex
 	closed bool // by Cluster.Close; under life
@@ -72,9 +76,13 @@ func external(endpoints []string) (*Cluster, error) {
 // NewEmbedded starts size embedded members in this process, whatever ETCD_ENDPOINTS says (for
 // fault tests), and returns once every member serves and they agree on a leader. On error
 // nothing is left running and the data directories are removed.
-func NewEmbedded(size int) (*Cluster, error) {
+func NewEmbedded(size int, opts ...Option) (*Cluster, error) {
 	if size < 1 {
 		return nil, fmt.Errorf("etcdtest: cluster of %d members", size)
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
 	}
 	ports, err := freePorts(2 * size)
 	if err != nil {
@@ -89,12 +97,20 @@ func NewEmbedded(size int) (*Cluster, error) {
 			return nil, fmt.Errorf("etcdtest: data dir: %w", err)
 		}
 		m := &member{
-			name:      fmt.Sprintf("m%d", i),
-			dir:       dir,
-			clientURL: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])},
-			peerURL:   url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
+			name:          fmt.Sprintf("m%d", i),
+			dir:           dir,
+			clientURL:     url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])},
+			peerListenURL: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
 		}
+		m.peerURL = m.peerListenURL
 		c.members[i] = m
+		if o.peerProxies {
+			if m.peerProxy, err = NewProxy(m.peerListenURL); err != nil {
+				c.Close()
+				return nil, err
+			}
+			m.peerURL = m.peerProxy.URL()
+		}
 		c.endpoints = append(c.endpoints, m.clientURL.String())
 		initial[i] = m.name + "=" + m.peerURL.String()
 	}
@@ -127,7 +143,7 @@ func (m *member) config() *embed.Config {
 	cfg := embed.NewConfig()
 	cfg.Name, cfg.Dir = m.name, m.dir
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{m.clientURL}, []url.URL{m.clientURL}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{m.peerURL}, []url.URL{m.peerURL}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{m.peerListenURL}, []url.URL{m.peerURL}
 	cfg.InitialCluster = m.initialCluster
 	if m.joined {
 		// Ignored anyway once the data dir holds a WAL, which it does after the first start.
@@ -271,9 +287,20 @@ func (c *Cluster) Stop(i int) { c.member(i).stop(false) }
 func (c *Cluster) Kill(i int) { c.member(i).stop(true) }
 
 // Restart starts stopped or killed member i again with its data dir and URLs, and returns
-// once it serves (it has rejoined the cluster), or with an error after about 30 s. It
-// panics on an external cluster.
-func (c *Cluster) Restart(i int) error { return c.member(i).start() }
+// once it serves (it has rejoined the cluster), or with an error after about 30 s. Once it
+// serves, partitions in place apply to it too; a partitioned member itself cannot restart,
+// as serving takes its peers. It panics on an external cluster.
+func (c *Cluster) Restart(i int) error {
+	m := c.member(i)
+	if m.peerProxy == nil {
+		return m.start()
+	}
+	err := m.start()
+	c.cuts.Lock()
+	defer c.cuts.Unlock()
+	c.applyCuts()
+	return err
+}
 
 // Leader returns the index of the leader, waiting until ctx ends for the members to agree on
 // one: every running embedded member, or every endpoint that answers a Status call on an
@@ -344,8 +371,8 @@ func (c *Cluster) agreedLeader(ctx context.Context, view func(context.Context, i
 	return leader
 }
 
-// Close stops every embedded member and removes their data dirs; on an external cluster it
-// does nothing. It is safe to call twice.
+// Close stops every embedded member, then their peer proxies, and removes their data dirs;
+// on an external cluster it does nothing. It is safe to call twice.
 func (c *Cluster) Close() {
 	c.closeOnce.Do(func() {
 		// Hard: a graceful stop of a leader would try to hand leadership to members that are
@@ -364,5 +391,12 @@ func (c *Cluster) Close() {
 			})
 		}
 		wg.Wait()
+		// Only now: a proxy's Close waits for the connections through it, which the members
+		// held open.
+		for _, m := range c.members {
+			if m != nil && m.peerProxy != nil {
+				m.peerProxy.Close()
+			}
+		}
 	})
 }

@@ -1,0 +1,102 @@
+package faulttest
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
+)
+
+// Env is a 3-member embedded cluster whose members can be stopped, killed and partitioned
+// (etcdtest.WithPeerProxies), with an admin client that talks to every member directly.
+type Env struct {
+	Cluster *etcdtest.Cluster
+	Admin   *clientv3.Client
+}
+
+// NewEnv starts the cluster and closes it, and every client it hands out, in t.Cleanup.
+func NewEnv(t testing.TB) *Env {
+	t.Helper()
+	c, err := etcdtest.NewEmbedded(3, etcdtest.WithPeerProxies())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return &Env{Cluster: c, Admin: c.Client(t)}
+}
+
+// Client is an etcd client pinned to one member through a proxy of its own, so that its
+// traffic alone can be black-holed.
+type Client struct {
+	*clientv3.Client
+	Member int // index of the member it talks to
+	proxy  *etcdtest.Proxy
+}
+
+// Client returns a client of member alone through a new proxy, with a 1 s keep-alive time
+// and timeout (a black-holed client notices within about 2 s) and reconnects tried at least
+// every second. It is closed in t.Cleanup, client first, then its proxy.
+func (e *Env) Client(t testing.TB, member int) *Client {
+	t.Helper()
+	target, err := urlOf(e.Cluster.MemberEndpoint(member))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := etcdtest.NewProxy(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := p.URL()
+	cfg := e.Cluster.ClientConfig()
+	cfg.Endpoints = []string{u.String()}
+	cfg.DialKeepAliveTime, cfg.DialKeepAliveTimeout = time.Second, time.Second
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithConnectParams(grpc.ConnectParams{
+		// A connection attempt made while black-holed hangs until this timeout: keep it
+		// short so the client reconnects soon after the traffic is restored.
+		MinConnectTimeout: 2 * time.Second,
+		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	}))
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		p.Close()
+		t.Fatalf("faulttest: client of member %d: %v", member, err)
+	}
+	t.Cleanup(func() {
+		cli.Close()
+		p.Close()
+	})
+	return &Client{Client: cli, Member: member, proxy: p}
+}
+
+// Blackhole drops the client's traffic both ways until Restore: to the client it looks as
+// if the process were paused or the network gone; its lease is no longer renewed.
+func (c *Client) Blackhole() { c.proxy.Blackhole() }
+
+// Restore undoes Blackhole.
+func (c *Client) Restore() { c.proxy.Restore() }
+
+// leader returns the index of the leader, as all running members agree, within 30 s.
+func (e *Env) leader(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	i, err := e.Cluster.Leader(ctx)
+	if err != nil {
+		return -1, fmt.Errorf("faulttest: %w", err)
+	}
+	return i, nil
+}
+
+func urlOf(s string) (url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return url.URL{}, fmt.Errorf("faulttest: endpoint %q: %w", s, err)
+	}
+	return *u, nil
+}

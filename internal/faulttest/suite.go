@@ -1,0 +1,109 @@
+package faulttest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+const (
+	warmUp      = 3  // acquires before a fault strikes
+	settleShort = 20 // acquires after the first one served once a fault healed
+	settleSoak  = 40 // the same in a soak
+)
+
+// SoakEnv names the environment variable that turns Suite into a soak: a duration
+// ("10m") for which it runs the faults in turn.
+const SoakEnv = "ETCDSYNC_SOAK"
+
+// Suite runs w through every Fault, in turn on one Env, one subtest each. With SoakEnv set
+// to a duration, it runs them over and over, with more workload after each, until that
+// duration has passed, going on after failures. It skips in -short mode.
+func Suite(t *testing.T, w Workload) {
+	if testing.Short() {
+		t.Skip("fault tests start a 3-member cluster and take minutes")
+	}
+	soak, err := soakDuration()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := NewEnv(t)
+	if soak == 0 {
+		for i, f := range Faults() {
+			t.Run(f.Name, func(t *testing.T) { RunFault(t, env, w, fmt.Sprintf("fault-%d", i), f, settleShort) })
+		}
+		return
+	}
+	deadline := time.Now().Add(soak)
+	for round := 0; time.Now().Before(deadline); round++ {
+		for i, f := range Faults() {
+			name := fmt.Sprintf("soak-%d-%d", round, i)
+			// On after a failure too: each run has a name of its own, and healAll leaves
+			// the cluster whole, so the soak reports every kind of violation it meets.
+			t.Run(fmt.Sprintf("%d/%s", round, f.Name), func(t *testing.T) { RunFault(t, env, w, name, f, settleSoak) })
+		}
+	}
+}
+
+func soakDuration() (time.Duration, error) {
+	v := os.Getenv(SoakEnv)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("faulttest: %s=%q is not a positive duration", SoakEnv, v)
+	}
+	return d, nil
+}
+
+// RunFault runs w on env under the lock name through f: it warms up, injects f, checks
+// that a waiter is served within the serve bound after f healed, lets settle more holds
+// happen, stops the workers and checks the run (Run.Check).
+func RunFault(t *testing.T, env *Env, w Workload, name string, f Fault, settle int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	r := env.Start(t, w, name)
+	defer r.healAll() // after a failure, so that the next fault finds the cluster whole
+	if _, err := r.hist.awaitAcquires(ctx, warmUp, 0, -1); err != nil {
+		t.Fatalf("no warm-up: %v", err)
+	}
+	start := time.Now()
+	healed := f.Inject(ctx, t, r)
+	t.Logf("%s: injected and healed in %v", f.Name, time.Since(start).Round(time.Millisecond))
+
+	bound := w.serveBound()
+	sctx, scancel := context.WithTimeout(ctx, bound)
+	served, err := r.hist.awaitAcquires(sctx, 1, healed, -1)
+	scancel()
+	if err != nil {
+		t.Errorf("liveness: no waiter served within %v after %s healed: %v", bound, f.Name, err)
+	} else {
+		t.Logf("first waiter served %v after the fault healed", (served - healed).Round(time.Millisecond))
+		if _, err := r.hist.awaitAcquires(ctx, settle, served, -1); err != nil {
+			t.Errorf("liveness: the workload did not go on after %s: %v", f.Name, err)
+		}
+	}
+	r.Stop()
+	r.Check(t)
+}
+
+// healAll undoes whatever a fault that stopped half-way left: partitions, stopped members,
+// black-holed clients. It does nothing to a whole cluster.
+func (r *Run) healAll() {
+	c := r.env.Cluster
+	var wg sync.WaitGroup
+	for i := range c.Size() {
+		if c.Partitioned(i) {
+			c.Heal(i)
+		}
+		wg.Go(func() { _ = c.Restart(i) }) // together, as they need a quorum; fails at once if running
+	}
+	wg.Wait()
+	for _, wk := range r.workers {
+		wk.cli.Restore()
+	}
+}

@@ -1,0 +1,60 @@
+package faulttest
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Locker is one handle of the primitive under test. A worker uses its handle for one hold
+// at a time: Lock, fenced writes under IsOwner, Unlock.
+type Locker interface {
+	// Lock waits for a hold until ctx ends.
+	Lock(ctx context.Context) error
+	// Unlock ends the hold. An error matching Workload.Lost says the hold was lost before;
+	// any other error leaves it unknown whether it was released, and Unlock is called again.
+	Unlock(ctx context.Context) error
+	// Token is the fencing token of the current hold: the create revision of its key.
+	Token() int64
+	// IsOwner is a Txn compare that succeeds only while the current hold lasts.
+	IsOwner() clientv3.Cmp
+}
+
+// Workload is the primitive under test, as the harness drives it: "acquire an exclusive
+// or slot hold, do fenced writes under it, release".
+type Workload struct {
+	// Open returns a new handle on the lock called name, over cli, without I/O.
+	Open func(cli *clientv3.Client, name string) (Locker, error)
+	// Prefix is the key prefix under which the primitive keeps every key of name: it must
+	// be empty once every worker has released.
+	Prefix func(name string) string
+	// TTL is the lease TTL the handles are opened with: the time a paused holder keeps
+	// others waiting, part of every liveness bound.
+	TTL time.Duration
+	// Slots is how many may hold at once: 1 for a mutex (the default), n for a
+	// semaphore(n); at most maxSlots.
+	Slots int
+	// Lost is the error Unlock returns, wrapped, for a hold that was lost.
+	Lost error
+}
+
+func (w Workload) slots() int { return max(w.Slots, 1) }
+
+func (w Workload) validate() error {
+	switch {
+	case w.Open == nil || w.Prefix == nil || w.Lost == nil:
+		return fmt.Errorf("faulttest: Workload needs Open, Prefix and Lost")
+	case w.TTL < time.Second:
+		return fmt.Errorf("faulttest: Workload.TTL %v, below etcd's 1 s minimum", w.TTL)
+	case w.slots() > maxSlots:
+		return fmt.Errorf("faulttest: Workload.Slots %d, more than %d", w.Slots, maxSlots)
+	}
+	return nil
+}
+
+// serveBound is how long after a fault heals some waiter must be served: a holder cut off
+// by the fault keeps the others waiting for its lease's TTL, the cluster may need an
+// election, and a 2-core machine running the race detector is slow.
+func (w Workload) serveBound() time.Duration { return w.TTL + 15*time.Second }
