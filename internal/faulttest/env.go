@@ -32,12 +32,13 @@ func NewEnv(t testing.TB) *Env {
 	return &Env{Cluster: c, Admin: c.Client(t)}
 }
 
-// Client is an etcd client pinned to one member through a proxy of its own, so that its
-// traffic alone can be black-holed.
+// Client is an etcd client of the cluster through proxies of its own, so that its traffic
+// alone can be black-holed.
 type Client struct {
 	*clientv3.Client
-	Member int // index of the member it talks to
-	proxy  *etcdtest.Proxy
+	Member  int // index of the member it talks to, or talks to first when Spread
+	Spread  bool
+	proxies []*etcdtest.Proxy
 }
 
 // Client returns a client of member alone through a new proxy, with a 1 s keep-alive time
@@ -45,17 +46,49 @@ type Client struct {
 // every second. It is closed in t.Cleanup, client first, then its proxy.
 func (e *Env) Client(t testing.TB, member int) *Client {
 	t.Helper()
-	target, err := urlOf(e.Cluster.MemberEndpoint(member))
-	if err != nil {
-		t.Fatal(err)
+	return e.client(t, member, []int{member})
+}
+
+// SpreadClient is like Client, but talks to every member, member first, through a proxy
+// each; its requests are balanced over them, so that a Txn and the watch that follows it
+// are often served by different members, and the watch's member may not have applied the
+// Txn yet: the fault of a lagging member.
+func (e *Env) SpreadClient(t testing.TB, member int) *Client {
+	t.Helper()
+	order := make([]int, e.Cluster.Size())
+	for i := range order {
+		order[i] = (member + i) % len(order)
 	}
-	p, err := etcdtest.NewProxy(target)
-	if err != nil {
-		t.Fatal(err)
+	c := e.client(t, member, order)
+	c.Spread = true
+	return c
+}
+
+func (e *Env) client(t testing.TB, member int, members []int) *Client {
+	t.Helper()
+	c := &Client{Member: member}
+	closeProxies := func() {
+		for _, p := range c.proxies {
+			p.Close()
+		}
 	}
-	u := p.URL()
 	cfg := e.Cluster.ClientConfig()
-	cfg.Endpoints = []string{u.String()}
+	cfg.Endpoints = nil
+	for _, m := range members {
+		target, err := urlOf(e.Cluster.MemberEndpoint(m))
+		if err != nil {
+			closeProxies()
+			t.Fatal(err)
+		}
+		p, err := etcdtest.NewProxy(target)
+		if err != nil {
+			closeProxies()
+			t.Fatal(err)
+		}
+		c.proxies = append(c.proxies, p)
+		u := p.URL()
+		cfg.Endpoints = append(cfg.Endpoints, u.String())
+	}
 	cfg.DialKeepAliveTime, cfg.DialKeepAliveTimeout = time.Second, time.Second
 	cfg.DialOptions = append(cfg.DialOptions, grpc.WithConnectParams(grpc.ConnectParams{
 		// A connection attempt made while black-holed hangs until this timeout: keep it
@@ -65,22 +98,31 @@ func (e *Env) Client(t testing.TB, member int) *Client {
 	}))
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		p.Close()
-		t.Fatalf("faulttest: client of member %d: %v", member, err)
+		closeProxies()
+		t.Fatalf("faulttest: client of members %v: %v", members, err)
 	}
 	t.Cleanup(func() {
 		cli.Close()
-		p.Close()
+		closeProxies()
 	})
-	return &Client{Client: cli, Member: member, proxy: p}
+	c.Client = cli
+	return c
 }
 
 // Blackhole drops the client's traffic both ways until Restore: to the client it looks as
 // if the process were paused or the network gone; its lease is no longer renewed.
-func (c *Client) Blackhole() { c.proxy.Blackhole() }
+func (c *Client) Blackhole() {
+	for _, p := range c.proxies {
+		p.Blackhole()
+	}
+}
 
 // Restore undoes Blackhole.
-func (c *Client) Restore() { c.proxy.Restore() }
+func (c *Client) Restore() {
+	for _, p := range c.proxies {
+		p.Restore()
+	}
+}
 
 // leader returns the index of the leader, as all running members agree, within 30 s.
 func (e *Env) leader(ctx context.Context) (int, error) {

@@ -66,7 +66,8 @@ func leaderDown(stop func(*etcdtest.Cluster, int)) func(context.Context, testing
 	}
 }
 
-// leaderOf and memberOf pick the member to partition during hold h.
+// leaderOf and memberOf pick the member to partition during hold h: the leader, or the
+// member the holder's client talks to (first, for a client balanced over all members).
 func leaderOf(ctx context.Context, r *Run, _ held) (int, error) { return r.env.leader(ctx) }
 
 func memberOf(_ context.Context, _ *Run, h held) (int, error) { return h.wk.cli.Member, nil }

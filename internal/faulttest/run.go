@@ -15,7 +15,7 @@ import (
 )
 
 const (
-	workers       = 4                     // one client each, spread over the members
+	workers       = 4                     // one client each, over every member (see Start)
 	writesPerHold = 2                     // accepted writes a hold makes before it releases
 	opTimeout     = 2 * time.Second       // of one Get, Txn or Unlock attempt
 	pause         = 50 * time.Millisecond // between attempts that failed fast (a member down)
@@ -65,7 +65,12 @@ func (env *Env) Start(t testing.TB, w Workload, name string) *Run {
 		t.Fatalf("faulttest: the data %q would queue under the lock's prefix %q", r.data, prefix)
 	}
 	for i := range workers {
+		// Half pinned to a member, half balanced over all of them (a Txn and its watch on
+		// different members): the two ways clients meet a cluster.
 		cli := env.Client(t, i%env.Cluster.Size())
+		if i%2 == 1 {
+			cli = env.SpreadClient(t, i%env.Cluster.Size())
+		}
 		lk, err := w.Open(cli.Client, name)
 		if err != nil {
 			t.Fatal(err)
