@@ -244,8 +244,12 @@ func (h *Hold) deleteFenced(ctx context.Context) (deleted bool, err error) {
 	for {
 		resp, err := h.cli.Txn(ctx).If(h.IsOwner()).Then(clientv3.OpDelete(h.key)).Commit()
 		if err == nil {
-			// After a try whose answer was lost, a failed compare means that try deleted it.
-			return resp.Succeeded || ambiguous, nil
+			if resp.Succeeded || !ambiguous {
+				return resp.Succeeded, nil
+			}
+			// A try whose answer was lost may have deleted the key, or the key went with its
+			// lease meanwhile (the holder was cut off for the TTL): only the former is a release.
+			return h.leaseAlive(ctx), nil
 		}
 		if !transient(err) || ctx.Err() != nil {
 			return false, err
@@ -253,6 +257,22 @@ func (h *Hold) deleteFenced(ctx context.Context) (deleted bool, err error) {
 		ambiguous = true
 		if err := b.wait(ctx); err != nil {
 			return false, err
+		}
+	}
+}
+
+// leaseAlive reports whether the hold's lease is alive, so that its key cannot have gone with
+// it. If etcd cannot say, it reports false: a release is then reported as a loss, never a
+// loss as a release.
+func (h *Hold) leaseAlive(ctx context.Context) bool {
+	var b backoff
+	for {
+		resp, err := h.cli.TimeToLive(ctx, h.sess.Lease())
+		if err == nil {
+			return resp.TTL > 0
+		}
+		if !transient(err) || b.wait(ctx) != nil {
+			return false
 		}
 	}
 }
