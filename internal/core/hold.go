@@ -179,7 +179,7 @@ func (h *Hold) watchKey(ctx context.Context, from int64) (next int64, gone bool)
 
 // checkKey reads the key after a compaction took the history the watch needed.
 func (h *Hold) checkKey(ctx context.Context, from int64) (next int64, gone bool) {
-	resp, err := h.cli.Get(ctx, h.key)
+	resp, err := h.cli.Get(clientv3.WithRequireLeader(ctx), h.key)
 	if err != nil {
 		return from, false
 	}
@@ -242,7 +242,7 @@ func (h *Hold) deleteFenced(ctx context.Context) (deleted bool, err error) {
 	ambiguous := false
 	var b backoff
 	for {
-		resp, err := h.cli.Txn(ctx).If(h.IsOwner()).Then(clientv3.OpDelete(h.key)).Commit()
+		resp, err := h.cli.Txn(clientv3.WithRequireLeader(ctx)).If(h.IsOwner()).Then(clientv3.OpDelete(h.key)).Commit()
 		if err == nil {
 			if resp.Succeeded || !ambiguous {
 				return resp.Succeeded, nil
@@ -267,7 +267,7 @@ func (h *Hold) deleteFenced(ctx context.Context) (deleted bool, err error) {
 func (h *Hold) leaseAlive(ctx context.Context) bool {
 	var b backoff
 	for {
-		resp, err := h.cli.TimeToLive(ctx, h.sess.Lease())
+		resp, err := h.cli.TimeToLive(clientv3.WithRequireLeader(ctx), h.sess.Lease())
 		if err == nil {
 			return resp.TTL > 0
 		}

@@ -219,7 +219,7 @@ func (h *hub) anyStale() bool {
 func (h *hub) readAll(ctx context.Context) {
 	var b backoff
 	for {
-		resp, err := h.cli.Get(ctx, h.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		resp, err := h.cli.Get(clientv3.WithRequireLeader(ctx), h.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err == nil {
 			h.mu.Lock()
 			defer h.mu.Unlock()

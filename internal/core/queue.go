@@ -96,7 +96,7 @@ func (q *Queue) enqueue(ctx context.Context, sess *concurrency.Session, spec Spe
 	var b backoff
 	for {
 		tctx, cancel := detached(ctx) // see detached: the Txn runs to its answer
-		resp, err := q.cli.Txn(tctx).
+		resp, err := q.cli.Txn(clientv3.WithRequireLeader(tctx)).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			// Read before the put: every key there is ahead.
 			Then(clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithCountOnly()),
@@ -178,7 +178,7 @@ func (q *Queue) try(ctx context.Context, sess *concurrency.Session, spec Spec, s
 	var b backoff
 	for {
 		tctx, cancel := detached(ctx) // see detached: the Txn runs to its answer
-		resp, err := q.cli.Txn(tctx).
+		resp, err := q.cli.Txn(clientv3.WithRequireLeader(tctx)).
 			If(clientv3.Compare(clientv3.CreateRevision(aheadRange), "=", 0).WithPrefix()).
 			Then(clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
 			// The key may be there already: see enqueue.
@@ -220,5 +220,5 @@ func (q *Queue) try(ctx context.Context, sess *concurrency.Session, spec Spec, s
 func (q *Queue) remove(ctx context.Context, key string) {
 	dctx, cancel := detached(ctx)
 	defer cancel()
-	_, _ = q.cli.Delete(dctx, key)
+	_, _ = q.cli.Delete(clientv3.WithRequireLeader(dctx), key)
 }

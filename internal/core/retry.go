@@ -28,6 +28,10 @@ func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 }
 
+// Every request of the core carries clientv3.WithRequireLeader: a member cut off from its
+// quorum then refuses it at once (no leader: Unavailable, so retried, and the client's
+// balancer sends the retry to another member) instead of holding it until its own timeout.
+
 // transient reports whether err says only that etcd could not answer now (no leader, a
 // leader change, a member out of reach), so the same request may be sent again.
 func transient(err error) bool {

@@ -113,7 +113,7 @@ func (s *sharedSession) Session(ctx context.Context) (*concurrency.Session, erro
 	}
 	// Grant under the caller's ctx (etcd's NewSession would grant under the client's, which
 	// a caller cannot cancel); the keep-alive then runs for the client's lifetime.
-	resp, err := s.cli.Grant(ctx, s.ttl)
+	resp, err := s.cli.Grant(clientv3.WithRequireLeader(ctx), s.ttl)
 	if err != nil {
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}

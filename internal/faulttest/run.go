@@ -144,7 +144,7 @@ func (r *Run) noise() {
 		case <-r.stop:
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(context.Background()), opTimeout)
 		resp, err := r.env.Admin.Put(ctx, r.data+"noise/"+strconv.Itoa(i%8), value)
 		if err == nil && i%noiseCompact == 0 { // errors: during a fault
 			_, _ = r.env.Admin.Compact(ctx, resp.Header.Revision)
@@ -187,7 +187,7 @@ func (r *Run) writeUnderHold(wk *worker, token int64) {
 // unique write ID, in one Txn fenced by the hold's IsOwner. It records the write unless the
 // read failed (then nothing was attempted, and it returns Ambiguous).
 func (r *Run) fencedWrite(wk *worker, token int64) Outcome {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(context.Background()), opTimeout)
 	defer cancel()
 	resp, err := wk.cli.Get(ctx, r.counter)
 	if err != nil {
@@ -246,7 +246,7 @@ func (r *Run) release(wk *worker, token int64) {
 	op := Op{Worker: wk.id, Kind: Release, Token: token, Call: r.hist.Now()}
 	deadline := time.Now().Add(r.releaseLimit())
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(context.Background()), opTimeout)
 		err := wk.lk.Unlock(ctx)
 		cancel()
 		switch {
