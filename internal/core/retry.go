@@ -43,7 +43,9 @@ func transient(err error) bool {
 		return ee.Code() == codes.Unavailable
 	}
 	if s, ok := status.FromError(err); ok {
-		return s.Code() == codes.Unavailable
+		// Internal comes from gRPC's transport, never from etcd: a connection garbled on
+		// its way (a reset stream, a protocol error), which a new connection gets past.
+		return s.Code() == codes.Unavailable || s.Code() == codes.Internal
 	}
 	return errors.Is(err, errWatchClosed)
 }

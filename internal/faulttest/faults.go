@@ -108,6 +108,7 @@ func holderPaused(ctx context.Context, t testing.TB, r *Run) time.Duration {
 	}
 	h.wk.cli.Restore()
 	healed := r.hist.Now()
+	t.Logf("the paused holder (worker %d) was cut off for %v", h.wk.id, (healed - paused).Round(time.Millisecond))
 	r.awaitLostHold(ctx, t, h, "paused")
 	return healed
 }

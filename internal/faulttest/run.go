@@ -237,8 +237,10 @@ func modRevision(resp *clientv3.GetResponse) int64 {
 
 func (r *Run) marker(id int64) string { return r.data + "marker/" + strconv.FormatInt(id, 10) }
 
-// releaseLimit bounds the retries of an Unlock whose outcome is unknown.
-func (r *Run) releaseLimit() time.Duration { return 2*r.w.TTL + releaseMargin }
+// releaseLimit bounds the retries of an Unlock whose outcome is unknown: at least as long as
+// a fault may cut a holder off (the serve bound), so that its Unlock is still retried when
+// the fault heals and can say whether the hold was lost.
+func (r *Run) releaseLimit() time.Duration { return r.w.serveBound() + releaseMargin }
 
 // release unlocks, retrying while the outcome is unknown, and records the last outcome. A
 // handle whose Unlock never got an answer may stay taken: the worker opens a new one.
