@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/mutex"
@@ -54,8 +53,5 @@ func TestAHolderCutOffDuringUnlockIsToldItLost(t *testing.T) {
 // pinnedClient is a client of member i alone.
 func pinnedClient(t *testing.T, c *etcdtest.Cluster, i int) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.MemberEndpoint(i)}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	require.NoError(t, err)
-	t.Cleanup(func() { cli.Close() })
-	return cli
+	return clientOf(t, c.MemberEndpoint(i))
 }

@@ -85,11 +85,13 @@ func TestExclusionWithClientsOnLaggingMembers(t *testing.T) {
 func spreadClient(t *testing.T, c *etcdtest.Cluster, i int) *clientv3.Client {
 	t.Helper()
 	eps := c.Endpoints()
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   append(eps[i:], eps[:i]...),
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-	})
+	return clientOf(t, append(eps[i:], eps[:i]...)...)
+}
+
+// clientOf is a client of endpoints, closed in t.Cleanup.
+func clientOf(t *testing.T, endpoints ...string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	require.NoError(t, err)
 	t.Cleanup(func() { cli.Close() })
 	return cli
