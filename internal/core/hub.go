@@ -51,7 +51,7 @@ type hub struct {
 	ring    []event            // the last dispatched deletes, oldest first
 	floor   int64              // ring holds every delete at a revision above floor
 	stop    context.CancelFunc // stops the pump; nil while none runs
-	pumped  chan struct{}      // closed when the pump has stopped
+	pumped  chan struct{}      // closed when the last pump started has stopped
 	poke    chan struct{}      // tells the pump that a waiter turned stale
 	idle    *time.Timer        // ends the watch after hubLinger without waiters
 }
@@ -74,6 +74,17 @@ var (
 
 // join registers w with the hub of cli and prefix, creating the hub and its watch if needed.
 func join(cli *clientv3.Client, prefix string, w *waiter) *hub {
+	for {
+		if h := tryJoin(cli, prefix, w); h != nil {
+			return h
+		}
+	}
+}
+
+// tryJoin is join, unless the hub's last pump is still stopping: two pumps on one watch
+// would split its events and dispatch them out of order. It then waits for that pump to end
+// and returns nil, for join to try again.
+func tryJoin(cli *clientv3.Client, prefix string, w *waiter) *hub {
 	k := hubKey{cli, prefix}
 	hubsMu.Lock()
 	h, ok := hubs[k]
@@ -83,6 +94,16 @@ func join(cli *clientv3.Client, prefix string, w *waiter) *hub {
 	}
 	h.mu.Lock() // before hubsMu is released, so that an idle close cannot come between
 	hubsMu.Unlock()
+	if h.stop == nil && h.pumped != nil {
+		select {
+		case <-h.pumped:
+		default:
+			pumped := h.pumped
+			h.mu.Unlock()
+			<-pumped
+			return nil
+		}
+	}
 	defer h.mu.Unlock()
 
 	if h.idle != nil {
@@ -120,7 +141,7 @@ func (h *hub) leave(w *waiter) {
 		return
 	}
 	stop, pumped := h.stop, h.pumped
-	h.stop, h.pumped = nil, nil
+	h.stop = nil // pumped stays: a join meanwhile waits for this pump to end
 	h.idle = time.AfterFunc(hubLinger, h.closeIfIdle)
 	h.mu.Unlock()
 	stop()
