@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
 	"github.com/etcdsync/etcdsync/mutex"
 )
@@ -129,7 +130,7 @@ func benchDrain(b *testing.B, im drainImpl, n int) {
 				}
 			}()
 		}
-		awaitBenchKeys(b, admin, name, int64(n+1)) // the holder's key and every waiter's
+		etcdtest.AwaitKeys(b, admin, name+"/", int64(n+1)) // the holder's key and every waiter's
 
 		b.StartTimer()
 		start := time.Now()

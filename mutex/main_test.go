@@ -41,18 +41,7 @@ func keysOf(t *testing.T, cli *clientv3.Client, name string) int64 {
 // awaitKeys returns once name has n keys, woken by watch events rather than polling.
 func awaitKeys(t *testing.T, cli *clientv3.Client, name string, n int64) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	wch := cli.Watch(ctx, core.NamePrefix(name), clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-	<-wch
-	for keysOf(t, cli, name) != n {
-		select {
-		case _, ok := <-wch:
-			require.True(t, ok, "watch ended before %q had %d keys", name, n)
-		case <-ctx.Done():
-			t.Fatalf("%q never had %d keys (has %d)", name, n, keysOf(t, cli, name))
-		}
-	}
+	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), n)
 }
 
 // revision is the cluster's current revision: unchanged means nothing was written.

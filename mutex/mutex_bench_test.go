@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
 	"github.com/etcdsync/etcdsync/mutex"
 )
@@ -217,7 +218,7 @@ func BenchmarkHandoff(b *testing.B) {
 						}
 						locked <- time.Now()
 					}()
-					awaitBenchKeys(b, admin, name, 2)
+					etcdtest.AwaitKeys(b, admin, name+"/", 2)
 					if wait > 0 {
 						time.Sleep(wait)
 					}
@@ -231,26 +232,6 @@ func BenchmarkHandoff(b *testing.B) {
 				b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms/handoff")
 				reportRPCs(b, "", waiterRPCs, b.N)
 			})
-		}
-	}
-}
-
-// awaitBenchKeys returns once name has n keys, woken by a watch.
-func awaitBenchKeys(b *testing.B, cli *clientv3.Client, name string, n int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	wch := cli.Watch(ctx, name+"/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-	<-wch
-	for {
-		resp, err := cli.Get(ctx, name+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err != nil {
-			b.Fatal(err)
-		}
-		if resp.Count == n {
-			return
-		}
-		if _, ok := <-wch; !ok {
-			b.Fatalf("%s never had %d keys", name, n)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
 )
 
@@ -25,25 +26,10 @@ func countedClient(t *testing.T) (*clientv3.Client, *rpcstat.Counter) {
 	return cli, cnt
 }
 
-// awaitCount returns once the name's prefix holds n keys, woken by watch events.
+// awaitCount returns once the name's prefix holds n keys.
 func awaitCount(t *testing.T, cli *clientv3.Client, name string, n int64) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	wch := cli.Watch(ctx, core.NamePrefix(name), clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-	<-wch
-	for {
-		resp, err := cli.Get(ctx, core.NamePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
-		require.NoError(t, err)
-		if resp.Count == n {
-			return
-		}
-		select {
-		case <-wch:
-		case <-ctx.Done():
-			t.Fatalf("%q never had %d keys (has %d)", name, n, resp.Count)
-		}
-	}
+	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), n)
 }
 
 // acquireAsync starts an Acquire and returns where its result arrives.
