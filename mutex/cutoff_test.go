@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/mutex"
@@ -34,12 +33,12 @@ func TestAHolderCutOffDuringUnlockIsToldItLost(t *testing.T) {
 	require.NoError(t, err)
 	cut, other := (leader+1)%3, (leader+2)%3
 
-	holder := newMutex(t, pinnedClient(t, c, cut), name, mutex.WithTTL(time.Second))
+	holder := newMutex(t, etcdtest.PinnedClient(t, c, cut), name, mutex.WithTTL(time.Second))
 	require.NoError(t, holder.Lock(ctx))
-	next := newMutex(t, pinnedClient(t, c, other), name)
+	next := newMutex(t, etcdtest.PinnedClient(t, c, other), name)
 	served := make(chan error, 1)
 	go func() { served <- next.Lock(ctx) }()
-	awaitKeys(t, pinnedClient(t, c, leader), name, 2)
+	awaitKeys(t, etcdtest.PinnedClient(t, c, leader), name, 2)
 
 	c.Partition(cut)
 	unlocked := make(chan error, 1)
@@ -48,10 +47,4 @@ func TestAHolderCutOffDuringUnlockIsToldItLost(t *testing.T) {
 	c.Heal(cut)
 	assert.ErrorIs(t, within(t, unlocked, 60*time.Second, "Unlock returns once healed"), mutex.ErrLost)
 	require.NoError(t, next.Unlock(ctx))
-}
-
-// pinnedClient is a client of member i alone.
-func pinnedClient(t *testing.T, c *etcdtest.Cluster, i int) *clientv3.Client {
-	t.Helper()
-	return clientOf(t, c.MemberEndpoint(i))
 }

@@ -2,7 +2,6 @@ package mutex_test
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,8 +11,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
 )
@@ -37,14 +34,14 @@ func TestExclusionWithClientsOnLaggingMembers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	stopWrites := backgroundWrites(ctx, t, spreadClient(t, c, 0), "lag-data/")
+	stopWrites := etcdtest.BackgroundWrites(ctx, t, etcdtest.SpreadClient(t, c, 0), "lag-data/")
 	defer stopWrites()
 
 	var inside, overlaps, done atomic.Int64
 	var spurious sync.Map // error text -> count, for the failure message
 	var wg sync.WaitGroup
 	for i := range clients {
-		m := newMutex(t, spreadClient(t, c, i%c.Size()), "lag")
+		m := newMutex(t, etcdtest.SpreadClient(t, c, i%c.Size()), "lag")
 		wg.Go(func() {
 			for n := 0; n < cycles && ctx.Err() == nil; {
 				if err := m.Lock(ctx); err != nil {
@@ -77,40 +74,4 @@ func TestExclusionWithClientsOnLaggingMembers(t *testing.T) {
 	assert.Zero(t, overlaps.Load(), "two holders at once, in %d cycles", done.Load())
 	assert.Empty(t, failures, "Lock failed although nothing was lost: %s", strings.Join(failures, "; "))
 	assert.Equal(t, int64(clients*cycles), done.Load())
-}
-
-// spreadClient is a client of every member, starting with member i. Its requests are
-// balanced over the members, so a waiter's Txn and its watch are often served by different
-// members, and the watch's member may not have applied the Txn yet.
-func spreadClient(t *testing.T, c *etcdtest.Cluster, i int) *clientv3.Client {
-	t.Helper()
-	eps := c.Endpoints()
-	return clientOf(t, append(eps[i:], eps[:i]...)...)
-}
-
-// clientOf is a client of endpoints, closed in t.Cleanup.
-func clientOf(t *testing.T, endpoints ...string) *clientv3.Client {
-	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	require.NoError(t, err)
-	t.Cleanup(func() { cli.Close() })
-	return cli
-}
-
-// backgroundWrites puts 256 KiB values under prefix in a loop until the returned stop is
-// called (which waits for it) or ctx ends: each takes the followers a while to apply.
-func backgroundWrites(ctx context.Context, t *testing.T, cli *clientv3.Client, prefix string) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	value := strings.Repeat("x", 256<<10)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for i := 0; ctx.Err() == nil; i++ {
-			_, err := cli.Put(ctx, prefix+strconv.Itoa(i%8), value)
-			if err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
-				t.Errorf("background write: %v", err)
-				return
-			}
-		}
-	})
-	return func() { cancel(); wg.Wait() }
 }

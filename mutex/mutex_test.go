@@ -465,12 +465,12 @@ func TestLocksCancelledAtAnyMomentLeaveNoKey(t *testing.T) {
 	defer c.Close()
 	ctx := testContext(t)
 	const name, tries = "cancel-any", 300
-	admin := spreadClient(t, c, 0)
-	holder := newMutex(t, spreadClient(t, c, 0), name)
+	admin := etcdtest.SpreadClient(t, c, 0)
+	holder := newMutex(t, etcdtest.SpreadClient(t, c, 0), name)
 	require.NoError(t, holder.Lock(ctx))
 	waiters := make([]*mutex.Mutex, 6)
 	for i := range waiters {
-		waiters[i] = newMutex(t, spreadClient(t, c, i%3), name)
+		waiters[i] = newMutex(t, etcdtest.SpreadClient(t, c, i%3), name)
 	}
 	var wg sync.WaitGroup
 	for _, m := range waiters {

@@ -43,6 +43,7 @@ type Hold struct {
 	sawDelete   bool               // the key vanished while a release was under way
 	stopMonitor context.CancelFunc // nil until the monitor starts
 	monitorDone chan struct{}
+	onEnd       []func(error)
 }
 
 func newHold(cli *clientv3.Client, sess *concurrency.Session, slot *slot, rev int64) *Hold {
@@ -59,6 +60,34 @@ func (h *Hold) watch() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.stopMonitor, h.monitorDone = cancel, make(chan struct{})
 	go h.monitor(ctx)
+}
+
+// OnEnd arranges for f to be called once when the hold ends, with its final error (nil
+// after a clean release, ErrLost after a loss); at once if it has ended. It starts the
+// watch, as Done does. f runs under the hold's lock: it must be quick and must not call
+// the Hold.
+func (h *Hold) OnEnd(f func(error)) {
+	h.watch()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.state == lost || h.state == released {
+		f(h.err)
+		return
+	}
+	h.onEnd = append(h.onEnd, f)
+}
+
+// Live reports, without starting the watch or sending an RPC, that the hold has not ended
+// and its session is not known to be dead.
+func (h *Hold) Live() bool {
+	select {
+	case <-h.sess.Done():
+		return false
+	default:
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state == held
 }
 
 // Key is the hold's key.
@@ -106,6 +135,10 @@ func (h *Hold) end(state holdState, err error) {
 	h.state, h.err = state, err
 	close(h.done)
 	h.slot.free()
+	for _, f := range h.onEnd {
+		f(err)
+	}
+	h.onEnd = nil
 }
 
 // lose records that the key or the session is gone. During a release the delete seen may be

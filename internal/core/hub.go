@@ -38,7 +38,7 @@ const ringSize = 512
 type hub struct {
 	cli    *clientv3.Client
 	prefix string
-	k      hubKey
+	k      hubKey // k.puts: the watch delivers arrivals (puts) too, for sentries
 
 	mu      sync.Mutex
 	waiters map[*waiter]struct{}
@@ -58,13 +58,15 @@ type hub struct {
 
 type event struct {
 	key     string
-	created int64 // create revision of the deleted key, 0 if etcd could not say
-	rev     int64 // revision of the delete
+	put     bool  // an arrival (only on a hub with puts), else a delete
+	created int64 // create revision of the key, 0 if etcd could not say (a delete without its previous value)
+	rev     int64 // revision of the event
 }
 
 type hubKey struct {
 	cli    *clientv3.Client
 	prefix string
+	puts   bool
 }
 
 var (
@@ -72,10 +74,10 @@ var (
 	hubs   = map[hubKey]*hub{}
 )
 
-// join registers w with the hub of cli and prefix, creating the hub and its watch if needed.
-func join(cli *clientv3.Client, prefix string, w *waiter) *hub {
+// join registers w with the hub of k, creating the hub and its watch if needed.
+func join(k hubKey, w *waiter) *hub {
 	for {
-		if h := tryJoin(cli, prefix, w); h != nil {
+		if h := tryJoin(k, w); h != nil {
 			return h
 		}
 	}
@@ -84,12 +86,11 @@ func join(cli *clientv3.Client, prefix string, w *waiter) *hub {
 // tryJoin is join, unless the hub's last pump is still stopping: two pumps on one watch
 // would split its events and dispatch them out of order. It then waits for that pump to end
 // and returns nil, for join to try again.
-func tryJoin(cli *clientv3.Client, prefix string, w *waiter) *hub {
-	k := hubKey{cli, prefix}
+func tryJoin(k hubKey, w *waiter) *hub {
 	hubsMu.Lock()
 	h, ok := hubs[k]
 	if !ok {
-		h = &hub{cli: cli, prefix: prefix, k: k, waiters: map[*waiter]struct{}{}, poke: make(chan struct{}, 1)}
+		h = &hub{cli: k.cli, prefix: k.prefix, k: k, waiters: map[*waiter]struct{}{}, poke: make(chan struct{}, 1)}
 		hubs[k] = h
 	}
 	h.mu.Lock() // before hubsMu is released, so that an idle close cannot come between
@@ -174,7 +175,10 @@ func (h *hub) watch(rev int64) {
 		h.cancel()
 	}
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify()}
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify()}
+	if !h.k.puts {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
 	if rev != 0 {
 		// A watch from a past revision waits for etcd's resync loop (up to 100 ms), but this
 		// happens only after a fault, and it spares every waiter a read.
@@ -287,7 +291,8 @@ func (h *hub) rewatch(failed clientv3.WatchChan, compacted bool) clientv3.WatchC
 	return h.wch
 }
 
-// dispatch hands each new delete of wr to every waiter, once, in revision order.
+// dispatch hands each new delete (and, on a hub with puts, each new key) of wr to every
+// waiter, once, in revision order.
 func (h *hub) dispatch(wr clientv3.WatchResponse) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -299,11 +304,15 @@ func (h *hub) dispatch(wr clientv3.WatchResponse) {
 		}
 	}
 	for _, ev := range wr.Events {
-		if ev.Type != mvccpb.DELETE || !h.fresh(ev.Kv) {
-			continue
+		put := ev.Type == mvccpb.PUT
+		if put && (!h.k.puts || ev.Kv.Version != 1) || !h.fresh(ev.Kv) {
+			continue // only a key's creation is an arrival
 		}
-		e := event{key: string(ev.Kv.Key), rev: ev.Kv.ModRevision}
-		if ev.PrevKv != nil {
+		e := event{key: string(ev.Kv.Key), put: put, rev: ev.Kv.ModRevision}
+		switch {
+		case put:
+			e.created = ev.Kv.CreateRevision
+		case ev.PrevKv != nil:
 			e.created = ev.PrevKv.CreateRevision
 		}
 		if len(h.ring) == 2*ringSize { // drop the older half: amortized O(1) per event
@@ -317,7 +326,8 @@ func (h *hub) dispatch(wr clientv3.WatchResponse) {
 	}
 }
 
-// fresh reports whether kv's delete has not been dispatched yet, and records it.
+// fresh reports whether kv's event has not been dispatched yet, and records it. A key has
+// at most one event per revision (a Txn may not touch a key twice).
 func (h *hub) fresh(kv *mvccpb.KeyValue) bool {
 	rev, key := kv.ModRevision, string(kv.Key)
 	switch {

@@ -20,12 +20,23 @@ type Queue struct {
 	cli      *clientv3.Client
 	sessions Sessions
 	prefix   string // NamePrefix of the name
+	arrivals bool   // the client's watch on the name delivers new keys too (see WatchArrivals)
 }
 
 // NewQueue returns the queue of the name whose key prefix is prefix. It does no I/O.
 func NewQueue(cli *clientv3.Client, sessions Sessions, prefix string) *Queue {
 	return &Queue{cli: cli, sessions: sessions, prefix: prefix}
 }
+
+// WatchArrivals makes the queue's watch deliver new keys as well as deletes, which
+// WatchBehind needs, and returns q. It costs one more event per acquisition on the name for
+// each client that waits on it. Call it before the first use.
+func (q *Queue) WatchArrivals() *Queue {
+	q.arrivals = true
+	return q
+}
+
+func (q *Queue) hubKey() hubKey { return hubKey{cli: q.cli, prefix: q.prefix, puts: q.arrivals} }
 
 // Prefix is the key prefix of the queue's name.
 func (q *Queue) Prefix() string { return q.prefix }
@@ -143,7 +154,7 @@ func countAhead(kvs []*mvccpb.KeyValue, rev int64) int {
 // hub dispatches; ErrLost when its own key or session goes first. It sends no RPC itself.
 func (q *Queue) wait(ctx context.Context, sess *concurrency.Session, spec Spec, key string, rev, seen int64, ahead int) error {
 	w := newWaiter(key, rev, seen, ahead, q.prefix+spec.Ahead, spec.Slots)
-	h := join(q.cli, q.prefix, w)
+	h := join(q.hubKey(), w)
 	defer h.leave(w)
 	for {
 		h.mu.Lock()

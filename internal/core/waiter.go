@@ -23,13 +23,20 @@ type waiter struct {
 
 	seen   int64 // the revision its count reflects
 	ahead  int   // keys in prefix created before rev and alive at seen
-	served bool  // ahead < slots
+	served bool  // ahead < slots; for a sentry: a key arrived behind
+	behind bool  // a sentry: it watches for keys in prefix created after rev (see Sentry)
 	err    error // its key went: the wait is over, unserved
 	stale  bool  // the events cannot keep its count: the hub reads it again
 }
 
 func newWaiter(key string, rev, seen int64, ahead int, prefix string, slots int) *waiter {
 	return &waiter{key: key, rev: rev, prefix: prefix, slots: slots, wake: make(chan struct{}, 1), seen: seen, ahead: ahead, served: ahead < slots}
+}
+
+// newSentry returns the waiter of a sentry for the hold of key at rev: it counts nothing
+// ahead, and is "served" once a key in prefix created after rev arrives.
+func newSentry(key string, rev int64, prefix string) *waiter {
+	return &waiter{key: key, rev: rev, prefix: prefix, slots: 1, wake: make(chan struct{}, 1), seen: rev, behind: true}
 }
 
 func (w *waiter) signal() {
@@ -44,12 +51,20 @@ func (w *waiter) signal() {
 // those of an earlier incarnation of the waiter's own (reused) key, or of a predecessor's
 // key that was created again before the snapshot. A stale waiter ignores every delete: the
 // read that will renew its count comes after it.
+//
+// A sentry counts arrivals instead: a new key in its prefix created after its own.
 func (w *waiter) apply(e event) {
 	switch {
 	case w.served || w.err != nil || w.stale:
 	case e.rev <= w.seen:
+	case e.put:
+		if w.behind && e.created > w.rev && strings.HasPrefix(e.key, w.prefix) {
+			w.served = true
+			w.signal()
+		}
 	case e.key == w.key:
 		w.fail(fmt.Errorf("%w: key %s deleted while waiting", ErrLost, w.key))
+	case w.behind: // other deletes do not concern a sentry
 	case e.created == 0:
 		w.stale = true // etcd could not say when the key was created
 	case e.created < w.rev && strings.HasPrefix(e.key, w.prefix):
@@ -81,12 +96,20 @@ func (w *waiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
 		switch {
 		case k == w.key:
 			own = kv.CreateRevision == w.rev
-		case kv.CreateRevision < w.rev && strings.HasPrefix(k, w.prefix):
+		case !strings.HasPrefix(k, w.prefix):
+		case w.behind && kv.CreateRevision > w.rev, !w.behind && kv.CreateRevision < w.rev:
 			n++
 		}
 	}
 	if !own {
 		w.fail(fmt.Errorf("%w: key %s deleted while waiting", ErrLost, w.key))
+		return
+	}
+	if w.behind {
+		w.seen, w.served = rev, n > 0
+		if w.served {
+			w.signal()
+		}
 		return
 	}
 	w.seen, w.ahead, w.served = rev, n, n < w.slots
