@@ -28,6 +28,10 @@ func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 }
 
+// Detached is detached, for the public packages' own cleanups: a context that outlives
+// ctx's cancellation by at most 5 s.
+func Detached(ctx context.Context) (context.Context, context.CancelFunc) { return detached(ctx) }
+
 // Every request of the core carries clientv3.WithRequireLeader: a member cut off from its
 // quorum then refuses it at once (no leader: Unavailable, so retried, and the client's
 // balancer sends the retry to another member) instead of holding it until its own timeout.

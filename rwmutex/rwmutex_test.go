@@ -1,0 +1,448 @@
+package rwmutex_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/rpcstat"
+	"github.com/etcdsync/etcdsync/rwmutex"
+)
+
+// async runs f in a goroutine and returns where its error arrives.
+func async(f func() error) <-chan error {
+	errc := make(chan error, 1)
+	go func() { errc <- f() }()
+	return errc
+}
+
+// pending fails the test if errc has yielded: the call it stands for should still wait.
+func pending(t *testing.T, errc <-chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-errc:
+		t.Fatalf("%s returned (%v) while it should wait", what, err)
+	default:
+	}
+}
+
+func TestReadersOfSeveralClientsHoldAtOnce(t *testing.T) {
+	ctx := testContext(t)
+	const name = "readers-share"
+	admin := cluster.Client(t)
+	a, b := newRW(t, cluster.Client(t), name), newRW(t, cluster.Client(t), name)
+	require.NoError(t, a.RLock(ctx))
+	require.NoError(t, within(t, async(func() error { return b.RLock(ctx) }), 5*time.Second, "a second client's RLock"))
+	assert.Equal(t, int64(2), keysOf(t, admin, name))
+	assert.NoError(t, a.Err())
+	assert.Zero(t, a.Token(), "a read hold has no fencing token")
+	require.NoError(t, a.RUnlock(ctx))
+	require.NoError(t, b.RUnlock(ctx))
+	assert.Zero(t, keysOf(t, admin, name))
+	assert.ErrorIs(t, a.RUnlock(ctx), rwmutex.ErrNotLocked)
+}
+
+// TestReadersOfOneHandleShareOneKey: the goroutines reading through one handle write one
+// key between them, and all but the first join with no RPC.
+func TestReadersOfOneHandleShareOneKey(t *testing.T) {
+	ctx := testContext(t)
+	const name, readers = "one-key", 32
+	admin := cluster.Client(t)
+	cnt := &rpcstat.Counter{}
+	cfg := cluster.ClientConfig()
+	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
+	cli, err := clientv3.New(cfg)
+	require.NoError(t, err)
+	defer cli.Close()
+	rw := newRW(t, cli, name)
+	require.NoError(t, rw.RLock(ctx))
+	before, rev := cnt.Counts(), revision(t, admin)
+
+	var wg sync.WaitGroup
+	for range readers {
+		wg.Go(func() { assert.NoError(t, rw.RLock(ctx)) })
+	}
+	wg.Wait()
+	assert.Equal(t, rev, revision(t, admin), "joining readers wrote")
+	joined := cnt.Counts().Sub(before)
+	assert.Zero(t, joined["/etcdserverpb.KV/Txn"]+joined["/etcdserverpb.KV/Range"], "joining readers sent KV requests: %v", joined)
+	assert.Equal(t, int64(1), keysOf(t, admin, name))
+
+	for range readers {
+		require.NoError(t, rw.RUnlock(ctx))
+	}
+	assert.Equal(t, rev, revision(t, admin), "a reader that was not the last one out wrote")
+	assert.Equal(t, int64(1), keysOf(t, admin, name))
+	require.NoError(t, rw.RUnlock(ctx))
+	assert.Zero(t, keysOf(t, admin, name))
+}
+
+func TestWriterWaitsForEveryReader(t *testing.T) {
+	ctx := testContext(t)
+	const name = "writer-waits"
+	admin := cluster.Client(t)
+	r1, r2 := newRW(t, cluster.Client(t), name), newRW(t, cluster.Client(t), name)
+	require.NoError(t, r1.RLock(ctx))
+	require.NoError(t, r2.RLock(ctx))
+	w := newRW(t, cluster.Client(t), name)
+	locked := async(func() error { return w.Lock(ctx) })
+	awaitKeys(t, admin, name, 3)
+
+	require.NoError(t, r1.RUnlock(ctx))
+	awaitKeys(t, admin, name, 2)
+	pending(t, locked, "Lock with a reader left")
+	require.NoError(t, r2.RUnlock(ctx))
+	require.NoError(t, within(t, locked, 5*time.Second, "Lock once the readers are gone"))
+	assert.NotZero(t, w.Token())
+	require.NoError(t, w.Unlock(ctx))
+	assert.Zero(t, keysOf(t, admin, name))
+}
+
+func TestWriteHoldShutsReadersOut(t *testing.T) {
+	ctx := testContext(t)
+	const name = "write-excludes"
+	admin := cluster.Client(t)
+	w := newRW(t, cluster.Client(t), name)
+	require.NoError(t, w.Lock(ctx))
+	r := newRW(t, cluster.Client(t), name)
+	rlocked := async(func() error { return r.RLock(ctx) })
+	awaitKeys(t, admin, name, 2)
+	pending(t, rlocked, "RLock under a write hold")
+	require.NoError(t, w.Unlock(ctx))
+	require.NoError(t, within(t, rlocked, 5*time.Second, "RLock after Unlock"))
+	require.NoError(t, r.RUnlock(ctx))
+	assert.Zero(t, keysOf(t, admin, name))
+}
+
+// TestReaderBehindWaitingWriterIsServedAfterIt: FIFO across kinds. A reader arriving while
+// a writer waits for other readers waits for the writer, though no writer holds.
+func TestReaderBehindWaitingWriterIsServedAfterIt(t *testing.T) {
+	ctx := testContext(t)
+	const name = "fifo-kinds"
+	admin := cluster.Client(t)
+	first := newRW(t, cluster.Client(t), name)
+	require.NoError(t, first.RLock(ctx))
+	w := newRW(t, cluster.Client(t), name)
+	locked := async(func() error { return w.Lock(ctx) })
+	awaitKeys(t, admin, name, 2)
+	late := newRW(t, cluster.Client(t), name)
+	rlocked := async(func() error { return late.RLock(ctx) })
+	awaitKeys(t, admin, name, 3)
+
+	require.NoError(t, first.RUnlock(ctx))
+	require.NoError(t, within(t, locked, 5*time.Second, "the writer, once the first reader left"))
+	pending(t, rlocked, "the reader behind the writer")
+	require.NoError(t, w.Unlock(ctx))
+	require.NoError(t, within(t, rlocked, 5*time.Second, "the reader, after the writer"))
+	require.NoError(t, late.RUnlock(ctx))
+	assert.Zero(t, keysOf(t, admin, name))
+}
+
+// TestLocalReadersQueueBehindARemoteWriter: once another client's writer has queued behind
+// a handle's read hold, the handle's new readers no longer join that hold (they would
+// starve the writer) but queue behind the writer.
+func TestLocalReadersQueueBehindARemoteWriter(t *testing.T) {
+	ctx := testContext(t)
+	const name = "local-behind-remote"
+	admin := cluster.Client(t)
+	rw := newRW(t, cluster.Client(t), name)
+	require.NoError(t, rw.RLock(ctx))
+	require.NoError(t, rw.RLock(ctx)) // the watch for writers behind starts with the first joiner
+	w := newRW(t, cluster.Client(t), name)
+	locked := async(func() error { return w.Lock(ctx) })
+	awaitKeys(t, admin, name, 2)
+
+	// The writer's key reaches this client's watch a moment after etcd has it; until then a
+	// reader may still join. Within a generous bound, a reader must queue instead.
+	deadline := time.Now().Add(10 * time.Second)
+	var queued <-chan error
+	for queued == nil {
+		require.True(t, time.Now().Before(deadline), "local readers kept joining a hold with a writer queued behind it")
+		errc := async(func() error { return rw.RLock(ctx) })
+		select {
+		case err := <-errc:
+			require.NoError(t, err)
+			require.NoError(t, rw.RUnlock(ctx)) // joined: the news had not arrived yet
+		case <-time.After(200 * time.Millisecond):
+			queued = errc
+		}
+	}
+	awaitKeys(t, admin, name, 3) // the queued reader has a key of its own, behind the writer
+	pending(t, locked, "the writer, with two readers holding")
+
+	require.NoError(t, rw.RUnlock(ctx))
+	require.NoError(t, rw.RUnlock(ctx))
+	require.NoError(t, within(t, locked, 5*time.Second, "the writer, once the readers left"))
+	pending(t, queued, "the reader behind the writer")
+	require.NoError(t, w.Unlock(ctx))
+	require.NoError(t, within(t, queued, 5*time.Second, "the reader, after the writer"))
+	require.NoError(t, rw.RUnlock(ctx))
+	assert.Zero(t, keysOf(t, admin, name))
+}
+
+// TestStreamOfLocalReadersDoesNotStarveWriters: goroutines of one handle read in an
+// overlapping loop, so their shared hold never empties by itself; a writer of another
+// client and one of the same handle are both served.
+func TestStreamOfLocalReadersDoesNotStarveWriters(t *testing.T) {
+	ctx := testContext(t)
+	const name, readers = "no-starvation", 8
+	rw := newRW(t, cluster.Client(t), name)
+	stop := make(chan struct{})
+	var reads atomic.Int64
+	var wg sync.WaitGroup
+	for range readers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if !assert.NoError(t, rw.RLock(ctx)) {
+					return
+				}
+				reads.Add(1)
+				time.Sleep(5 * time.Millisecond) // a read under the lock: keeps the readers overlapping
+				if !assert.NoError(t, rw.RUnlock(ctx)) {
+					return
+				}
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+
+	for _, w := range []*rwmutex.RWMutex{newRW(t, cluster.Client(t), name), rw} {
+		before := reads.Load()
+		require.NoError(t, within(t, async(func() error { return w.Lock(ctx) }), 15*time.Second, "a writer among streaming readers"))
+		require.NoError(t, w.Unlock(ctx))
+		require.NoError(t, within(t, async(func() error { return w.Lock(ctx) }), 15*time.Second, "a second write"))
+		require.NoError(t, w.Unlock(ctx))
+		assert.Greater(t, reads.Load(), before, "no reads between the writes")
+	}
+}
+
+// TestOneHandleReadersOverlapWhileItsWriterIsAlone: the goroutines of one handle share it
+// as they would a sync.RWMutex.
+func TestOneHandleReadersOverlapWhileItsWriterIsAlone(t *testing.T) {
+	ctx := testContext(t)
+	rw := newRW(t, cluster.Client(t), "one-handle")
+	var readers, writers, maxReaders atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Go(func() {
+			for range 15 {
+				if i%4 == 0 {
+					if !assert.NoError(t, rw.Lock(ctx)) {
+						return
+					}
+					assert.Equal(t, int64(1), writers.Add(1), "two writers")
+					assert.Zero(t, readers.Load(), "a reader beside the writer")
+					writers.Add(-1)
+					assert.NoError(t, rw.Unlock(ctx))
+					continue
+				}
+				if !assert.NoError(t, rw.RLock(ctx)) {
+					return
+				}
+				n := readers.Add(1)
+				for m := maxReaders.Load(); n > m && !maxReaders.CompareAndSwap(m, n); m = maxReaders.Load() {
+				}
+				assert.Zero(t, writers.Load(), "a writer beside a reader")
+				time.Sleep(time.Millisecond)
+				readers.Add(-1)
+				assert.NoError(t, rw.RUnlock(ctx))
+			}
+		})
+	}
+	wg.Wait()
+	assert.Greater(t, maxReaders.Load(), int64(1), "the readers never overlapped")
+	assert.Zero(t, keysOf(t, cluster.Client(t), "one-handle"))
+}
+
+func TestFailedTriesWriteNothing(t *testing.T) {
+	ctx := testContext(t)
+	const name = "tries"
+	admin := cluster.Client(t)
+	reader, other := newRW(t, cluster.Client(t), name), newRW(t, cluster.Client(t), name)
+	require.NoError(t, reader.TryRLock(ctx))
+	require.NoError(t, other.TryRLock(ctx), "TryRLock beside a reader")
+	require.NoError(t, reader.TryRLock(ctx), "TryRLock joining this handle's reader")
+	assert.Equal(t, int64(2), keysOf(t, admin, name))
+
+	before := revision(t, admin)
+	w := newRW(t, cluster.Client(t), name)
+	assert.ErrorIs(t, w.TryLock(ctx), rwmutex.ErrLocked, "TryLock beside readers")
+	assert.ErrorIs(t, reader.TryLock(ctx), rwmutex.ErrLocked, "TryLock beside the handle's own readers")
+	assert.Equal(t, before, revision(t, admin), "a failed TryLock wrote")
+	assert.Zero(t, w.Token())
+
+	require.NoError(t, reader.RUnlock(ctx))
+	require.NoError(t, reader.RUnlock(ctx))
+	require.NoError(t, other.RUnlock(ctx))
+	require.NoError(t, w.TryLock(ctx))
+	assert.ErrorIs(t, w.TryLock(ctx), rwmutex.ErrLocked, "TryLock of a handle that holds")
+	before = revision(t, admin)
+	assert.ErrorIs(t, reader.TryRLock(ctx), rwmutex.ErrLocked, "TryRLock beside a writer")
+	assert.ErrorIs(t, w.TryRLock(ctx), rwmutex.ErrLocked, "TryRLock of the writing handle")
+	assert.Equal(t, before, revision(t, admin), "a failed TryRLock wrote")
+	assert.Equal(t, int64(1), keysOf(t, admin, name))
+	require.NoError(t, w.Unlock(ctx))
+	assert.Zero(t, keysOf(t, admin, name))
+}
+
+func TestCancelledWaitsLeaveNoKey(t *testing.T) {
+	ctx := testContext(t)
+	const name = "cancelled"
+	admin := cluster.Client(t)
+	w := newRW(t, cluster.Client(t), name)
+	require.NoError(t, w.Lock(ctx))
+
+	// Several readers of one handle wait in one group: the key goes with the last of them.
+	r := newRW(t, cluster.Client(t), name)
+	rctx, rcancel := context.WithCancel(ctx)
+	first := async(func() error { return r.RLock(rctx) })
+	awaitKeys(t, admin, name, 2)
+	second := async(func() error { return r.RLock(rctx) })
+	rcancel()
+	assert.ErrorIs(t, within(t, first, 10*time.Second, "a cancelled RLock"), context.Canceled)
+	assert.ErrorIs(t, within(t, second, 10*time.Second, "a cancelled RLock"), context.Canceled)
+	assert.Equal(t, int64(1), keysOf(t, admin, name), "a cancelled RLock left its key")
+
+	// A writer waiting for readers.
+	require.NoError(t, w.Unlock(ctx))
+	require.NoError(t, r.RLock(ctx))
+	wctx, wcancel := context.WithCancel(ctx)
+	locked := async(func() error { return w.Lock(wctx) })
+	awaitKeys(t, admin, name, 2)
+	wcancel()
+	assert.ErrorIs(t, within(t, locked, 10*time.Second, "a cancelled Lock"), context.Canceled)
+	assert.Equal(t, int64(1), keysOf(t, admin, name), "a cancelled Lock left its key")
+	require.NoError(t, r.RUnlock(ctx))
+	assert.Zero(t, keysOf(t, admin, name))
+
+	// A context that has ended writes nothing.
+	before := revision(t, admin)
+	assert.ErrorIs(t, r.RLock(rctx), context.Canceled)
+	assert.ErrorIs(t, w.Lock(wctx), context.Canceled)
+	assert.Equal(t, before, revision(t, admin))
+}
+
+func TestRevokedLeaseEndsReadAndWriteHolds(t *testing.T) {
+	ctx := testContext(t)
+	const name = "revoked"
+	admin := cluster.Client(t)
+	revoke := func(rw *rwmutex.RWMutex) {
+		t.Helper()
+		resp, err := admin.Get(ctx, core.NamePrefix(name), clientv3.WithPrefix())
+		require.NoError(t, err)
+		require.NotEmpty(t, resp.Kvs)
+		_, err = admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+		require.NoError(t, err)
+		within(t, rw.Done(), 5*time.Second, "Done after the lease was revoked")
+		assert.ErrorIs(t, rw.Err(), rwmutex.ErrLost)
+	}
+
+	r := newRW(t, cluster.Client(t), name)
+	require.NoError(t, r.RLock(ctx))
+	require.NoError(t, r.RLock(ctx))
+	done := r.Done()
+	revoke(r)
+	within(t, done, time.Second, "the read hold's Done")
+	assert.ErrorIs(t, r.RUnlock(ctx), rwmutex.ErrLost)
+	assert.ErrorIs(t, r.RUnlock(ctx), rwmutex.ErrLost)
+	assert.ErrorIs(t, r.RUnlock(ctx), rwmutex.ErrNotLocked)
+	require.NoError(t, r.RLock(ctx), "RLock after a loss takes a new lease")
+	require.NoError(t, r.RUnlock(ctx))
+
+	w := newRW(t, cluster.Client(t), name)
+	require.NoError(t, w.Lock(ctx))
+	revoke(w)
+	assert.ErrorIs(t, w.Unlock(ctx), rwmutex.ErrLost)
+	assert.ErrorIs(t, w.Err(), rwmutex.ErrNotLocked)
+	require.NoError(t, w.Lock(ctx), "Lock after a loss takes a new lease")
+	require.NoError(t, w.Unlock(ctx))
+	assert.Zero(t, keysOf(t, admin, name))
+}
+
+func TestFencedWriteUnderTheWriteLock(t *testing.T) {
+	ctx := testContext(t)
+	cli := cluster.Client(t)
+	rw := newRW(t, cli, "fenced")
+	put := func(v string) bool {
+		resp, err := cli.Txn(ctx).If(rw.IsOwner()).Then(clientv3.OpPut("fenced-data", v)).Commit()
+		require.NoError(t, err)
+		return resp.Succeeded
+	}
+	assert.False(t, put("unheld"), "IsOwner without a hold")
+	require.NoError(t, rw.RLock(ctx))
+	assert.False(t, put("read"), "IsOwner under a read hold")
+	require.NoError(t, rw.RUnlock(ctx))
+	require.NoError(t, rw.Lock(ctx))
+	assert.True(t, put("held"))
+	token := rw.Token()
+	require.NoError(t, rw.Unlock(ctx))
+	assert.False(t, put("after"), "IsOwner after Unlock")
+	require.NoError(t, rw.Lock(ctx))
+	assert.Greater(t, rw.Token(), token, "tokens increase")
+	require.NoError(t, rw.Unlock(ctx))
+}
+
+func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
+	cli := cluster.Client(t)
+	sess, err := concurrency.NewSession(cli)
+	require.NoError(t, err)
+	defer sess.Close()
+	before := revision(t, cli)
+	for _, tc := range []struct {
+		desc string
+		cli  *clientv3.Client
+		name string
+		opts []rwmutex.Option
+		want error
+	}{
+		{"empty name", cli, "", nil, rwmutex.ErrInvalidName},
+		{"NUL in name", cli, "a\x00b", nil, rwmutex.ErrInvalidName},
+		{"name over 512 bytes", cli, strings.Repeat("x", 513), nil, rwmutex.ErrInvalidName},
+		{"TTL under a second", cli, "ok", []rwmutex.Option{rwmutex.WithTTL(time.Millisecond)}, rwmutex.ErrInvalidOption},
+		{"TTL and session", cli, "ok", []rwmutex.Option{rwmutex.WithTTL(time.Minute), rwmutex.WithSession(sess)}, rwmutex.ErrInvalidOption},
+		{"nil option", cli, "ok", []rwmutex.Option{nil}, rwmutex.ErrInvalidOption},
+		{"nil client", nil, "ok", nil, rwmutex.ErrInvalidOption},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			rw, err := rwmutex.New(tc.cli, tc.name, tc.opts...)
+			assert.ErrorIs(t, err, tc.want)
+			assert.Nil(t, rw)
+		})
+	}
+	rw := newRW(t, cli, "ok")
+	ctx := testContext(t)
+	assert.ErrorIs(t, rw.Unlock(ctx), rwmutex.ErrNotLocked)
+	assert.ErrorIs(t, rw.RUnlock(ctx), rwmutex.ErrNotLocked)
+	assert.ErrorIs(t, rw.Err(), rwmutex.ErrNotLocked)
+	assert.Equal(t, before, revision(t, cli), "bad input wrote to etcd")
+}
+
+// TestNamesAreIndependent: names that are prefixes of one another, or that look like
+// another name's kind, never see each other's keys.
+func TestNamesAreIndependent(t *testing.T) {
+	ctx := testContext(t)
+	names := []string{"n", "n/read", "n/write", "nw", "n%2Fwrite"}
+	var held []*rwmutex.RWMutex
+	for _, name := range names {
+		rw := newRW(t, cluster.Client(t), name)
+		require.NoError(t, within(t, async(func() error { return rw.Lock(ctx) }), 5*time.Second, "Lock of "+name))
+		held = append(held, rw)
+	}
+	for _, rw := range held {
+		require.NoError(t, rw.Unlock(ctx))
+	}
+}
