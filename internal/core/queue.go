@@ -55,6 +55,12 @@ type Spec struct {
 // predecessor's delete event arrives it returns with no further RPC. On failure, including
 // ctx ending, it deletes its key before returning.
 func (q *Queue) Acquire(ctx context.Context, spec Spec, onKey func(string)) (*Hold, error) {
+	return q.AcquireNotify(ctx, spec, onKey, nil)
+}
+
+// AcquireNotify is Acquire, and calls onQueued, if not nil, once the key is in etcd (its
+// place in line is taken), before the wait; not at all if the key could not be written.
+func (q *Queue) AcquireNotify(ctx context.Context, spec Spec, onKey func(string), onQueued func()) (*Hold, error) {
 	return q.withSlot(ctx, spec.Kind, func(sess *concurrency.Session, slot *slot) (*Hold, error) {
 		key := slot.key()
 		if onKey != nil {
@@ -63,6 +69,9 @@ func (q *Queue) Acquire(ctx context.Context, spec Spec, onKey func(string)) (*Ho
 		rev, seen, ahead, err := q.enqueue(ctx, sess, spec, key)
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return nil, err // nothing was written
+		}
+		if err == nil && onQueued != nil {
+			onQueued()
 		}
 		if err == nil && ahead >= spec.Slots {
 			err = q.wait(ctx, sess, spec, key, rev, seen, ahead)
@@ -95,6 +104,11 @@ func (q *Queue) withSlot(ctx context.Context, kind string, attempt func(*concurr
 		slot.free()
 		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return nil, err
+		}
+		if _, fixed := q.sessions.(fixedSession); fixed {
+			// The caller's session outlived its lease (revoked: its Done closes only when
+			// the keep-alive notices). It cannot be replaced; trying again would spin.
+			return nil, fmt.Errorf("%w: the lease of the session given with WithSession is gone", ErrLost)
 		}
 		q.sessions.Expired(sess)
 	}
