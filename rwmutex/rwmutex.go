@@ -44,12 +44,22 @@ type RWMutex struct {
 
 	mu       sync.Mutex
 	write    *core.Hold    // the write hold
-	wpending chan struct{} // while this handle's Lock is queueing; closed when it is done
+	wpending *pendingWrite // while this handle's Lock queues
 	groups   []*group      // read groups, oldest first: held or queued
+}
+
+// A pendingWrite is a Lock of this handle on its way into the queue. Readers that arrive
+// meanwhile wait for it, then queue together right behind it, before the handle's next
+// Lock: neither side starves the other.
+type pendingWrite struct {
+	done    chan struct{} // closed when the Lock has its hold or has failed
+	blocked int           // readers waiting for done
+	next    *group        // their group, started when done closed (nil if blocked was 0)
 }
 
 // A group is the readers of one handle that share one read key.
 type group struct {
+	queued  chan struct{}      // closed once its key is in etcd, or the acquisition ended
 	ready   chan struct{}      // closed once the acquisition has ended, either way
 	cancel  context.CancelFunc // of the acquisition
 	hold    *core.Hold         // the read hold, once granted
@@ -90,13 +100,23 @@ func (rw *RWMutex) RLock(ctx context.Context) error {
 		rw.mu.Lock()
 		if wp := rw.wpending; wp != nil {
 			// This handle's writer is queueing: let its key in first, then queue behind it.
+			wp.blocked++
 			rw.mu.Unlock()
 			select {
-			case <-wp:
-				continue
+			case <-wp.done:
 			case <-ctx.Done():
-				return rw.errorf("rlock", ctx.Err())
 			}
+			rw.mu.Lock()
+			if g := wp.next; g != nil {
+				rw.mu.Unlock()
+				return rw.await(ctx, g) // counted among its waiting readers
+			}
+			wp.blocked--
+			rw.mu.Unlock()
+			if err := ctx.Err(); err != nil {
+				return rw.errorf("rlock", err)
+			}
+			continue
 		}
 		g := rw.joinable()
 		switch {
@@ -143,7 +163,7 @@ func (rw *RWMutex) joinable() *group {
 // Under rw.mu.
 func (rw *RWMutex) startGroup() *group {
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &group{ready: make(chan struct{}), cancel: cancel}
+	g := &group{queued: make(chan struct{}), ready: make(chan struct{}), cancel: cancel}
 	rw.groups = append(rw.groups, g)
 	go rw.acquire(ctx, g)
 	return g
@@ -154,7 +174,10 @@ func (rw *RWMutex) startGroup() *group {
 func (rw *RWMutex) acquire(ctx context.Context, g *group) {
 	defer close(g.ready)
 	defer g.cancel()
-	h, err := rw.q.Acquire(ctx, readSpec, nil)
+	var queued sync.Once
+	markQueued := func() { queued.Do(func() { close(g.queued) }) }
+	defer markQueued()
+	h, err := rw.q.AcquireNotify(ctx, readSpec, nil, markQueued)
 	rw.mu.Lock()
 	if err == nil && g.waiting > 0 {
 		g.hold, g.members, g.waiting = h, g.waiting, 0
@@ -226,10 +249,8 @@ func (rw *RWMutex) TryRLock(ctx context.Context) error {
 	if err != nil {
 		return rw.errorf("try rlock", err)
 	}
-	ready := make(chan struct{})
-	close(ready)
 	rw.mu.Lock()
-	rw.groups = append(rw.groups, &group{ready: ready, cancel: func() {}, hold: h, members: 1})
+	rw.groups = append(rw.groups, &group{queued: closed, ready: closed, cancel: func() {}, hold: h, members: 1})
 	rw.mu.Unlock()
 	return nil
 }
@@ -251,8 +272,9 @@ func (rw *RWMutex) RUnlock(ctx context.Context) error {
 	g := rw.groups[i]
 	g.members--
 	if g.members > 0 {
+		live := g.hold.Live() // now: once the last member is out, the release is under way
 		rw.mu.Unlock()
-		if !g.hold.Live() {
+		if !live {
 			return rw.errorf("runlock", ErrLost)
 		}
 		return nil
@@ -291,18 +313,35 @@ func (rw *RWMutex) Lock(ctx context.Context) error {
 	case <-ctx.Done():
 		return rw.errorf("lock", ctx.Err())
 	}
-	wp := make(chan struct{})
+	wp := &pendingWrite{done: make(chan struct{})}
 	rw.mu.Lock()
 	rw.wpending = wp
+	var ahead []*group
 	for _, g := range rw.groups {
 		g.closed = true
+		ahead = append(ahead, g)
 	}
 	rw.mu.Unlock()
-	h, err := rw.q.Acquire(ctx, writeSpec, nil)
+	// Readers of this handle that came before this Lock queue before it.
+	for _, g := range ahead {
+		select {
+		case <-g.queued:
+		case <-ctx.Done():
+		}
+	}
+	var h *core.Hold
+	err := ctx.Err()
+	if err == nil {
+		h, err = rw.q.Acquire(ctx, writeSpec, nil)
+	}
 	rw.mu.Lock()
 	rw.wpending, rw.write = nil, h
+	if wp.blocked > 0 {
+		wp.next = rw.startGroup()
+		wp.next.waiting = wp.blocked
+	}
 	rw.mu.Unlock()
-	close(wp)
+	close(wp.done)
 	if err != nil {
 		<-rw.turn
 		return rw.errorf("lock", err)

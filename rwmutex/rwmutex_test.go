@@ -198,6 +198,8 @@ func TestStreamOfLocalReadersDoesNotStarveWriters(t *testing.T) {
 	rw := newRW(t, cluster.Client(t), name)
 	stop := make(chan struct{})
 	var reads atomic.Int64
+	reading := make(chan struct{})
+	var once sync.Once
 	var wg sync.WaitGroup
 	for range readers {
 		wg.Go(func() {
@@ -211,6 +213,7 @@ func TestStreamOfLocalReadersDoesNotStarveWriters(t *testing.T) {
 					return
 				}
 				reads.Add(1)
+				once.Do(func() { close(reading) })
 				time.Sleep(5 * time.Millisecond) // a read under the lock: keeps the readers overlapping
 				if !assert.NoError(t, rw.RUnlock(ctx)) {
 					return
@@ -219,6 +222,7 @@ func TestStreamOfLocalReadersDoesNotStarveWriters(t *testing.T) {
 		})
 	}
 	defer func() { close(stop); wg.Wait() }()
+	within(t, reading, 10*time.Second, "the first read")
 
 	for _, w := range []*rwmutex.RWMutex{newRW(t, cluster.Client(t), name), rw} {
 		before := reads.Load()
