@@ -34,7 +34,8 @@ func (r *Run) Check(t *testing.T) {
 }
 
 // Verify checks, once Stop has returned, the register against the writes, exclusion between
-// holds released cleanly, linearizability of the history and that no key is left under the
+// holds released cleanly (read holds included: they may overlap only one another),
+// linearizability of the history (read holds left out) and that no key is left under the
 // lock's prefix. It returns a summary of the history and the violations found; err means
 // it could not read what it checks. A visualization of a history that is not linearizable
 // is written to dir.
@@ -64,6 +65,7 @@ func (r *Run) Verify(dir string) (summary string, violations []string, err error
 	}
 	violations = append(violations, registerViolations(ops, landed, value, r.w.slots())...)
 	violations = append(violations, exclusionViolations(ops, r.w.slots())...)
+	violations = append(violations, readWriteViolations(ops)...)
 	if v := linearizability(ops, landed, r.w.slots(), len(r.workers), dir); v != "" {
 		violations = append(violations, v)
 	}
@@ -73,9 +75,9 @@ func (r *Run) Verify(dir string) (summary string, violations []string, err error
 	return summarize(ops, landed), violations, nil
 }
 
-// summarize counts the operations by kind and outcome.
+// summarize counts the operations by kind and outcome; read holds only if there are any.
 func summarize(ops []Op, landed map[int64]bool) string {
-	var n [3][3]int
+	var n [ReadRelease + 1][Ambiguous + 1]int
 	amb := 0
 	for _, op := range ops {
 		n[op.Kind][op.Outcome]++
@@ -83,8 +85,13 @@ func summarize(ops []Op, landed map[int64]bool) string {
 			amb++
 		}
 	}
-	return fmt.Sprintf("%d acquires; writes: %d accepted, %d refused, %d ambiguous (%d landed); releases: %d ok, %d lost, %d ambiguous",
+	s := fmt.Sprintf("%d acquires; writes: %d accepted, %d refused, %d ambiguous (%d landed); releases: %d ok, %d lost, %d ambiguous",
 		n[Acquire][OK], n[Write][OK], n[Write][Refused], n[Write][Ambiguous], amb, n[Release][OK], n[Release][Refused], n[Release][Ambiguous])
+	if n[ReadAcquire][OK] > 0 {
+		s += fmt.Sprintf("; %d read holds; read releases: %d ok, %d lost, %d ambiguous",
+			n[ReadAcquire][OK], n[ReadRelease][OK], n[ReadRelease][Refused], n[ReadRelease][Ambiguous])
+	}
+	return s
 }
 
 // registerViolations checks that exactly the accepted writes and the ambiguous ones that
@@ -123,22 +130,9 @@ type hold struct{ acquire, release Op }
 // once. Holds that were lost or whose release is unknown may legitimately overlap a later
 // one (their lease expired) and are left out.
 func exclusionViolations(ops []Op, slots int) []string {
-	acquired := map[int64]Op{}
-	var holds []hold
-	for _, op := range ops {
-		switch {
-		case op.Kind == Acquire:
-			acquired[op.Token] = op
-		case op.Kind == Release && op.Outcome == OK:
-			if a, ok := acquired[op.Token]; ok {
-				holds = append(holds, hold{a, op})
-			}
-		}
-	}
-	slices.SortFunc(holds, func(a, b hold) int { return cmp.Compare(a.acquire.Return, b.acquire.Return) })
 	var v []string
 	var active []hold
-	for _, h := range holds {
+	for _, h := range cleanHolds(ops) {
 		active = slices.DeleteFunc(active, func(a hold) bool { return a.release.Call <= h.acquire.Return })
 		active = append(active, h)
 		if len(active) > slots {
@@ -153,8 +147,27 @@ func exclusionViolations(ops []Op, slots int) []string {
 	return v
 }
 
+// cleanHolds returns the (write) holds released cleanly, by the time their acquire returned.
+func cleanHolds(ops []Op) []hold {
+	acquired := map[int64]Op{}
+	var holds []hold
+	for _, op := range ops {
+		switch {
+		case op.Kind == Acquire:
+			acquired[op.Token] = op
+		case op.Kind == Release && op.Outcome == OK:
+			if a, ok := acquired[op.Token]; ok {
+				holds = append(holds, hold{a, op})
+			}
+		}
+	}
+	slices.SortFunc(holds, func(a, b hold) int { return cmp.Compare(a.acquire.Return, b.acquire.Return) })
+	return holds
+}
+
 // linearizability checks the history against lockModel with porcupine and describes the
-// failure, if any, writing porcupine's visualization to dir.
+// failure, if any, writing porcupine's visualization to dir. The model has no readers:
+// read holds are left out, and readWriteViolations checks them.
 func linearizability(ops []Op, landed map[int64]bool, slots, workers int, dir string) string {
 	model := lockModel(slots)
 	history := operations(ops, landed, workers)
@@ -224,10 +237,10 @@ func (r *Run) keysLeft(ctx context.Context, ops []Op) string {
 			stopWatch()
 			var b strings.Builder
 			for _, kv := range resp.Kvs {
-				fmt.Fprintf(&b, "\n\t%s (create revision %d, lease %x): %s", kv.Key, kv.CreateRevision, kv.Lease, tokenFate(ops, kv.CreateRevision))
+				fmt.Fprintf(&b, "\n\t%s (create revision %d, lease %x): %s", kv.Key, kv.CreateRevision, kv.Lease, tokenFate(ops, kv.CreateRevision, r.w.OpenReader != nil))
 			}
 			if failed := r.hist.FailedLocks(); len(failed) > 0 {
-				fmt.Fprintf(&b, "\n\t%d Lock calls failed, the last ones:", len(failed))
+				fmt.Fprintf(&b, "\n\t%d Lock and RLock calls failed, the last ones:", len(failed))
 				for _, op := range failed[max(0, len(failed)-5):] {
 					fmt.Fprintf(&b, "\n\t\t%v", op)
 				}
@@ -238,16 +251,20 @@ func (r *Run) keysLeft(ctx context.Context, ops []Op) string {
 }
 
 // tokenFate says what the history knows of the hold with token: a key nobody acquired with
-// is a waiter's, left by a Lock that failed.
-func tokenFate(ops []Op, token int64) string {
+// is a waiter's, left by a Lock that failed, or, with readers, a reader's (read holds have
+// no token in the history).
+func tokenFate(ops []Op, token int64, readers bool) string {
 	var fate []string
 	for _, op := range ops {
-		if op.Token == token && op.Kind != Write {
+		if op.Token == token && (op.Kind == Acquire || op.Kind == Release) {
 			fate = append(fate, op.String())
 		}
 	}
-	if len(fate) == 0 {
-		return "never acquired: the key of a Lock that failed or was abandoned"
+	switch {
+	case len(fate) > 0:
+		return strings.Join(fate, "; ")
+	case readers:
+		return "no writer acquired with it: a reader's key, or the key of a Lock or RLock that failed or was abandoned"
 	}
-	return strings.Join(fate, "; ")
+	return "never acquired: the key of a Lock that failed or was abandoned"
 }

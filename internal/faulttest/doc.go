@@ -13,8 +13,8 @@
 // runs it through every Fault, one subtest each, on one Env (the cluster, with a proxy in
 // front of every member's peer port and of every client). With ETCDSYNC_SOAK=10m it runs
 // them over and over for ten minutes. The parts can be used alone: Env.Start runs the
-// workload (4 workers on clients spread over the members, and background writes), a Fault
-// disturbs it, Run.Verify checks the History.
+// workload (4 workers on clients spread over the members, readers if any, and background
+// writes), a Fault disturbs it, Run.Verify checks the History.
 //
 // A semaphore with limit n plugs in with Slots: n. Each hold fences its writes with its own
 // IsOwner; the model lets up to n tokens hold at once (evicting any one when a new one
@@ -22,6 +22,10 @@
 // The register check that needs exclusion (a write must find the value its holder read)
 // applies only with one slot; with more, each write also compares the register's revision,
 // so concurrent holders do not lose each other's increments and the count still must match.
-// The write lock of an rwmutex and an election's leadership plug in with one slot; read
-// locks need a model of readers beside writers.
+// The write lock of an rwmutex and an election's leadership plug in with one slot. An
+// rwmutex's read side plugs in beside its write side with Workload.OpenReader (a Reader:
+// RLock, RUnlock): reader workers, two on each of two handles, take read holds and read the
+// register under them; no read hold released cleanly may overlap a write hold released
+// cleanly, and a reader too must be served soon after each fault heals. Read holds may
+// overlap one another; the porcupine model has no readers.
 package faulttest

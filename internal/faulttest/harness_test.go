@@ -3,6 +3,8 @@ package faulttest_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/faulttest"
+	"github.com/etcdsync/etcdsync/mutex"
 )
 
 // TestBlackholedClientIsCutOffAndRestored checks the per-client proxy: a black-holed
@@ -117,4 +121,134 @@ func TestChecksCatchALockThatDoesNotExclude(t *testing.T) {
 	all := strings.Join(violations, "\n")
 	assert.Contains(t, all, "holds released cleanly overlap")
 	assert.Contains(t, all, "not linearizable")
+}
+
+// exclusiveReader is a Reader over a mutex: every read hold is exclusive, so it never
+// overlaps a writer nor another reader, a degenerate but valid readers/writer lock. The
+// readers sharing it take turns, as a Mutex handle has one hold at a time.
+type exclusiveReader struct {
+	turn chan struct{} // one slot, taken from RLock until RUnlock says how the hold ended
+	m    *mutex.Mutex
+}
+
+func (e *exclusiveReader) RLock(ctx context.Context) error {
+	select {
+	case e.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := e.m.Lock(ctx); err != nil {
+		<-e.turn
+		return err
+	}
+	return nil
+}
+
+func (e *exclusiveReader) RUnlock(ctx context.Context) error {
+	err := e.m.Unlock(ctx)
+	if err == nil || errors.Is(err, mutex.ErrLost) {
+		<-e.turn
+	}
+	return err
+}
+
+// readerTTL is short, so that a holder cut off by a fault frees the lock soon.
+const readerTTL = 2 * time.Second
+
+// mutexWithReaders is the mutex's workload with exclusiveReaders on the same name.
+func mutexWithReaders() faulttest.Workload {
+	return faulttest.Workload{
+		Open: func(cli *clientv3.Client, name string) (faulttest.Locker, error) {
+			return mutex.New(cli, name, mutex.WithTTL(readerTTL))
+		},
+		OpenReader: func(cli *clientv3.Client, name string) (faulttest.Reader, error) {
+			m, err := mutex.New(cli, name, mutex.WithTTL(readerTTL))
+			if err != nil {
+				return nil, err
+			}
+			return &exclusiveReader{turn: make(chan struct{}, 1), m: m}, nil
+		},
+		Prefix: core.NamePrefix,
+		TTL:    readerTTL,
+		Lost:   mutex.ErrLost,
+	}
+}
+
+// TestReadersRunBesideWriters runs readers, several per handle, beside the writers without
+// faults: every reader is served again and again, and the checks pass and count the read
+// holds.
+func TestReadersRunBesideWriters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-member cluster")
+	}
+	env := faulttest.NewEnv(t)
+	r := env.Start(t, mutexWithReaders(), "readers")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	readers := map[int]int{}
+	writes := 0
+	_, err := r.History().Await(ctx, func(op faulttest.Op) bool {
+		switch op.Kind {
+		case faulttest.ReadAcquire:
+			readers[op.Worker]++
+		case faulttest.Write:
+			writes++
+		}
+		return len(readers) == 4 && writes >= 20 && slices.Min(slices.Collect(maps.Values(readers))) >= 3
+	})
+	require.NoError(t, err, "read holds by worker %v, %d writes", readers, writes)
+	r.Stop()
+	summary, violations, err := r.Verify(t.TempDir())
+	require.NoError(t, err)
+	t.Log(summary)
+	assert.Empty(t, violations)
+	assert.Contains(t, summary, "read holds; read releases:")
+}
+
+// TestReadersThroughAFault runs readers and writers through a fault as Suite does: a
+// reader too must be served after it heals.
+func TestReadersThroughAFault(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-member cluster")
+	}
+	env := faulttest.NewEnv(t)
+	i := slices.IndexFunc(faulttest.Faults(), func(f faulttest.Fault) bool { return f.Name == "leader partitioned" })
+	require.GreaterOrEqual(t, i, 0)
+	faulttest.RunFault(t, env, mutexWithReaders(), "readers-fault", faulttest.Faults()[i], 10)
+}
+
+// eagerReader never waits and writes no key: its read holds overlap every writer.
+type eagerReader struct{}
+
+func (eagerReader) RLock(context.Context) error   { return nil }
+func (eagerReader) RUnlock(context.Context) error { return nil }
+
+// TestChecksCatchAReaderThatDoesNotWait runs a reader that ignores the writers, without
+// faults: the checks must report read holds overlapping write holds.
+func TestChecksCatchAReaderThatDoesNotWait(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-member cluster")
+	}
+	env := faulttest.NewEnv(t)
+	w := mutexWithReaders()
+	w.OpenReader = func(*clientv3.Client, string) (faulttest.Reader, error) { return eagerReader{}, nil }
+	r := env.Start(t, w, "eager")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	writes := 0
+	_, err := r.History().Await(ctx, func(op faulttest.Op) bool {
+		if op.Kind == faulttest.Write {
+			writes++
+		}
+		return writes >= 20
+	})
+	require.NoError(t, err)
+	r.Stop()
+	summary, violations, err := r.Verify(t.TempDir())
+	require.NoError(t, err)
+	t.Log(summary)
+	all := strings.Join(violations, "\n")
+	assert.Contains(t, all, "read hold released cleanly overlaps")
+	assert.NotContains(t, all, "holds released cleanly overlap (", "the writers still exclude one another")
+	assert.NotContains(t, all, "not linearizable", "reads are not in the model")
 }

@@ -11,21 +11,29 @@ import (
 type OpKind int
 
 const (
-	Acquire OpKind = iota // Lock returned a hold with Token
-	Write                 // a fenced read-modify-write of the register under the hold Token
-	Release               // Unlock of the hold Token
+	Acquire     OpKind = iota // Lock returned a hold with Token
+	Write                     // a fenced read-modify-write of the register under the hold Token
+	Release                   // Unlock of the hold Token
+	ReadAcquire               // RLock returned a read hold; it has no token of its own
+	ReadRelease               // RUnlock of the worker's read hold: the last ReadAcquire of the worker
 )
 
-// Outcome is how an operation ended. An acquire is recorded only when Lock succeeded.
+// Outcome is how an operation ended. An acquire is recorded only when Lock (RLock)
+// succeeded.
 type Outcome int
 
 const (
 	OK        Outcome = iota // acquired, write accepted, released
-	Refused                  // write: the fence failed; release: the hold was lost (ErrLost)
+	Refused                  // write: the fence failed; release, read release: the hold was lost (ErrLost)
 	Ambiguous                // the RPC failed without an answer: it may or may not have happened
 )
 
-func (k OpKind) String() string { return [...]string{"acquire", "write", "release"}[k] }
+func (k OpKind) String() string {
+	return [...]string{"acquire", "write", "release", "read-acquire", "read-release"}[k]
+}
+
+// reads says whether k is an operation of a reader worker.
+func (k OpKind) reads() bool { return k == ReadAcquire || k == ReadRelease }
 
 func (o Outcome) String() string { return [...]string{"ok", "refused", "ambiguous"}[o] }
 
@@ -42,11 +50,14 @@ type Op struct {
 }
 
 func (op Op) String() string {
-	s := fmt.Sprintf("[%v, %v] worker %d %s token %d", op.Call, op.Return, op.Worker, op.Kind, op.Token)
+	s := fmt.Sprintf("[%v, %v] worker %d %s", op.Call, op.Return, op.Worker, op.Kind)
+	if !op.Kind.reads() {
+		s += fmt.Sprintf(" token %d", op.Token)
+	}
 	if op.Kind == Write {
 		s += fmt.Sprintf(" write %d read %d", op.WriteID, op.Read)
 	}
-	if op.Kind != Acquire {
+	if op.Kind != Acquire && op.Kind != ReadAcquire {
 		s += " -> " + op.Outcome.String()
 	}
 	if op.Err != nil {
@@ -61,7 +72,7 @@ type History struct {
 
 	mu         sync.Mutex
 	ops        []Op
-	failedLock []Op          // Lock calls that returned an error: not operations of the model
+	failedLock []Op          // Lock and RLock calls that returned an error: not operations of the model
 	changed    chan struct{} // closed and replaced by every add
 }
 
@@ -80,14 +91,16 @@ func (h *History) add(op Op) {
 	h.changed = make(chan struct{})
 }
 
-// lockFailed records a Lock call that returned err, for diagnosis only.
-func (h *History) lockFailed(worker int, call time.Duration, err error) {
+// lockFailed records a Lock (kind Acquire) or RLock (ReadAcquire) call that returned err,
+// for diagnosis only.
+func (h *History) lockFailed(worker int, kind OpKind, call time.Duration, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.failedLock = append(h.failedLock, Op{Worker: worker, Kind: Acquire, Call: call, Return: h.Now(), Outcome: Refused, Err: err})
+	h.failedLock = append(h.failedLock, Op{Worker: worker, Kind: kind, Call: call, Return: h.Now(), Outcome: Refused, Err: err})
 }
 
-// FailedLocks returns the Lock calls that returned an error, as acquires with their error.
+// FailedLocks returns the Lock and RLock calls that returned an error, as acquires and read
+// acquires with their error.
 func (h *History) FailedLocks() []Op {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -126,15 +139,20 @@ func (h *History) Await(ctx context.Context, match func(Op) bool) (Op, error) {
 // awaitAcquires waits until n acquires returned after since, by any worker but not, and
 // returns the time the last of them returned.
 func (h *History) awaitAcquires(ctx context.Context, n int, since time.Duration, not int) (time.Duration, error) {
+	return h.awaitKind(ctx, Acquire, n, since, not)
+}
+
+// awaitKind is awaitAcquires for operations of any kind.
+func (h *History) awaitKind(ctx context.Context, kind OpKind, n int, since time.Duration, not int) (time.Duration, error) {
 	count := 0
 	op, err := h.Await(ctx, func(op Op) bool {
-		if op.Kind == Acquire && op.Return > since && op.Worker != not {
+		if op.Kind == kind && op.Return > since && op.Worker != not {
 			count++
 		}
 		return count == n
 	})
 	if err != nil {
-		return 0, fmt.Errorf("%d of %d acquires after %v: %w", count, n, since, err)
+		return 0, fmt.Errorf("%d of %d %ss after %v: %w", count, n, kind, since, err)
 	}
 	return op.Return, nil
 }

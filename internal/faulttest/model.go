@@ -125,10 +125,14 @@ func step(s lockState, in modelInput, out Outcome, slots int) ([]any, bool) {
 // operations turns the history into porcupine's, given which writes landed: an ambiguous
 // write that landed counts as accepted, one that did not is left out (it had no effect), and
 // both it and an ambiguous release may have taken effect at any time after their call.
+// Reads are left out: the model has no readers.
 func operations(ops []Op, landed map[int64]bool, workers int) []porcupine.Operation {
 	var out []porcupine.Operation
 	open := 0
 	for _, op := range ops {
+		if op.Kind.reads() {
+			continue
+		}
 		p := porcupine.Operation{
 			ClientId: op.Worker,
 			Input:    modelInput{kind: op.Kind, token: op.Token, read: op.Read},

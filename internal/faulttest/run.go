@@ -28,9 +28,10 @@ const (
 )
 
 // Run is a workload running on an Env: workers on clients spread over the members take
-// holds on one name, make fenced writes under them and release them, recording a History,
-// while a background writer keeps the revision moving, so that followers lag behind the
-// leader as they do under load.
+// holds on one name, make fenced writes under them and release them, and reader workers,
+// if the workload has readers, take read holds beside them, recording a History, while a
+// background writer keeps the revision moving, so that followers lag behind the leader as
+// they do under load.
 type Run struct {
 	env     *Env
 	w       Workload
@@ -39,6 +40,7 @@ type Run struct {
 	counter string
 	hist    *History
 	workers []*worker
+	readers []*reader // none without Workload.OpenReader
 
 	stop      chan struct{} // closed by Stop: workers finish their cycle and return
 	stopLocks context.CancelFunc
@@ -65,26 +67,38 @@ func (env *Env) Start(t testing.TB, w Workload, name string) *Run {
 		t.Fatalf("faulttest: the data %q would queue under the lock's prefix %q", r.data, prefix)
 	}
 	for i := range workers {
-		// Half pinned to a member, half balanced over all of them (a Txn and its watch on
-		// different members): the two ways clients meet a cluster.
-		cli := env.Client(t, i%env.Cluster.Size())
-		if i%2 == 1 {
-			cli = env.SpreadClient(t, i%env.Cluster.Size())
-		}
+		cli := env.workerClient(t, i)
 		lk, err := w.Open(cli.Client, name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		r.workers = append(r.workers, &worker{id: i, cli: cli, lk: lk})
 	}
+	if w.OpenReader != nil {
+		r.openReaders(t)
+	}
 	lockCtx, cancel := context.WithCancel(context.Background())
 	r.stopLocks = cancel
 	for _, wk := range r.workers {
 		r.wg.Go(func() { r.work(lockCtx, wk) })
 	}
+	for _, rd := range r.readers {
+		r.wg.Go(func() { r.read(lockCtx, rd) })
+	}
 	r.wg.Go(r.noise)
 	t.Cleanup(r.Stop)
 	return r
+}
+
+// workerClient returns a new client for the worker numbered i: half of them pinned to a
+// member, half balanced over all of them (a Txn and its watch on different members), the
+// two ways clients meet a cluster.
+func (env *Env) workerClient(t testing.TB, i int) *Client {
+	t.Helper()
+	if i%2 == 1 {
+		return env.SpreadClient(t, i%env.Cluster.Size())
+	}
+	return env.Client(t, i%env.Cluster.Size())
 }
 
 // History is the run's record.
@@ -119,7 +133,7 @@ func (r *Run) work(ctx context.Context, wk *worker) {
 		cancel()
 		if err != nil {
 			// No token, nothing the model can see; its key, if any, is deleted or expires.
-			r.hist.lockFailed(wk.id, call, err)
+			r.hist.lockFailed(wk.id, Acquire, call, err)
 			r.wait(pause)
 			continue
 		}
@@ -246,30 +260,34 @@ func (r *Run) releaseLimit() time.Duration { return r.w.serveBound() + releaseMa
 // handle whose Unlock never got an answer may stay taken: the worker opens a new one.
 func (r *Run) release(wk *worker, token int64) {
 	op := Op{Worker: wk.id, Kind: Release, Token: token, Call: r.hist.Now()}
-	deadline := time.Now().Add(r.releaseLimit())
-	for {
-		ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(context.Background()), opTimeout)
-		err := wk.lk.Unlock(ctx)
-		cancel()
-		switch {
-		case err == nil:
-			op.Outcome = OK
-		case errors.Is(err, r.w.Lost):
-			op.Outcome, op.Err = Refused, err
-		default:
-			op.Outcome, op.Err = Ambiguous, err
-		}
-		if op.Outcome != Ambiguous || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(pause)
-	}
+	op.Outcome, op.Err = r.unlockUntilKnown(wk.lk.Unlock)
 	op.Return = r.hist.Now()
 	r.hist.add(op)
 	if op.Outcome == Ambiguous {
 		if lk, err := r.w.Open(wk.cli.Client, r.name); err == nil {
 			wk.lk = lk
 		}
+	}
+}
+
+// unlockUntilKnown calls unlock (an Unlock or RUnlock) until it says whether the hold was
+// released (OK) or lost before (Refused), or releaseLimit has passed (Ambiguous), and
+// returns that outcome with the last error.
+func (r *Run) unlockUntilKnown(unlock func(context.Context) error) (Outcome, error) {
+	deadline := time.Now().Add(r.releaseLimit())
+	for {
+		ctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(context.Background()), opTimeout)
+		err := unlock(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			return OK, nil
+		case errors.Is(err, r.w.Lost):
+			return Refused, err
+		case time.Now().After(deadline):
+			return Ambiguous, err
+		}
+		time.Sleep(pause) // paces retries against a member that is down: no event to await
 	}
 }
 

@@ -61,8 +61,8 @@ func soakDuration() (time.Duration, error) {
 }
 
 // RunFault runs w on env under the lock name through f: it warms up, injects f, checks
-// that a waiter is served within the serve bound after f healed, lets settle more holds
-// happen, stops the workers and checks the run (Run.Check).
+// that a waiter (and a reader, if w has readers) is served within the serve bound after f
+// healed, lets settle more holds happen, stops the workers and checks the run (Run.Check).
 func RunFault(t *testing.T, env *Env, w Workload, name string, f Fault, settle int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -78,11 +78,21 @@ func RunFault(t *testing.T, env *Env, w Workload, name string, f Fault, settle i
 	bound := w.serveBound()
 	sctx, scancel := context.WithTimeout(ctx, bound)
 	served, err := r.hist.awaitAcquires(sctx, 1, healed, -1)
-	scancel()
 	if err != nil {
 		t.Errorf("liveness: no waiter served within %v after %s healed: %v", bound, f.Name, err)
 	} else {
 		t.Logf("first waiter served %v after the fault healed", (served - healed).Round(time.Millisecond))
+	}
+	if w.OpenReader != nil {
+		// Under the same deadline: a reader too must be served within the bound.
+		if read, err := r.hist.awaitKind(sctx, ReadAcquire, 1, healed, -1); err != nil {
+			t.Errorf("liveness: no reader served within %v after %s healed: %v", bound, f.Name, err)
+		} else {
+			t.Logf("first reader served %v after the fault healed", (read - healed).Round(time.Millisecond))
+		}
+	}
+	scancel()
+	if err == nil {
 		if _, err := r.hist.awaitAcquires(ctx, settle, served, -1); err != nil {
 			t.Errorf("liveness: the workload did not go on after %s: %v", f.Name, err)
 		}
@@ -105,5 +115,8 @@ func (r *Run) healAll() {
 	wg.Wait()
 	for _, wk := range r.workers {
 		wk.cli.Restore()
+	}
+	for _, rd := range r.readers {
+		rd.cli.Restore()
 	}
 }

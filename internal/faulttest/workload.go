@@ -22,8 +22,21 @@ type Locker interface {
 	IsOwner() clientv3.Cmp
 }
 
+// Reader is a handle on the read side of a readers/writer lock. Unlike a Locker it is used
+// by several workers at once, each with one read hold at a time: readers of one handle may
+// share one key.
+type Reader interface {
+	// RLock waits for a read hold until ctx ends.
+	RLock(ctx context.Context) error
+	// RUnlock ends one read hold of the handle. An error matching Workload.Lost says the
+	// hold was lost before; any other error leaves it unknown whether it was released, and
+	// RUnlock is called again.
+	RUnlock(ctx context.Context) error
+}
+
 // Workload is the primitive under test, as the harness drives it: "acquire an exclusive
-// or slot hold, do fenced writes under it, release".
+// or slot hold, do fenced writes under it, release", and, for a readers/writer lock,
+// "acquire a read hold, read, release" beside it.
 type Workload struct {
 	// Open returns a new handle on the lock called name, over cli, without I/O.
 	Open func(cli *clientv3.Client, name string) (Locker, error)
@@ -36,8 +49,13 @@ type Workload struct {
 	// Slots is how many may hold at once: 1 for a mutex (the default), n for a
 	// semaphore(n); at most maxSlots.
 	Slots int
-	// Lost is the error Unlock returns, wrapped, for a hold that was lost.
+	// Lost is the error Unlock and RUnlock return, wrapped, for a hold that was lost.
 	Lost error
+	// OpenReader, if set, returns a new handle on the read side of the lock called name,
+	// over cli, without I/O; it must be safe for concurrent use. The run then adds reader
+	// workers, several per handle, and checks that no read hold overlaps a write hold
+	// (Open's) and that readers too are served after each fault. It needs one slot.
+	OpenReader func(cli *clientv3.Client, name string) (Reader, error)
 }
 
 func (w Workload) slots() int { return max(w.Slots, 1) }
@@ -50,6 +68,8 @@ func (w Workload) validate() error {
 		return fmt.Errorf("faulttest: Workload.TTL %v, below etcd's 1 s minimum", w.TTL)
 	case w.slots() > maxSlots:
 		return fmt.Errorf("faulttest: Workload.Slots %d, more than %d", w.Slots, maxSlots)
+	case w.OpenReader != nil && w.slots() > 1:
+		return fmt.Errorf("faulttest: Workload.OpenReader needs one slot, not %d: readers exclude a single writer", w.Slots)
 	}
 	return nil
 }
