@@ -1,0 +1,100 @@
+package reentrant_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/reentrant"
+)
+
+// TestRecursiveExclusionWithClientsOnLaggingMembers contends for one lock from owners on
+// clients spread over a 3-member cluster, each cycle locking 3 deep and unlocking, while
+// large writes on other keys keep the followers applying behind the leader, so that a
+// waiter's watch may replay deletes its snapshot already reflects (see mutex's lag test).
+// Taken as news, those let a new owner in while another holds, or end a hold for nothing:
+// the owning context would then be cancelled with ErrLost.
+func TestRecursiveExclusionWithClientsOnLaggingMembers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-member cluster")
+	}
+	c, err := etcdtest.NewEmbedded(3)
+	require.NoError(t, err)
+	defer c.Close()
+
+	const clients, cycles, depth = 4, 100, 3
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	stopWrites := etcdtest.BackgroundWrites(ctx, t, etcdtest.SpreadClient(t, c, 0), "lag-data/")
+	defer stopWrites()
+
+	var inside, overlaps, done atomic.Int64
+	var spurious sync.Map // error text -> count, for the failure message
+	var wg sync.WaitGroup
+	for i := range clients {
+		m := newMutex(t, etcdtest.SpreadClient(t, c, i%c.Size()), "lag")
+		wg.Go(func() {
+			for n := 0; n < cycles && ctx.Err() == nil; {
+				if err := lockRecursively(ctx, m, depth, &inside, &overlaps); err != nil {
+					if ctx.Err() == nil {
+						v, _ := spurious.LoadOrStore(err.Error(), new(atomic.Int64))
+						v.(*atomic.Int64).Add(1)
+					}
+					continue
+				}
+				n++
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(t, ctx.Err(), "out of time after %d cycles", done.Load())
+
+	var failures []string
+	spurious.Range(func(k, v any) bool {
+		failures = append(failures, k.(string)+" ×"+strconv.FormatInt(v.(*atomic.Int64).Load(), 10))
+		return true
+	})
+	assert.Zero(t, overlaps.Load(), "two owners at once, in %d cycles", done.Load())
+	assert.Empty(t, failures, "a cycle failed although nothing was lost: %s", strings.Join(failures, "; "))
+	assert.Equal(t, int64(clients*cycles), done.Load())
+}
+
+// lockRecursively locks m depth deep from ctx, each level with the context of the one
+// above, and unlocks on the way back; it counts an overlap whenever another owner is inside
+// at the top level, and fails if the owning context ended before the last Unlock.
+func lockRecursively(ctx context.Context, m *reentrant.Mutex, depth int, inside, overlaps *atomic.Int64) error {
+	octx, err := m.Lock(ctx)
+	if err != nil {
+		return err
+	}
+	if inside.Add(1) != 1 {
+		overlaps.Add(1)
+	}
+	err = nest(octx, m, depth-1)
+	if err == nil && octx.Err() != nil {
+		err = context.Cause(octx)
+	}
+	inside.Add(-1)
+	return errors.Join(err, m.Unlock(octx))
+}
+
+func nest(ctx context.Context, m *reentrant.Mutex, depth int) error {
+	if depth == 0 {
+		return nil
+	}
+	if _, err := m.Lock(ctx); err != nil {
+		return err
+	}
+	return errors.Join(nest(ctx, m, depth-1), m.Unlock(ctx))
+}

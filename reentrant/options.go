@@ -1,0 +1,33 @@
+package reentrant
+
+import (
+	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// Option configures a Mutex. Options of every etcdsync package are interchangeable.
+type Option = core.Option
+
+// DefaultTTL is the lease TTL without WithTTL: a holder that dies frees the lock after it.
+const DefaultTTL = core.DefaultTTL
+
+// WithTTL sets the TTL of the lease the lock's keys are bound to, at least one second
+// (rounded up to whole seconds). Locks on one client with one TTL share a lease.
+func WithTTL(ttl time.Duration) Option { return core.WithTTL(ttl) }
+
+// WithSession makes the Mutex use s, the caller's session, as it is: its lease and its
+// lifetime. It is never closed or replaced; once it has expired, Lock returns ErrLost.
+// It cannot be combined with WithTTL.
+func WithSession(s *concurrency.Session) Option { return core.WithSession(s) }
+
+// The errors of this package, shared with every etcdsync package; compare with errors.Is.
+var (
+	ErrInvalidName   = core.ErrInvalidName   // New: empty, over 512 bytes, NUL, not UTF-8
+	ErrInvalidOption = core.ErrInvalidOption // New: a bad option or a nil client
+	ErrLocked        = core.ErrLocked        // TryLock: another owner holds or waits
+	ErrNotLocked     = core.ErrNotLocked     // Unlock: the context owns no hold; Err: no hold
+	ErrLost          = core.ErrLost          // the hold ended without its last Unlock
+)
