@@ -68,6 +68,17 @@ type group struct {
 	waiting int                // readers waiting for its acquisition
 	closed  bool               // it takes no more members
 	sentry  *core.Sentry       // tells when a writer queued behind it; started by the first joiner
+
+	checking bool   // a check of the key is under way
+	next     *check // the check to start after it, shared by the readers who wait for it
+}
+
+// A check is one read of a group's key that proves, for every reader who left before it
+// started, that the key was there all along.
+type check struct {
+	done  chan struct{}
+	alive bool
+	err   error
 }
 
 // New returns an RWMutex on name over cli. It does no I/O. A bad name returns
@@ -256,10 +267,13 @@ func (rw *RWMutex) TryRLock(ctx context.Context) error {
 }
 
 // RUnlock ends one reader's hold. The last reader of a group deletes the group's key: one
-// Txn, fenced like Unlock's; the others send no RPC. It returns ErrNotLocked without a
-// read hold, and ErrLost if the hold was lost (the reader's count goes down all the same).
-// If the last reader's delete cannot reach etcd before ctx ends, the read lock stays held
-// and RUnlock may be called again.
+// Txn, fenced like Unlock's. The others need proof that the key was there all along, so
+// that a reader cut off from etcd (whose lease may have expired and a writer come in)
+// cannot take its read for a sound one: a read of the key that starts after their call,
+// one for every batch of readers leaving at once. It returns ErrNotLocked without a read
+// hold, and ErrLost if the hold was lost (the reader's hold ends all the same). If etcd
+// cannot be reached before ctx ends, the read lock stays held and RUnlock may be called
+// again.
 func (rw *RWMutex) RUnlock(ctx context.Context) error {
 	rw.mu.Lock()
 	i := slices.IndexFunc(rw.groups, func(g *group) bool { return g.members > 0 })
@@ -272,12 +286,9 @@ func (rw *RWMutex) RUnlock(ctx context.Context) error {
 	g := rw.groups[i]
 	g.members--
 	if g.members > 0 {
-		live := g.hold.Live() // now: once the last member is out, the release is under way
+		c := rw.checkLater(g)
 		rw.mu.Unlock()
-		if !live {
-			return rw.errorf("runlock", ErrLost)
-		}
-		return nil
+		return rw.leave(ctx, g, c)
 	}
 	g.closed = true
 	sentry := g.sentry
@@ -298,6 +309,73 @@ func (rw *RWMutex) RUnlock(ctx context.Context) error {
 		return rw.errorf("runlock", err)
 	}
 	return nil
+}
+
+// checkLater returns the next check of g's key that starts from now on, starting the
+// checks if none runs. Under rw.mu.
+func (rw *RWMutex) checkLater(g *group) *check {
+	if g.next == nil {
+		g.next = &check{done: make(chan struct{})}
+	}
+	c := g.next
+	if !g.checking {
+		g.checking = true
+		go rw.runChecks(g)
+	}
+	return c
+}
+
+// runChecks reads g's key once for each batch of readers leaving, until none waits.
+func (rw *RWMutex) runChecks(g *group) {
+	for {
+		rw.mu.Lock()
+		c := g.next
+		g.next = nil
+		if c == nil {
+			g.checking = false
+			rw.mu.Unlock()
+			return
+		}
+		rw.mu.Unlock()
+		ctx, cancel := core.Detached(context.Background())
+		c.alive, c.err = g.hold.Check(ctx)
+		cancel()
+		close(c.done)
+	}
+}
+
+// leave waits for c, the check that proves a leaving reader held until it left: the
+// group's key existed from its creation until after the reader's RUnlock was called. When
+// that cannot be known before ctx ends, the reader still holds and may RUnlock again.
+func (rw *RWMutex) leave(ctx context.Context, g *group, c *check) error {
+	select {
+	case <-c.done:
+		switch {
+		case c.err != nil:
+		case c.alive:
+			return nil
+		default:
+			// Gone: lost, or deleted by the last reader's release, which then proves as
+			// much as the check would have. The hold ends either way.
+			select {
+			case <-g.hold.Done():
+				if err := g.hold.Err(); err != nil {
+					return rw.errorf("runlock", err)
+				}
+				return nil
+			case <-ctx.Done():
+			}
+		}
+	case <-ctx.Done():
+	}
+	rw.mu.Lock()
+	g.members++
+	rw.mu.Unlock()
+	err := c.err
+	if err == nil {
+		err = ctx.Err()
+	}
+	return rw.errorf("runlock", err)
 }
 
 // Lock waits until the write lock is held: until no key, read or write, is ahead of its

@@ -90,6 +90,30 @@ func (h *Hold) Live() bool {
 	return h.state == held
 }
 
+// Check reads the key, linearizably: alive means it is still the one the hold created, so
+// it has existed without a break from the grant until some moment after Check was called.
+// If it is not, the hold is lost (Done closes). One Range, retried through leader changes
+// until ctx ends.
+func (h *Hold) Check(ctx context.Context) (alive bool, err error) {
+	var b backoff
+	for {
+		resp, err := h.cli.Get(clientv3.WithRequireLeader(ctx), h.key, clientv3.WithKeysOnly())
+		if err == nil {
+			alive = len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.rev
+			if !alive {
+				h.lose()
+			}
+			return alive, nil
+		}
+		if !transient(err) || ctx.Err() != nil {
+			return false, fmt.Errorf("check %s: %w", h.key, err)
+		}
+		if err := b.wait(ctx); err != nil {
+			return false, err
+		}
+	}
+}
+
 // Key is the hold's key.
 func (h *Hold) Key() string { return h.key }
 
