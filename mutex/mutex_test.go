@@ -490,3 +490,30 @@ func TestLocksCancelledAtAnyMomentLeaveNoKey(t *testing.T) {
 	require.NoError(t, holder.Unlock(ctx))
 	assert.Zero(t, keysOf(t, admin, name))
 }
+
+// TestUnlockWhoseContextEndsMidwayIsRetriedCleanly: an Unlock whose ctx ends while its
+// fenced delete is in flight may be told to try again; the retry then reports a release,
+// not a loss, also when the delete had been applied and the hold's watch saw the key go.
+func TestUnlockWhoseContextEndsMidwayIsRetriedCleanly(t *testing.T) {
+	ctx := testContext(t)
+	const name = "unlock-timeout"
+	admin := cluster.Client(t)
+	m := newMutex(t, cluster.Client(t), name)
+	retried := 0
+	for i := range 100 {
+		require.NoError(t, m.Lock(ctx))
+		done := m.Done() // the watch that sees the key go
+		uctx, cancel := context.WithTimeout(ctx, time.Duration(i%50)*100*time.Microsecond)
+		err := m.Unlock(uctx)
+		cancel()
+		if err != nil {
+			require.ErrorIs(t, err, context.DeadlineExceeded, "iteration %d", i)
+			retried++
+			require.NoError(t, m.Unlock(ctx), "iteration %d: the retry", i)
+		}
+		within(t, done, 5*time.Second, "Done after Unlock")
+		require.ErrorIs(t, m.Unlock(ctx), mutex.ErrNotLocked, "iteration %d", i)
+		require.Zero(t, keysOf(t, admin, name), "iteration %d", i)
+	}
+	t.Logf("%d of 100 Unlocks timed out and were retried", retried)
+}

@@ -2,6 +2,7 @@ package rwmutex
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -30,8 +31,9 @@ var (
 // writer waits behind it, so writers never starve.
 //
 // Like a sync.RWMutex it is safe for use by several goroutines, and the readers of one
-// handle share one etcd key: the first one in writes it, the last one out deletes it, and
-// the others in between cost no RPC. A group of readers stops taking members as soon as a
+// handle share one etcd key: the first one in writes it, the last one out deletes it. The
+// others join with no RPC, and leave after one read of the key, shared by every reader
+// leaving at the same time, that proves the key was there all along. A group of readers stops taking members as soon as a
 // writer, of this handle or any other, queues behind its key; later readers then queue
 // behind that writer.
 //
@@ -298,6 +300,10 @@ func (rw *RWMutex) RUnlock(ctx context.Context) error {
 		sentry.Stop()
 	}
 	ended, err := g.hold.Release(ctx)
+	if !ended && errors.Is(err, core.ErrNotLocked) {
+		// A check found that an earlier RUnlock's delete, which got no answer, was applied.
+		ended, err = true, g.hold.Err()
+	}
 	rw.mu.Lock()
 	if ended {
 		rw.dropGroup(g)
@@ -369,6 +375,15 @@ func (rw *RWMutex) leave(ctx context.Context, g *group, c *check) error {
 	case <-ctx.Done():
 	}
 	rw.mu.Lock()
+	if !slices.Contains(rw.groups, g) {
+		// The last reader has released the group meanwhile: its fenced delete settles it.
+		rw.mu.Unlock()
+		<-g.hold.Done()
+		if err := g.hold.Err(); err != nil {
+			return rw.errorf("runlock", err)
+		}
+		return nil
+	}
 	g.members++
 	rw.mu.Unlock()
 	err := c.err

@@ -74,12 +74,16 @@ func TestReadersOfOneHandleShareOneKey(t *testing.T) {
 	wg.Wait()
 	assert.Equal(t, rev, revision(t, admin), "joining readers wrote")
 	joined := cnt.Counts().Sub(before)
-	assert.Zero(t, joined["/etcdserverpb.KV/Txn"]+joined["/etcdserverpb.KV/Range"], "joining readers sent KV requests: %v", joined)
+	assert.Zero(t, joined["Txn"]+joined["Range"], "joining readers sent KV requests: %v", joined)
 	assert.Equal(t, int64(1), keysOf(t, admin, name))
 
+	before = cnt.Counts()
 	for range readers {
 		require.NoError(t, rw.RUnlock(ctx))
 	}
+	left := cnt.Counts().Sub(before)
+	assert.Zero(t, left["Txn"], "a reader that was not the last one out wrote: %v", left)
+	assert.Equal(t, int64(readers), left["Range"], "each reader leaving one at a time reads the key once: %v", left)
 	assert.Equal(t, rev, revision(t, admin), "a reader that was not the last one out wrote")
 	assert.Equal(t, int64(1), keysOf(t, admin, name))
 	require.NoError(t, rw.RUnlock(ctx))
@@ -449,4 +453,32 @@ func TestNamesAreIndependent(t *testing.T) {
 	for _, rw := range held {
 		require.NoError(t, rw.Unlock(ctx))
 	}
+}
+
+// TestRUnlockWhoseContextEndsMidwayIsNeverALoss: a reader whose RUnlock times out while the
+// group's key is being deleted or checked, beside another reader leaving, may be told to try
+// again, but neither is ever told the hold was lost (nothing was), and the retry settles it.
+func TestRUnlockWhoseContextEndsMidwayIsNeverALoss(t *testing.T) {
+	ctx := testContext(t)
+	const name = "runlock-timeout"
+	admin := cluster.Client(t)
+	rw := newRW(t, cluster.Client(t), name)
+	retried := 0
+	for i := range 150 {
+		require.NoError(t, rw.RLock(ctx))
+		require.NoError(t, rw.RLock(ctx))
+		actx, cancel := context.WithTimeout(ctx, time.Duration(i%50)*100*time.Microsecond)
+		a := async(func() error { return rw.RUnlock(actx) })
+		require.NoError(t, rw.RUnlock(ctx), "iteration %d: the other reader", i)
+		err := <-a
+		cancel()
+		if err != nil {
+			require.ErrorIs(t, err, context.DeadlineExceeded, "iteration %d", i)
+			retried++
+			require.NoError(t, rw.RUnlock(ctx), "iteration %d: the retry", i)
+		}
+		require.ErrorIs(t, rw.RUnlock(ctx), rwmutex.ErrNotLocked, "iteration %d", i)
+		require.Zero(t, keysOf(t, admin, name), "iteration %d", i)
+	}
+	t.Logf("%d of 150 RUnlocks timed out and were retried", retried)
 }

@@ -41,6 +41,7 @@ type Hold struct {
 	state       holdState
 	err         error
 	sawDelete   bool               // the key vanished while a release was under way
+	tried       bool               // a release's delete got no answer: etcd may have applied it
 	stopMonitor context.CancelFunc // nil until the monitor starts
 	monitorDone chan struct{}
 	onEnd       []func(error)
@@ -101,7 +102,7 @@ func (h *Hold) Check(ctx context.Context) (alive bool, err error) {
 		if err == nil {
 			alive = len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.rev
 			if !alive {
-				h.lose()
+				h.gone(ctx)
 			}
 			return alive, nil
 		}
@@ -112,6 +113,23 @@ func (h *Hold) Check(ctx context.Context) (alive bool, err error) {
 			return false, err
 		}
 	}
+}
+
+// gone ends the hold whose key was found missing: as lost, unless a release whose answer
+// never came may have deleted it and the lease lives, so that it was that release's.
+func (h *Hold) gone(ctx context.Context) {
+	h.mu.Lock()
+	ours := h.tried && h.state == held
+	h.mu.Unlock()
+	if ours && h.leaseAlive(ctx) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.state == held {
+			h.end(released, nil)
+		}
+		return
+	}
+	h.lose()
 }
 
 // Key is the hold's key.
@@ -187,7 +205,7 @@ func (h *Hold) monitor(ctx context.Context) {
 	for {
 		next, gone := h.watchKey(ctx, from)
 		if gone {
-			h.lose()
+			h.gone(ctx)
 			return
 		}
 		if ctx.Err() != nil {
@@ -251,7 +269,8 @@ func (h *Hold) checkKey(ctx context.Context, from int64) (next int64, gone bool)
 // retried through leader changes until ctx ends.
 //
 // ended is true for exactly one call: the one that ended the hold, with a nil error or
-// ErrLost if the hold was lost first. Another call, during or after it, gets ErrNotLocked.
+// ErrLost if the hold was lost first. Another call, during or after it, gets ErrNotLocked;
+// so does one after Check found that an earlier call's unanswered delete had been applied.
 // When the Txn cannot be done, the hold stays and the error says why.
 func (h *Hold) Release(ctx context.Context) (ended bool, err error) {
 	h.mu.Lock()
@@ -268,12 +287,22 @@ func (h *Hold) Release(ctx context.Context) (ended bool, err error) {
 	deleted, err := h.deleteFenced(ctx)
 	if err != nil {
 		h.mu.Lock()
+		gone := h.sawDelete && prev == held
+		h.mu.Unlock()
+		if gone {
+			// The key went while the delete got no answer (ctx ended, etcd out of reach):
+			// if the lease lives, the delete was this release's, which did happen.
+			dctx, cancel := detached(ctx)
+			deleted = h.leaseAlive(dctx)
+			cancel()
+			err = nil
+		}
+	}
+	if err != nil {
+		h.mu.Lock()
 		defer h.mu.Unlock()
 		if prev == held {
 			h.state = held
-			if h.sawDelete {
-				h.end(lost, ErrLost)
-			}
 		}
 		return false, fmt.Errorf("release %s: %w", h.key, err)
 	}
@@ -295,11 +324,21 @@ func (h *Hold) Release(ctx context.Context) (ended bool, err error) {
 	return true, nil
 }
 
+// deleteFenced deletes the key if it is still the hold's. A try that got no answer may have
+// been applied, also one of an earlier Release call (tried): a later compare that fails
+// then asks whether the lease lives.
 func (h *Hold) deleteFenced(ctx context.Context) (deleted bool, err error) {
-	ambiguous := false
+	h.mu.Lock()
+	ambiguous := h.tried
+	h.mu.Unlock()
 	var b backoff
 	for {
 		resp, err := h.cli.Txn(clientv3.WithRequireLeader(ctx)).If(h.IsOwner()).Then(clientv3.OpDelete(h.key)).Commit()
+		if err != nil {
+			h.mu.Lock()
+			h.tried = true
+			h.mu.Unlock()
+		}
 		if err == nil {
 			if resp.Succeeded || !ambiguous {
 				return resp.Succeeded, nil
