@@ -71,6 +71,8 @@ type group struct {
 	closed  bool               // it takes no more members
 	sentry  *core.Sentry       // tells when a writer queued behind it; started by the first joiner
 
+	releasing chan struct{} // while the last reader's release runs; closed after it
+
 	checking bool   // a check of the key is under way
 	next     *check // the check to start after it, shared by the readers who wait for it
 }
@@ -293,6 +295,7 @@ func (rw *RWMutex) RUnlock(ctx context.Context) error {
 		return rw.leave(ctx, g, c)
 	}
 	g.closed = true
+	g.releasing = make(chan struct{})
 	sentry := g.sentry
 	g.sentry = nil
 	rw.mu.Unlock()
@@ -310,6 +313,8 @@ func (rw *RWMutex) RUnlock(ctx context.Context) error {
 	} else {
 		g.members++ // still held: the next RUnlock tries again
 	}
+	close(g.releasing)
+	g.releasing = nil
 	rw.mu.Unlock()
 	if err != nil {
 		return rw.errorf("runlock", err)
@@ -375,10 +380,15 @@ func (rw *RWMutex) leave(ctx context.Context, g *group, c *check) error {
 	case <-ctx.Done():
 	}
 	rw.mu.Lock()
-	if !slices.Contains(rw.groups, g) {
-		// The last reader has released the group meanwhile: its fenced delete settles it.
+	if ch := g.releasing; ch != nil {
+		// The last reader is releasing the group: its outcome settles this reader's too.
 		rw.mu.Unlock()
-		<-g.hold.Done()
+		<-ch
+		rw.mu.Lock()
+	}
+	if !slices.Contains(rw.groups, g) {
+		// Released by the last reader: its fenced delete proves the key was there.
+		rw.mu.Unlock()
 		if err := g.hold.Err(); err != nil {
 			return rw.errorf("runlock", err)
 		}
@@ -386,9 +396,13 @@ func (rw *RWMutex) leave(ctx context.Context, g *group, c *check) error {
 	}
 	g.members++
 	rw.mu.Unlock()
-	err := c.err
-	if err == nil {
-		err = ctx.Err()
+	err := ctx.Err()
+	select {
+	case <-c.done:
+		if c.err != nil {
+			err = c.err
+		}
+	default:
 	}
 	return rw.errorf("runlock", err)
 }

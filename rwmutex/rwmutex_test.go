@@ -473,7 +473,8 @@ func TestRUnlockWhoseContextEndsMidwayIsNeverALoss(t *testing.T) {
 		err := <-a
 		cancel()
 		if err != nil {
-			require.ErrorIs(t, err, context.DeadlineExceeded, "iteration %d", i)
+			// The deadline, or etcd's "request timed out" for a request that carried it.
+			require.NotErrorIs(t, err, rwmutex.ErrLost, "iteration %d", i)
 			retried++
 			require.NoError(t, rw.RUnlock(ctx), "iteration %d: the retry", i)
 		}
