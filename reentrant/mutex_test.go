@@ -3,10 +3,8 @@ package reentrant_test
 import (
 	"context"
 	"errors"
-	"net/url"
 	"os"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +17,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/reentrant"
@@ -297,200 +294,6 @@ func fencedIncrement(ctx context.Context, cli *clientv3.Client, m *reentrant.Mut
 		return errors.New("the fenced increment was refused while the lock was held")
 	}
 	return nil
-}
-
-func TestLossCancelsTheOwningContextWithErrLost(t *testing.T) {
-	ctx := testContext(t)
-	const name = "lost"
-	admin := cluster.Client(t)
-	cli := cluster.Client(t)
-	sess, err := concurrency.NewSession(cli)
-	require.NoError(t, err)
-	m := newMutex(t, cli, name, reentrant.WithSession(sess))
-	octx, err := m.Lock(ctx)
-	require.NoError(t, err)
-	_, err = m.Lock(octx)
-	require.NoError(t, err)
-	done := m.Done()
-
-	_, err = admin.Revoke(ctx, sess.Lease())
-	require.NoError(t, err)
-	within(t, octx.Done(), 5*time.Second, "the owning context is cancelled after the lease is revoked")
-	assert.Equal(t, reentrant.ErrLost, context.Cause(octx))
-	within(t, done, 5*time.Second, "Done closes after the lease is revoked")
-	assert.ErrorIs(t, m.Err(), reentrant.ErrLost)
-	assert.NoError(t, ctx.Err(), "the caller's context was cancelled")
-
-	// A nested step learns of the loss, and does not queue for a new hold.
-	rev := revision(t, admin)
-	_, err = m.Lock(octx)
-	assert.ErrorIs(t, err, reentrant.ErrLost)
-	assert.Equal(t, 2, m.Count(octx))
-	assert.Equal(t, rev, revision(t, admin), "a Lock with a lost owner wrote")
-
-	// Every Unlock reports the loss and counts down; the last one ends the hold.
-	assert.ErrorIs(t, m.Unlock(octx), reentrant.ErrLost)
-	assert.Equal(t, 1, m.Count(octx))
-	assert.ErrorIs(t, m.Err(), reentrant.ErrLost)
-	assert.ErrorIs(t, m.Unlock(octx), reentrant.ErrLost)
-	assert.Zero(t, m.Count(octx))
-	assert.ErrorIs(t, m.Err(), reentrant.ErrNotLocked)
-	assert.ErrorIs(t, m.Unlock(octx), reentrant.ErrNotLocked)
-	assert.Equal(t, reentrant.ErrLost, context.Cause(octx))
-	assert.Empty(t, keysOf(t, admin, name))
-}
-
-func TestLossOfTheSharedLeaseServesTheNextOwnerAndIsRecovered(t *testing.T) {
-	ctx := testContext(t)
-	const name = "lost-shared"
-	admin := cluster.Client(t)
-	holder := newMutex(t, cluster.Client(t), name)
-	octx, err := holder.Lock(ctx)
-	require.NoError(t, err)
-
-	waiter := newMutex(t, cluster.Client(t), name)
-	served := make(chan context.Context, 1)
-	go func() {
-		wctx, err := waiter.Lock(ctx)
-		assert.NoError(t, err)
-		served <- wctx
-	}()
-	awaitKeys(t, admin, name, 2)
-	_, err = admin.Revoke(ctx, clientv3.LeaseID(keysOf(t, admin, name)[0].Lease))
-	require.NoError(t, err)
-
-	within(t, octx.Done(), 5*time.Second, "the owning context is cancelled after the lease is revoked")
-	assert.Equal(t, reentrant.ErrLost, context.Cause(octx))
-	wctx := within(t, served, 5*time.Second, "the next owner is served")
-	assert.NoError(t, waiter.Err())
-	assert.ErrorIs(t, holder.Unlock(octx), reentrant.ErrLost)
-	assert.Len(t, keysOf(t, admin, name), 1, "the lost owner's Unlock touched the next hold")
-
-	// The revoked session is replaced for the handle's next owner.
-	relocked := make(chan error, 1)
-	go func() {
-		rctx, err := holder.Lock(ctx)
-		if err == nil {
-			err = holder.Unlock(rctx)
-		}
-		relocked <- err
-	}()
-	awaitKeys(t, admin, name, 2)
-	require.NoError(t, waiter.Unlock(wctx))
-	require.NoError(t, within(t, relocked, 10*time.Second, "the lost owner's handle locks again"))
-	assert.Empty(t, keysOf(t, admin, name))
-}
-
-func TestTheLastUnlockReleasesWithADoneOwningContext(t *testing.T) {
-	ctx := testContext(t)
-	const name = "done-owner"
-	admin := cluster.Client(t)
-	m := newMutex(t, cluster.Client(t), name)
-	parent, cancel := context.WithCancel(ctx)
-	octx, err := m.Lock(parent)
-	require.NoError(t, err)
-	_, err = m.Lock(octx)
-	require.NoError(t, err)
-
-	cancel() // the job is cancelled: the hold lasts until its Unlocks
-	assert.NoError(t, m.Err())
-	_, err = m.Lock(octx)
-	assert.ErrorIs(t, err, context.Canceled)
-	assert.Equal(t, 2, m.Count(octx), "a Lock with a done context counted")
-	require.NoError(t, m.Unlock(octx))
-	assert.Len(t, keysOf(t, admin, name), 1)
-	require.NoError(t, m.Unlock(octx))
-	assert.Empty(t, keysOf(t, admin, name), "the last Unlock with a done context left the key")
-	assert.Zero(t, m.Count(octx))
-}
-
-// TestUnlockThatCannotReachEtcdKeepsTheHoldForARetry cuts the holder's client off from etcd
-// during its last Unlock: the count stays at 1, and a later Unlock releases.
-func TestUnlockThatCannotReachEtcdKeepsTheHoldForARetry(t *testing.T) {
-	ctx := testContext(t)
-	const name = "unreachable"
-	admin := cluster.Client(t)
-	m, proxy := newMutexThroughProxy(t, name)
-	octx, err := m.Lock(ctx)
-	require.NoError(t, err)
-
-	proxy.Blackhole()
-	uctx, cancel := context.WithTimeout(octx, 500*time.Millisecond)
-	err = m.Unlock(uctx)
-	cancel()
-	require.Error(t, err)
-	assert.NotErrorIs(t, err, reentrant.ErrLost)
-	assert.NotErrorIs(t, err, reentrant.ErrNotLocked)
-	assert.Equal(t, 1, m.Count(octx), "the count of a hold that could not be released")
-	assert.NoError(t, octx.Err())
-	assert.Len(t, keysOf(t, admin, name), 1)
-
-	proxy.Restore()
-	unlockUntilThrough(t, ctx, m, octx)
-	assert.Zero(t, m.Count(octx))
-	assert.Empty(t, keysOf(t, admin, name))
-}
-
-// TestALockDuringTheLastUnlockWaitsForItsOutcome re-enters while the last Unlock's release
-// is under way and cannot reach etcd: the Lock waits, and counts up the hold that the
-// failed release left, rather than report it gone.
-func TestALockDuringTheLastUnlockWaitsForItsOutcome(t *testing.T) {
-	ctx := testContext(t)
-	const name = "lock-during-unlock"
-	admin := cluster.Client(t)
-	m, proxy := newMutexThroughProxy(t, name)
-	octx, err := m.Lock(ctx)
-	require.NoError(t, err)
-
-	proxy.Blackhole()
-	unlocked := make(chan error, 1)
-	go func() {
-		uctx, cancel := context.WithTimeout(octx, time.Second)
-		defer cancel()
-		unlocked <- m.Unlock(uctx)
-	}()
-	for m.Count(octx) != 0 { // the release has begun: no event tells, and it takes a second
-		require.NoError(t, ctx.Err())
-		runtime.Gosched()
-	}
-	_, err = m.Lock(octx)
-	require.NoError(t, err, "a Lock during a release that failed")
-	assert.Error(t, within(t, unlocked, 10*time.Second, "the cut-off Unlock returns"))
-	assert.Equal(t, 2, m.Count(octx))
-
-	proxy.Restore()
-	require.NoError(t, m.Unlock(octx))
-	unlockUntilThrough(t, ctx, m, octx)
-	assert.Empty(t, keysOf(t, admin, name))
-}
-
-// newMutexThroughProxy returns a Mutex on name whose client reaches etcd through a proxy
-// that the test can black-hole.
-func newMutexThroughProxy(t *testing.T, name string) (*reentrant.Mutex, *etcdtest.Proxy) {
-	t.Helper()
-	target, err := url.Parse(cluster.Endpoints()[0])
-	require.NoError(t, err)
-	proxy, err := etcdtest.NewProxy(*target)
-	require.NoError(t, err)
-	t.Cleanup(func() { proxy.Close() })
-	through := proxy.URL()
-	return newMutex(t, etcdtest.ClientOf(t, through.String()), name), proxy // client closed first
-}
-
-// unlockUntilThrough calls Unlock until it succeeds: after a black hole, the client's
-// connection may fail a few requests before it is replaced.
-func unlockUntilThrough(t *testing.T, ctx context.Context, m *reentrant.Mutex, octx context.Context) {
-	t.Helper()
-	for {
-		uctx, cancel := context.WithTimeout(octx, 2*time.Second)
-		err := m.Unlock(uctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		require.NotErrorIs(t, err, reentrant.ErrNotLocked, "the retried Unlock found no hold")
-		require.NoError(t, ctx.Err(), "the retried Unlock never got through: %v", err)
-	}
 }
 
 func TestCancelledLockReturnsContextErrorAndLeavesNoKey(t *testing.T) {
