@@ -518,3 +518,27 @@ func TestUnlockWhoseContextEndsMidwayIsRetriedCleanly(t *testing.T) {
 	}
 	t.Logf("%d of 100 Unlocks timed out and were retried", retried)
 }
+
+// TestLockOnARevokedCallerSessionFailsAtOnce: a WithSession session whose lease was revoked
+// cannot be replaced; Lock says ErrLost at once, before the session's keep-alive notices,
+// with one Txn, not a retry loop until then.
+func TestLockOnARevokedCallerSessionFailsAtOnce(t *testing.T) {
+	ctx := testContext(t)
+	cnt := &rpcstat.Counter{}
+	cfg := cluster.ClientConfig()
+	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
+	cli, err := clientv3.New(cfg)
+	require.NoError(t, err)
+	defer cli.Close()
+	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(60))
+	require.NoError(t, err)
+	defer sess.Close()
+	m := newMutex(t, cli, "revoked-session", mutex.WithSession(sess))
+	_, err = cluster.Client(t).Revoke(ctx, sess.Lease())
+	require.NoError(t, err)
+
+	before := cnt.Counts()
+	assert.ErrorIs(t, m.Lock(ctx), mutex.ErrLost)
+	assert.Equal(t, int64(1), cnt.Counts().Sub(before)["Txn"], "Lock retried on a lease that is gone")
+	assert.Zero(t, keysOf(t, cluster.Client(t), "revoked-session"))
+}
