@@ -281,7 +281,7 @@ func (h *hub) rewatch(failed clientv3.WatchChan, compacted bool) clientv3.WatchC
 	case compacted || !h.started:
 		h.watch(0)
 		for w := range h.waiters {
-			w.stale = true
+			w.missed()
 		}
 	case h.whole:
 		h.watch(h.pos + 1)
@@ -349,11 +349,25 @@ func (h *hub) catchUp(w *waiter) {
 		return // every delete after its snapshot is still to come
 	}
 	if w.seen < h.floor {
-		w.stale = true
+		w.missed()
 		return
 	}
 	for _, e := range h.ring {
 		w.apply(e) // those at or below its snapshot it ignores
+	}
+}
+
+// dispatched is the revision up to which every delete has been dispatched, so that a
+// registration counting from it misses none that comes later; 0 until the watch has said
+// where it starts. It is never ahead of etcd: every later request sees at least it. Under h.mu.
+func (h *hub) dispatched() int64 {
+	switch {
+	case !h.started:
+		return 0
+	case h.whole:
+		return h.pos
+	default:
+		return h.pos - 1 // more deletes at pos may come; those dispatched are dropped as repeats
 	}
 }
 

@@ -21,16 +21,23 @@ type waiter struct {
 	slots  int    // it is served once fewer than slots keys are ahead
 	wake   chan struct{}
 
-	seen   int64 // the revision its count reflects
-	ahead  int   // keys in prefix created before rev and alive at seen
-	served bool  // ahead < slots; for a sentry: a key arrived behind
-	behind bool  // a sentry: it watches for keys in prefix created after rev (see Sentry)
-	err    error // its key went: the wait is over, unserved
-	stale  bool  // the events cannot keep its count: the hub reads it again
+	seen    int64 // the revision its count reflects
+	ahead   int   // keys in prefix created before rev and alive at seen
+	served  bool  // ahead < slots; for a sentry: a key arrived behind
+	behind  bool  // a sentry: it watches for keys in prefix created after rev (see Sentry)
+	release bool  // a release watch: served by any delete in prefix after seen (see ReleaseWatch)
+	err     error // its key went: the wait is over, unserved
+	stale   bool  // the events cannot keep its count: the hub reads it again
 }
 
 func newWaiter(key string, rev, seen int64, ahead int, prefix string, slots int) *waiter {
 	return &waiter{key: key, rev: rev, prefix: prefix, slots: slots, wake: make(chan struct{}, 1), seen: seen, ahead: ahead, served: ahead < slots}
+}
+
+// newReleaseWatch returns the waiter of a release watch on prefix, disarmed (served) until
+// ReleaseWatch.Arm gives it a revision to count from.
+func newReleaseWatch(prefix string) *waiter {
+	return &waiter{prefix: prefix, slots: 1, wake: make(chan struct{}, 1), served: true, release: true}
 }
 
 // newSentry returns the waiter of a sentry for the hold of key at rev: it counts nothing
@@ -52,11 +59,17 @@ func (w *waiter) signal() {
 // key that was created again before the snapshot. A stale waiter ignores every delete: the
 // read that will renew its count comes after it.
 //
-// A sentry counts arrivals instead: a new key in its prefix created after its own.
+// A sentry counts arrivals instead: a new key in its prefix created after its own. A release
+// watch is served by the first delete of any key in its prefix.
 func (w *waiter) apply(e event) {
 	switch {
 	case w.served || w.err != nil || w.stale:
 	case e.rev <= w.seen:
+	case w.release:
+		if !e.put && strings.HasPrefix(e.key, w.prefix) {
+			w.served = true
+			w.signal()
+		}
 	case e.put:
 		if w.behind && e.created > w.rev && strings.HasPrefix(e.key, w.prefix) {
 			w.served = true
@@ -73,6 +86,20 @@ func (w *waiter) apply(e event) {
 		if w.served {
 			w.signal()
 		}
+	}
+}
+
+// missed says that the events can no longer tell what happened since seen: a waiter or a
+// sentry has its count read again (stale); a release watch cannot know whether a release
+// went by, so it takes it that one did (a spurious wake costs its owner one more try).
+func (w *waiter) missed() {
+	if !w.release {
+		w.stale = true
+		return
+	}
+	if !w.served && w.err == nil {
+		w.served = true
+		w.signal()
 	}
 }
 

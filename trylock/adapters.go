@@ -1,0 +1,123 @@
+package trylock
+
+import (
+	"context"
+	"sync"
+
+	"github.com/etcdsync/etcdsync/reentrant"
+	"github.com/etcdsync/etcdsync/rwmutex"
+)
+
+// Compile-time checks: the primitives are Lockers that tell releases.
+var (
+	_ ReleaseWatcher = (*rwmutex.RWMutex)(nil)
+	_ ReleaseWatcher = readLocker{}
+	_ ReleaseWatcher = (*ReentrantLocker)(nil)
+	_ ReleaseWatcher = (*PermitLocker[int])(nil)
+)
+
+// RLocker returns a Locker whose TryLock is rw.TryRLock, like sync.RWMutex.RLocker. Release
+// the read lock it takes with rw.RUnlock. Its retries wake only when a writer lets go, since
+// a read lock waits for writers alone.
+func RLocker(rw *rwmutex.RWMutex) Locker { return readLocker{rw} }
+
+type readLocker struct{ rw *rwmutex.RWMutex }
+
+func (r readLocker) TryLock(ctx context.Context) error { return r.rw.TryRLock(ctx) }
+
+func (r readLocker) WatchRelease() (arm func() <-chan struct{}, stop func()) {
+	return r.rw.WatchWriteRelease()
+}
+
+// ReentrantLocker adapts a reentrant.Mutex to Locker: its TryLock keeps the owning context
+// that the Mutex's TryLock returns, for Context to hand back. Use one per acquisition.
+type ReentrantLocker struct {
+	m *reentrant.Mutex
+
+	mu  sync.Mutex
+	ctx context.Context
+}
+
+// Reentrant returns a Locker over m. After a TryLock (or a Once, Retry or Timeout) that took
+// the lock, Context is the owning context: run the work under it and pass it to m.Unlock.
+func Reentrant(m *reentrant.Mutex) *ReentrantLocker { return &ReentrantLocker{m: m} }
+
+// TryLock is m.TryLock(ctx). A ctx that owns a hold of m re-enters it, as with m.TryLock.
+func (l *ReentrantLocker) TryLock(ctx context.Context) error {
+	octx, err := l.m.TryLock(ctx)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.ctx = octx
+	l.mu.Unlock()
+	return nil
+}
+
+// Context is the owning context that the last successful TryLock returned, nil before one.
+func (l *ReentrantLocker) Context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ctx
+}
+
+// WatchRelease is m.WatchRelease: see ReleaseWatcher.
+func (l *ReentrantLocker) WatchRelease() (arm func() <-chan struct{}, stop func()) {
+	return l.m.WatchRelease()
+}
+
+// An Acquirer hands out permits of type P without waiting: a *semaphore.Semaphore is an
+// Acquirer[*semaphore.Permit]. TryAcquire returns ErrNoPermits (or ErrLocked) when busy.
+type Acquirer[P any] interface {
+	TryAcquire(ctx context.Context) (P, error)
+}
+
+// PermitLocker adapts an Acquirer to Locker: its TryLock keeps the permit that TryAcquire
+// returns, for Permit to hand back. Use one per acquisition.
+type PermitLocker[P any] struct {
+	a Acquirer[P]
+
+	mu     sync.Mutex
+	permit P
+}
+
+// Permits returns a Locker over a, such as a *semaphore.Semaphore (P is inferred):
+//
+//	l := trylock.Permits(sem)
+//	if err := trylock.Timeout(ctx, l, 5*time.Second); err != nil {
+//		return err
+//	}
+//	defer l.Permit().Release(context.Background())
+//
+// If a has a WatchRelease method (see ReleaseWatcher), retries wake on releases; otherwise
+// they wait out their backoff.
+func Permits[P any](a Acquirer[P]) *PermitLocker[P] { return &PermitLocker[P]{a: a} }
+
+// TryLock is a.TryAcquire(ctx), keeping the permit when it succeeds.
+func (l *PermitLocker[P]) TryLock(ctx context.Context) error {
+	p, err := l.a.TryAcquire(ctx)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.permit = p
+	l.mu.Unlock()
+	return nil
+}
+
+// Permit is the permit that the last successful TryLock took, the zero P before one.
+func (l *PermitLocker[P]) Permit() P {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.permit
+}
+
+// WatchRelease is a's, if a has one; otherwise arm returns a nil channel, which never yields.
+func (l *PermitLocker[P]) WatchRelease() (arm func() <-chan struct{}, stop func()) {
+	if w, ok := any(l.a).(interface {
+		WatchRelease() (func() <-chan struct{}, func())
+	}); ok {
+		return w.WatchRelease()
+	}
+	return func() <-chan struct{} { return nil }, func() {}
+}

@@ -1,0 +1,111 @@
+package trylock_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/mutex"
+	"github.com/etcdsync/etcdsync/trylock"
+)
+
+var cluster *etcdtest.Cluster
+
+func TestMain(m *testing.M) { etcdtest.Main(m, &cluster) }
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newMutex(t *testing.T, cli *clientv3.Client, name string) *mutex.Mutex {
+	t.Helper()
+	m, err := mutex.New(cli, name)
+	require.NoError(t, err)
+	return m
+}
+
+// keysOf counts the keys of name in etcd.
+func keysOf(t *testing.T, cli *clientv3.Client, name string) int64 {
+	t.Helper()
+	resp, err := cli.Get(testContext(t), core.NamePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	require.NoError(t, err)
+	return resp.Count
+}
+
+// revision is the cluster's current revision: unchanged means nothing was written.
+func revision(t *testing.T, cli *clientv3.Client) int64 {
+	t.Helper()
+	resp, err := cli.Get(testContext(t), "\x00")
+	require.NoError(t, err)
+	return resp.Header.Revision
+}
+
+// unchanged fails the test if anything was written to etcd since before, or if name has
+// other than keys keys: the failed tries in between left nothing behind.
+func unchanged(t *testing.T, cli *clientv3.Client, name string, keys, before int64) {
+	t.Helper()
+	require.Equal(t, before, revision(t, cli), "a failed try wrote to etcd")
+	require.Equal(t, keys, keysOf(t, cli, name), "keys of %q", name)
+}
+
+// within fails the test unless ch yields within d.
+func within[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("%s: not within %v", what, d)
+		var zero T
+		return zero
+	}
+}
+
+// tracked is a real Locker whose tries are counted and reported; it keeps the Locker's
+// WatchRelease, so retries through it wake on releases.
+type tracked struct {
+	trylock.ReleaseWatcher
+	tries atomic.Int32
+	tried chan error // every try's result; never blocks the try
+}
+
+func track(l trylock.ReleaseWatcher) *tracked {
+	return &tracked{ReleaseWatcher: l, tried: make(chan error, 1000)}
+}
+
+func (c *tracked) TryLock(ctx context.Context) error {
+	err := c.ReleaseWatcher.TryLock(ctx)
+	c.tries.Add(1)
+	c.tried <- err
+	return err
+}
+
+// blind hides the WatchRelease of the Locker it wraps: its retries only back off.
+type blind struct{ l trylock.Locker }
+
+func (b blind) TryLock(ctx context.Context) error { return b.l.TryLock(ctx) }
+
+// warmHold takes a lock with first, queues second (on the client that will retry) behind
+// it with wait, and lets first go with release, so that second holds the lock when it
+// returns. second's client then has a watch of the name that has started and dispatched a
+// delete: a retry on that client starts from a known revision, and its first wait cannot
+// end early because the watch is new (see core.ReleaseWatch). keys is how many keys the
+// name has while second waits.
+func warmHold(t *testing.T, admin *clientv3.Client, name string, keys int64, first, wait, release func(context.Context) error) {
+	t.Helper()
+	ctx := testContext(t)
+	require.NoError(t, first(ctx))
+	waited := make(chan error, 1)
+	go func() { waited <- wait(ctx) }()
+	etcdtest.AwaitKeys(t, admin, core.NamePrefix(name), keys)
+	require.NoError(t, release(ctx))
+	require.NoError(t, within(t, waited, 10*time.Second, "the queued waiter's lock"))
+}

@@ -1,0 +1,193 @@
+package trylock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// Locker is anything that can try to take a lock once without waiting: it returns nil when
+// it took it, an error matching ErrLocked or ErrNoPermits when it is busy, and any other
+// error when the try itself failed.
+type Locker interface {
+	TryLock(ctx context.Context) error
+}
+
+// A ReleaseWatcher is a Locker that can tell when a busy lock may have come free, so that
+// Retry and Timeout wake then instead of sleeping out their backoff. Every etcdsync
+// primitive and adapter here implements it.
+//
+// WatchRelease starts watching. Retry calls arm before each try; the channel it returns
+// yields (or is closed) when a release happened after that call, and a nil channel never
+// does. A spurious yield is allowed: it only costs one more try. Retry calls stop when done.
+type ReleaseWatcher interface {
+	Locker
+	WatchRelease() (arm func() <-chan struct{}, stop func())
+}
+
+// The errors of this package, shared with every etcdsync package; compare with errors.Is.
+var (
+	ErrTimeout       = core.ErrTimeout       // Timeout: the lock stayed busy for the whole duration
+	ErrLocked        = core.ErrLocked        // a try found a lock held or waited for
+	ErrNoPermits     = core.ErrNoPermits     // a try found every permit of a semaphore held
+	ErrInvalidOption = core.ErrInvalidOption // Retry: a bad option; any call: a nil Locker
+)
+
+// Once tries l once: l.TryLock(ctx), for symmetry with Retry and Timeout. It returns nil
+// when it took the lock, or the try's error: ErrLocked (or ErrNoPermits) when the lock is
+// busy, and then nothing was written.
+func Once(ctx context.Context, l Locker) error {
+	if l == nil {
+		return fmt.Errorf("trylock: once: %w: nil Locker", ErrInvalidOption)
+	}
+	return l.TryLock(ctx)
+}
+
+// Retry tries l until it takes the lock, waiting between tries for a jittered delay that
+// doubles from one try to the next (see Backoff; by default it starts at 100 ms and stops
+// growing at 2 s). If l is a ReleaseWatcher, a release on the name ends the wait early: the
+// next try starts as soon as the lock may be free, though at least min(delay, 10 ms) after
+// the last one, so a name with many releases is not tried more often than that. A watch
+// that cannot tell whether it missed a release counts as one: so the first wait of a retry
+// on a client that had no watch of the name open yet may end after that 10 ms too.
+//
+// Only a busy lock (ErrLocked, ErrNoPermits) is tried again. Any other error of a try is
+// returned at once, wrapped. Without Attempts, Retry tries until ctx ends, like a Lock does:
+// bound it with ctx's deadline, or use Timeout. It then returns promptly with an error that
+// matches both ctx's error and the last try's ErrLocked (or ErrNoPermits; ctx's alone if ctx
+// ended before any try found the lock busy). After Attempts(n) tries it returns the last
+// one's error, wrapped. A bad option returns ErrInvalidOption before any try.
+//
+// Each failed try costs what the Locker's TryLock costs (one Txn for every etcdsync
+// primitive) and writes nothing; the wake-up adds no RPC, since it uses the client's watch
+// of the name (which it opens, if no waiter of that client has it open).
+func Retry(ctx context.Context, l Locker, opts ...RetryOption) error {
+	cfg, err := retryOptions(opts)
+	if err == nil && l == nil {
+		err = fmt.Errorf("%w: nil Locker", ErrInvalidOption)
+	}
+	if err != nil {
+		return fmt.Errorf("trylock: retry: %w", err)
+	}
+	return retry(ctx, l, cfg)
+}
+
+// Timeout is Retry with its default backoff and no limit on tries, for at most d. When d
+// passes with the lock still busy, it returns an error that matches both ErrTimeout and the
+// last try's ErrLocked (or ErrNoPermits); a try under way at d is cut short and leaves
+// nothing behind. If ctx ends first, Timeout returns as Retry does (ctx's error, not
+// ErrTimeout). With d <= 0 it tries exactly once, and a busy lock is ErrTimeout as well.
+func Timeout(ctx context.Context, l Locker, d time.Duration) error {
+	if l == nil {
+		return fmt.Errorf("trylock: timeout: %w: nil Locker", ErrInvalidOption)
+	}
+	if d <= 0 {
+		err := l.TryLock(ctx)
+		if busy(err) {
+			return &gaveUpError{why: ErrTimeout, last: err, tries: 1}
+		}
+		return err
+	}
+	tctx, cancel := context.WithTimeoutCause(ctx, d, ErrTimeout)
+	defer cancel()
+	return retry(tctx, l, defaultRetry())
+}
+
+// busy reports whether err says that the lock is taken, which another try may find free.
+func busy(err error) bool {
+	return errors.Is(err, ErrLocked) || errors.Is(err, ErrNoPermits)
+}
+
+// gaveUpError is the error of a Retry or Timeout that ran out of time with the lock busy:
+// it matches why (ctx's error, or ErrTimeout) and the last try's error.
+type gaveUpError struct {
+	why   error
+	last  error
+	tries int
+}
+
+func (e *gaveUpError) Error() string {
+	return fmt.Sprintf("trylock: gave up after %d tries: %v; last try: %v", e.tries, e.why, e.last)
+}
+
+func (e *gaveUpError) Unwrap() []error { return []error{e.why, e.last} }
+
+// retry runs the tries of Retry and Timeout.
+func retry(ctx context.Context, l Locker, cfg retryConfig) error {
+	var arm func() <-chan struct{}
+	if rw, ok := l.(ReleaseWatcher); ok {
+		var stop func()
+		arm, stop = rw.WatchRelease()
+		defer stop()
+	}
+	delays := cfg.delays()
+	var last error // the last busy try's error
+	for try := 1; ; try++ {
+		var released <-chan struct{}
+		if arm != nil {
+			released = arm() // before the try: a release between the try and the wait counts
+		}
+		err := l.TryLock(ctx)
+		switch {
+		case err == nil:
+			return nil
+		case !busy(err) && ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			return gaveUp(ctx, err, last, try-1) // ctx ended during the try
+		case !busy(err):
+			return fmt.Errorf("trylock: try %d: %w", try, err)
+		}
+		last = err
+		if cfg.attempts > 0 && try >= cfg.attempts {
+			return fmt.Errorf("trylock: gave up after %d tries: %w", try, err)
+		}
+		if err := pause(ctx, delays.next(), released); err != nil {
+			return gaveUp(ctx, err, last, try)
+		}
+	}
+}
+
+// gaveUp is the error of a retry whose ctx ended: ErrTimeout if that is its cause (Timeout),
+// else ctx's error; joined with the last busy try's error, if any try found the lock busy.
+func gaveUp(ctx context.Context, err, last error, tries int) error {
+	why := ctx.Err()
+	if errors.Is(context.Cause(ctx), ErrTimeout) {
+		why = ErrTimeout
+	}
+	if last == nil {
+		if why == ErrTimeout {
+			return fmt.Errorf("trylock: %w before any try found the lock busy: %w", ErrTimeout, err)
+		}
+		return fmt.Errorf("trylock: %w", err)
+	}
+	return &gaveUpError{why: why, last: last, tries: tries}
+}
+
+// wakeFloor is the least time between two tries that a release cuts short, so that on a
+// name with many releases each retry tries at most about 100 times a second.
+const wakeFloor = 10 * time.Millisecond
+
+// pause waits for d, or for a release on released but never less than min(d, wakeFloor),
+// or until ctx ends (returning its error).
+func pause(ctx context.Context, d time.Duration, released <-chan struct{}) error {
+	start := time.Now()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return nil
+		case <-released:
+			released = nil
+			rest := min(d, wakeFloor) - time.Since(start)
+			if rest <= 0 {
+				return nil
+			}
+			t.Reset(rest) // since Go 1.23, no stale tick of the old setting can come after
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
