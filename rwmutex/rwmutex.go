@@ -2,7 +2,6 @@ package rwmutex
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -303,10 +302,6 @@ func (rw *RWMutex) RUnlock(ctx context.Context) error {
 		sentry.Stop()
 	}
 	ended, err := g.hold.Release(ctx)
-	if !ended && errors.Is(err, core.ErrNotLocked) {
-		// A check found that an earlier RUnlock's delete, which got no answer, was applied.
-		ended, err = true, g.hold.Err()
-	}
 	rw.mu.Lock()
 	if ended {
 		rw.dropGroup(g)

@@ -42,6 +42,7 @@ type Hold struct {
 	err         error
 	sawDelete   bool               // the key vanished while a release was under way
 	tried       bool               // a release's delete got no answer: etcd may have applied it
+	settled     bool               // ... and it was found applied: the next Release reports the end
 	stopMonitor context.CancelFunc // nil until the monitor starts
 	monitorDone chan struct{}
 	onEnd       []func(error)
@@ -126,6 +127,7 @@ func (h *Hold) gone(ctx context.Context) {
 		defer h.mu.Unlock()
 		if h.state == held {
 			h.end(released, nil)
+			h.settled = true
 		}
 		return
 	}
@@ -269,12 +271,19 @@ func (h *Hold) checkKey(ctx context.Context, from int64) (next int64, gone bool)
 // retried through leader changes until ctx ends.
 //
 // ended is true for exactly one call: the one that ended the hold, with a nil error or
-// ErrLost if the hold was lost first. Another call, during or after it, gets ErrNotLocked;
-// so does one after Check found that an earlier call's unanswered delete had been applied.
+// ErrLost if the hold was lost first. Another call, during or after it, gets ErrNotLocked.
+// When a call's delete got no answer and the hold's watch or Check then found it applied,
+// the next call is the one that reports the end.
 // When the Txn cannot be done, the hold stays and the error says why.
 func (h *Hold) Release(ctx context.Context) (ended bool, err error) {
 	h.mu.Lock()
 	prev := h.state
+	if prev == released && h.settled {
+		// An earlier call's delete, which got no answer, was found applied (see gone).
+		h.settled = false
+		h.mu.Unlock()
+		return true, nil
+	}
 	if prev == releasing || prev == released {
 		h.mu.Unlock()
 		return false, ErrNotLocked
