@@ -41,12 +41,18 @@ func (q *Queue) hubKey() hubKey { return hubKey{cli: q.cli, prefix: q.prefix, pu
 // Prefix is the key prefix of the queue's name.
 func (q *Queue) Prefix() string { return q.prefix }
 
+// Client is the etcd client the queue works through.
+func (q *Queue) Client() *clientv3.Client { return q.cli }
+
 // Spec describes one kind of acquisition.
 type Spec struct {
 	Kind  string // sub-prefix of the acquisition's key under the name ("" for a mutex)
 	Ahead string // sub-prefix whose earlier keys count against it ("" for every kind)
 	Slots int    // it is served once fewer than Slots keys are ahead in Ahead
 	Value string // stored in the key
+	// Guard, if not empty, is ANDed into the If of every Txn that may write the key: when
+	// it fails, the acquisition writes nothing and returns ErrGuard (see guard.go).
+	Guard []clientv3.Cmp
 }
 
 // Acquire enqueues and waits until spec's predicate holds, then returns the hold. onKey, if
@@ -67,7 +73,7 @@ func (q *Queue) AcquireNotify(ctx context.Context, spec Spec, onKey func(string)
 			onKey(key)
 		}
 		rev, seen, ahead, err := q.enqueue(ctx, sess, spec, key)
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, ErrGuard) {
 			return nil, err // nothing was written
 		}
 		if err == nil && onQueued != nil {
@@ -122,7 +128,7 @@ func (q *Queue) enqueue(ctx context.Context, sess *concurrency.Session, spec Spe
 	for {
 		tctx, cancel := detached(ctx) // see detached: the Txn runs to its answer
 		resp, err := q.cli.Txn(clientv3.WithRequireLeader(tctx)).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, spec.Guard...)...).
 			// Read before the put: every key there is ahead.
 			Then(clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithCountOnly()),
 				clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
@@ -139,6 +145,9 @@ func (q *Queue) enqueue(ctx context.Context, sess *concurrency.Session, spec Spe
 			return rev, rev, int(resp.Responses[0].GetResponseRange().Count), nil
 		case err == nil:
 			own := resp.Responses[0].GetResponseRange().Kvs
+			if len(own) == 0 && len(spec.Guard) > 0 {
+				return 0, 0, 0, ErrGuard // the key is absent, so the guard failed
+			}
 			if len(own) == 0 {
 				return 0, 0, 0, fmt.Errorf("%w: key %s vanished between two tries of its write", ErrLost, key)
 			}
@@ -190,10 +199,16 @@ func (q *Queue) wait(ctx context.Context, sess *concurrency.Session, spec Spec, 
 	}
 }
 
-// TryAcquire takes a hold only if no key is in spec.Ahead (spec.Slots is not consulted);
-// otherwise it returns ErrLocked having written nothing. One Txn.
+// TryAcquire takes a hold only if it would be served at once, having written nothing
+// otherwise. With spec.Slots <= 1 that is when no key is in spec.Ahead: one Txn, ErrLocked
+// when it fails. With more slots it is when fewer than spec.Slots keys are there (see
+// tryCounted): ErrNoPermits, after one read-only Txn, when they are all taken. Either way
+// ErrGuard when spec.Guard fails.
 func (q *Queue) TryAcquire(ctx context.Context, spec Spec) (*Hold, error) {
 	return q.withSlot(ctx, spec.Kind, func(sess *concurrency.Session, slot *slot) (*Hold, error) {
+		if spec.Slots > 1 {
+			return q.tryCounted(ctx, sess, spec, slot)
+		}
 		return q.try(ctx, sess, spec, slot)
 	})
 }
@@ -204,10 +219,10 @@ func (q *Queue) try(ctx context.Context, sess *concurrency.Session, spec Spec, s
 	for {
 		tctx, cancel := detached(ctx) // see detached: the Txn runs to its answer
 		resp, err := q.cli.Txn(clientv3.WithRequireLeader(tctx)).
-			If(clientv3.Compare(clientv3.CreateRevision(aheadRange), "=", 0).WithPrefix()).
+			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(aheadRange), "=", 0).WithPrefix()}, spec.Guard...)...).
 			Then(clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
 			// The key may be there already: see enqueue.
-			Else(clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithFirstCreate()...)).
+			Else(append([]clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithFirstCreate()...)}, checkGuard(spec)...)...).
 			Commit()
 		cancel()
 		switch {
@@ -218,6 +233,9 @@ func (q *Queue) try(ctx context.Context, sess *concurrency.Session, spec Spec, s
 			return newHold(q.cli, sess, slot, resp.Header.Revision), nil
 		case err == nil:
 			own, first := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+			if len(own) == 0 && !guardHeld(resp, 2) {
+				return nil, ErrGuard
+			}
 			if len(own) == 0 {
 				return nil, ErrLocked
 			}

@@ -2,11 +2,13 @@ package faulttest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
@@ -102,15 +104,60 @@ func holderPaused(ctx context.Context, t testing.TB, r *Run) time.Duration {
 	paused := r.hist.Now()
 	wctx, cancel := context.WithTimeout(ctx, r.w.serveBound())
 	_, err := r.hist.awaitAcquires(wctx, 1, paused, h.wk.id)
-	cancel()
 	if err != nil {
 		t.Errorf("nobody was served while the holder (worker %d, token %d) was paused: %v", h.wk.id, h.token, err)
 	}
+	if err == nil && r.w.slots() > 1 {
+		// With several slots others are served beside the paused holder, its lease still
+		// alive: only its key's going says the lease expired.
+		if err := r.awaitKeyGone(wctx, h.token); err != nil {
+			t.Errorf("the paused holder's key (worker %d, token %d) did not go: %v", h.wk.id, h.token, err)
+		}
+	}
+	cancel()
 	h.wk.cli.Restore()
 	healed := r.hist.Now()
 	t.Logf("the paused holder (worker %d) was cut off for %v", h.wk.id, (healed - paused).Round(time.Millisecond))
 	r.awaitLostHold(ctx, t, h, "paused")
 	return healed
+}
+
+// awaitKeyGone returns once the key created at token under the lock's prefix is gone,
+// woken by a watch rather than polling.
+func (r *Run) awaitKeyGone(ctx context.Context, token int64) error {
+	for {
+		resp, err := r.env.Admin.Get(ctx, r.w.Prefix(r.name), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return err
+		}
+		key := ""
+		for _, kv := range resp.Kvs {
+			if kv.CreateRevision == token {
+				key = string(kv.Key)
+			}
+		}
+		if key == "" {
+			return nil
+		}
+		if gone, err := r.watchDelete(ctx, key, resp.Header.Revision+1); gone || !errors.Is(err, rpctypes.ErrCompacted) {
+			return err // else the background writer compacted past rev: read again
+		}
+	}
+}
+
+// watchDelete reports whether key is deleted at or after rev, watching until ctx ends.
+func (r *Run) watchDelete(ctx context.Context, key string, rev int64) (bool, error) {
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	for wr := range r.env.Admin.Watch(wctx, key, clientv3.WithRev(rev), clientv3.WithFilterPut()) {
+		if wr.Err() != nil {
+			return false, wr.Err()
+		}
+		if len(wr.Events) > 0 {
+			return true, nil
+		}
+	}
+	return false, ctx.Err()
 }
 
 // leaseRevoked revokes a holder's lease in the middle of a fenced write: the next waiter is

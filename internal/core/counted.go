@@ -1,0 +1,139 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// ErrGuard: an acquisition's Spec.Guard failed, so it wrote nothing. The caller reads what
+// the guard compares and decides (a semaphore: record its limit, or ErrLimitMismatch).
+var ErrGuard = errors.New("etcdsync: guard failed")
+
+// countedTries is how often a try with several slots reads the count again after a key
+// arrived between its read and its write, before it gives up as if every slot were taken.
+const countedTries = 3
+
+// checkGuard is an Else op that evaluates spec.Guard, for guardHeld; none without a guard.
+func checkGuard(spec Spec) []clientv3.Op {
+	if len(spec.Guard) == 0 {
+		return nil
+	}
+	return []clientv3.Op{clientv3.OpTxn(spec.Guard, nil, nil)}
+}
+
+// guardHeld reports whether the checkGuard op at index i of resp's ops succeeded; true when
+// there is none (no guard).
+func guardHeld(resp *clientv3.TxnResponse, i int) bool {
+	if i >= len(resp.Responses) {
+		return true
+	}
+	return resp.Responses[i].GetResponseTxn().GetSucceeded()
+}
+
+// tryCounted is TryAcquire for spec.Slots > 1: a hold only if fewer than spec.Slots keys
+// are in spec.Ahead, so that it is served at once and jumps no waiter (a waiter has at
+// least Slots keys ahead, so while there is one the range holds Slots keys or more).
+//
+// A Txn cannot compare a count, so it reads first and writes on condition: one read-only
+// Txn counts the range at revision R (and checks the guard); if a slot is free, a second
+// puts the key only if no key of the range was written after R ("ModRevision < R+1" over a
+// prefix holds for every key in it). Deletes since R only free slots. A key that arrived
+// since R makes it read again, up to countedTries times, then give up with ErrNoPermits.
+// When full it costs one read and writes nothing; otherwise a read and a Txn.
+func (q *Queue) tryCounted(ctx context.Context, sess *concurrency.Session, spec Spec, slot *slot) (*Hold, error) {
+	for range countedTries {
+		n, rev, err := q.countKeys(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		if n >= spec.Slots {
+			return nil, ErrNoPermits
+		}
+		h, err := q.putIfUnchanged(ctx, sess, spec, slot, rev)
+		if err == nil || !errors.Is(err, errMoved) {
+			return h, err
+		}
+	}
+	return nil, fmt.Errorf("%w: keys kept arriving between the count and the write", ErrNoPermits)
+}
+
+var errMoved = errors.New("etcdsync: a key arrived since the count")
+
+// countKeys counts the keys in spec.Ahead, linearizably, under spec.Guard (ErrGuard if it
+// fails), and returns the count with the revision it reflects. One read-only Txn, retried
+// through leader changes.
+func (q *Queue) countKeys(ctx context.Context, spec Spec) (n int, rev int64, err error) {
+	var b backoff
+	for {
+		resp, err := q.cli.Txn(clientv3.WithRequireLeader(ctx)).
+			If(spec.Guard...).
+			Then(clientv3.OpGet(q.prefix+spec.Ahead, clientv3.WithPrefix(), clientv3.WithCountOnly())).
+			Commit()
+		switch {
+		case err == nil && !resp.Succeeded:
+			return 0, 0, ErrGuard
+		case err == nil:
+			return int(resp.Responses[0].GetResponseRange().Count), resp.Header.Revision, nil
+		case !transient(err) || ctx.Err() != nil:
+			return 0, 0, fmt.Errorf("count %s: %w", q.prefix+spec.Ahead, err)
+		}
+		if err := b.wait(ctx); err != nil {
+			return 0, 0, err
+		}
+	}
+}
+
+// putIfUnchanged writes the slot's key if no key of spec.Ahead was written after rev and
+// the guard holds: then fewer than spec.Slots keys are ahead of it, as counted at rev.
+// errMoved says a key arrived meanwhile. A key of the slot already there (a try whose
+// answer was lost, a cleanup that failed) is taken over if it is served, else removed.
+func (q *Queue) putIfUnchanged(ctx context.Context, sess *concurrency.Session, spec Spec, slot *slot, rev int64) (*Hold, error) {
+	key, aheadRange := slot.key(), q.prefix+spec.Ahead
+	cmps := append([]clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+		clientv3.Compare(clientv3.ModRevision(aheadRange), "<", rev+1).WithPrefix(),
+	}, spec.Guard...)
+	var b backoff
+	for {
+		tctx, cancel := detached(ctx) // see detached: the Txn runs to its answer
+		resp, err := q.cli.Txn(clientv3.WithRequireLeader(tctx)).
+			If(cmps...).
+			Then(clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
+			Else(append([]clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly())}, checkGuard(spec)...)...).
+			Commit()
+		cancel()
+		switch {
+		case err == nil && ctx.Err() != nil:
+			q.remove(ctx, key)
+			return nil, ctx.Err()
+		case err == nil && resp.Succeeded:
+			return newHold(q.cli, sess, slot, resp.Header.Revision), nil
+		case err == nil:
+			own := resp.Responses[0].GetResponseRange().Kvs
+			switch {
+			case len(own) == 1 && countAhead(resp.Responses[1].GetResponseRange().Kvs, own[0].CreateRevision) < spec.Slots:
+				return newHold(q.cli, sess, slot, own[0].CreateRevision), nil
+			case len(own) == 1:
+				q.remove(ctx, key) // ours, but not served: a try does not wait
+				return nil, ErrNoPermits
+			case !guardHeld(resp, 2):
+				return nil, ErrGuard
+			}
+			return nil, errMoved
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return nil, err
+		case !transient(err) || ctx.Err() != nil:
+			q.remove(ctx, key)
+			return nil, fmt.Errorf("try %s: %w", key, err)
+		}
+		if err := b.wait(ctx); err != nil {
+			q.remove(ctx, key)
+			return nil, err
+		}
+	}
+}

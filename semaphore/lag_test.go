@@ -1,0 +1,88 @@
+package semaphore_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
+)
+
+// TestLimitHoldsWithClientsOnLaggingMembers contends for a semaphore from clients spread
+// over a 3-member cluster, while large writes on other keys keep the followers applying
+// behind the leader, so that waiters' watches replay deletes their snapshots already
+// reflect. Taken as news, such a delete would let a waiter in beside limit holders, or
+// report its own earlier key's delete as a spurious ErrLost.
+func TestLimitHoldsWithClientsOnLaggingMembers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-member cluster")
+	}
+	c, err := etcdtest.NewEmbedded(3)
+	require.NoError(t, err)
+	defer c.Close()
+
+	const clients, perClient, cycles, limit = 6, 2, 80, 2 // 960 permit cycles
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	stopWrites := etcdtest.BackgroundWrites(ctx, t, etcdtest.SpreadClient(t, c, 0), "lag-data/")
+	defer stopWrites()
+
+	var inside, peak, over, done atomic.Int64
+	var spurious sync.Map // error text -> count, for the failure message
+	var wg sync.WaitGroup
+	for i := range clients {
+		cli := etcdtest.SpreadClient(t, c, i%c.Size())
+		s := newSemaphore(t, cli, "lag", limit)
+		for range perClient {
+			wg.Go(func() {
+				for n := 0; n < cycles && ctx.Err() == nil; {
+					p, err := s.Acquire(ctx)
+					if err != nil {
+						if ctx.Err() == nil {
+							v, _ := spurious.LoadOrStore(err.Error(), new(atomic.Int64))
+							v.(*atomic.Int64).Add(1)
+						}
+						continue
+					}
+					k := inside.Add(1)
+					if k > limit {
+						over.Add(1)
+					}
+					for old := peak.Load(); k > old && !peak.CompareAndSwap(old, k); old = peak.Load() {
+					}
+					// The work: a fenced write, which a lost permit could not make.
+					resp, err := cli.Txn(ctx).If(p.IsOwner()).Then(clientv3.OpPut("lag-work", "x")).Commit()
+					if err == nil && !resp.Succeeded {
+						t.Errorf("a fenced write under a permit that was not lost failed")
+					}
+					inside.Add(-1)
+					if err := p.Release(ctx); err != nil && ctx.Err() == nil {
+						t.Errorf("release: %v", err)
+					}
+					n++
+					done.Add(1)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	require.NoError(t, ctx.Err(), "out of time after %d cycles", done.Load())
+
+	var failures []string
+	spurious.Range(func(k, v any) bool {
+		failures = append(failures, k.(string)+" ×"+strconv.FormatInt(v.(*atomic.Int64).Load(), 10))
+		return true
+	})
+	assert.Zero(t, over.Load(), "more than %d holders at once, in %d cycles", limit, done.Load())
+	t.Logf("%d cycles, peak concurrency %d", done.Load(), peak.Load())
+	assert.Empty(t, failures, "Acquire failed although nothing was lost: %s", strings.Join(failures, "; "))
+	assert.Equal(t, int64(clients*perClient*cycles), done.Load())
+}

@@ -1,0 +1,84 @@
+package semaphore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/semaphore"
+)
+
+var cluster *etcdtest.Cluster
+
+func TestMain(m *testing.M) { etcdtest.Main(m, &cluster) }
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newSemaphore(t *testing.T, cli *clientv3.Client, name string, limit int, opts ...semaphore.Option) *semaphore.Semaphore {
+	t.Helper()
+	s, err := semaphore.New(cli, name, limit, opts...)
+	require.NoError(t, err)
+	return s
+}
+
+// permitPrefix is where the permits of name are: every key but the limit record.
+func permitPrefix(name string) string { return core.NamePrefix(name) + "permit/" }
+
+// permitsOf counts the permit keys of name in etcd, holders and waiters.
+func permitsOf(t *testing.T, cli *clientv3.Client, name string) int64 {
+	t.Helper()
+	resp, err := cli.Get(testContext(t), permitPrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	require.NoError(t, err)
+	return resp.Count
+}
+
+// awaitPermits returns once name has n permit keys, woken by watch events rather than polling.
+func awaitPermits(t *testing.T, cli *clientv3.Client, name string, n int64) {
+	t.Helper()
+	etcdtest.AwaitKeys(t, cli, permitPrefix(name), n)
+}
+
+// revision is the cluster's current revision: unchanged means nothing was written.
+func revision(t *testing.T, cli *clientv3.Client) int64 {
+	t.Helper()
+	resp, err := cli.Get(testContext(t), "\x00")
+	require.NoError(t, err)
+	return resp.Header.Revision
+}
+
+// within fails the test unless ch is closed or yields within d.
+func within[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("%s: not within %v", what, d)
+		var zero T
+		return zero
+	}
+}
+
+// acquireAsync starts an Acquire and returns where its outcome arrives.
+func acquireAsync(ctx context.Context, s *semaphore.Semaphore) <-chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		p, err := s.Acquire(ctx)
+		ch <- acquired{p, err}
+	}()
+	return ch
+}
+
+type acquired struct {
+	p   *semaphore.Permit
+	err error
+}

@@ -1,0 +1,34 @@
+package semaphore
+
+import (
+	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// Option configures a Semaphore. Options of every etcdsync package are interchangeable.
+type Option = core.Option
+
+// DefaultTTL is the lease TTL without WithTTL: a holder that dies frees its permits after it.
+const DefaultTTL = core.DefaultTTL
+
+// WithTTL sets the TTL of the lease the permits' keys are bound to, at least one second
+// (rounded up to whole seconds). Primitives on one client with one TTL share a lease.
+func WithTTL(ttl time.Duration) Option { return core.WithTTL(ttl) }
+
+// WithSession makes the Semaphore use s, the caller's session, as it is: its lease and its
+// lifetime. It is never closed or replaced; once it has expired, Acquire returns ErrLost.
+// It cannot be combined with WithTTL.
+func WithSession(s *concurrency.Session) Option { return core.WithSession(s) }
+
+// The errors of this package, shared with every etcdsync package; compare with errors.Is.
+var (
+	ErrInvalidName   = core.ErrInvalidName   // New: empty, over 512 bytes, NUL, not UTF-8
+	ErrInvalidOption = core.ErrInvalidOption // New: a bad option, a nil client, a limit below 1
+	ErrNoPermits     = core.ErrNoPermits     // TryAcquire: every permit is held
+	ErrLimitMismatch = core.ErrLimitMismatch // Acquire, TryAcquire: etcd records another limit
+	ErrNotLocked     = core.ErrNotLocked     // Release, Err: the permit is released already
+	ErrLost          = core.ErrLost          // the permit ended without Release
+)

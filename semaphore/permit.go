@@ -1,0 +1,87 @@
+package semaphore
+
+import (
+	"context"
+	"sync/atomic"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// Permit is one permit of a Semaphore, from Acquire until Release. Its methods are safe
+// for use by several goroutines; those of a nil Permit report no hold.
+type Permit struct {
+	s     *Semaphore
+	h     *core.Hold
+	ended atomic.Bool // Release has ended it
+}
+
+// Release gives the permit back: one Txn that deletes its key only while the key's create
+// revision is still this permit's, so a late or repeated Release never frees another
+// permit. A second Release returns ErrNotLocked; one after the permit was lost returns
+// ErrLost (the permit has ended all the same). If etcd cannot be reached before ctx ends,
+// the permit stays held and Release may be called again.
+func (p *Permit) Release(ctx context.Context) error {
+	if p == nil {
+		return ErrNotLocked
+	}
+	ended, err := p.h.Release(ctx)
+	if ended {
+		p.ended.Store(true)
+	}
+	if err != nil {
+		return p.s.errorf("release", err)
+	}
+	return nil
+}
+
+func (p *Permit) hold() *core.Hold {
+	if p == nil || p.ended.Load() {
+		return nil
+	}
+	return p.h
+}
+
+// Token is the permit's fencing token: its key's create revision, increasing in the order
+// permits of the name are granted. 0 once released.
+func (p *Permit) Token() int64 {
+	if h := p.hold(); h != nil {
+		return h.Token()
+	}
+	return 0
+}
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Done is closed when the permit ends: by Release, or by loss (then Err is ErrLost).
+//
+// The first call to Done or Err starts a watch of the permit's key and session (from the
+// key's creation on, so a loss that came before is reported at once); a permit that is
+// never asked costs no watch. Either way Release reports a loss, and IsOwner fences writes.
+func (p *Permit) Done() <-chan struct{} {
+	if p == nil {
+		return closed
+	}
+	return p.h.Done()
+}
+
+// Err is nil while the permit is held, ErrLost once it was lost (its key deleted, its
+// lease expired or revoked) until Release, and ErrNotLocked after Release.
+func (p *Permit) Err() error {
+	if h := p.hold(); h != nil {
+		return h.Err()
+	}
+	return ErrNotLocked
+}
+
+// IsOwner is a Txn compare that succeeds only while this permit's key exists with its
+// create revision: put it in the If of every write the permit guards. After Release it
+// never succeeds.
+func (p *Permit) IsOwner() clientv3.Cmp {
+	if h := p.hold(); h != nil {
+		return h.IsOwner()
+	}
+	// No key has a negative create revision.
+	return clientv3.Compare(clientv3.CreateRevision(permitKind), "<", 0)
+}

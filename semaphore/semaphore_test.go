@@ -1,0 +1,460 @@
+package semaphore_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/rpcstat"
+	"github.com/etcdsync/etcdsync/semaphore"
+)
+
+// TestNeverMoreThanTheLimitAcrossClientsAndTheLimitIsReached: goroutines on several
+// clients cycle permits; the first holders keep theirs until the limit is reached, so
+// that a semaphore that admits fewer than its limit fails as surely as one that admits more.
+func TestNeverMoreThanTheLimitAcrossClientsAndTheLimitIsReached(t *testing.T) {
+	ctx := testContext(t)
+	const name, limit, clients, perClient, rounds = "limit", 3, 4, 2, 6
+	var inside, peak, total atomic.Int64
+	reached := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range clients {
+		s := newSemaphore(t, cluster.Client(t), name, limit)
+		for range perClient {
+			wg.Go(func() {
+				for range rounds {
+					p, err := s.Acquire(ctx)
+					if !assert.NoError(t, err) {
+						return
+					}
+					n := inside.Add(1)
+					assert.LessOrEqual(t, n, int64(limit), "more holders than the limit")
+					for old := peak.Load(); n > old && !peak.CompareAndSwap(old, n); old = peak.Load() {
+					}
+					if n == limit {
+						once.Do(func() { close(reached) })
+					}
+					select { // the first holders wait for company
+					case <-reached:
+					case <-time.After(10 * time.Second):
+					}
+					total.Add(1)
+					inside.Add(-1)
+					assert.NoError(t, p.Release(ctx))
+				}
+			})
+		}
+	}
+	wg.Wait()
+	assert.Equal(t, int64(limit), peak.Load(), "peak concurrency")
+	assert.Equal(t, int64(clients*perClient*rounds), total.Load())
+	assert.Zero(t, permitsOf(t, cluster.Client(t), name))
+}
+
+func TestWaitersAreServedInArrivalOrder(t *testing.T) {
+	for _, limit := range []int{1, 2} {
+		t.Run(fmt.Sprintf("limit=%d", limit), func(t *testing.T) {
+			ctx := testContext(t)
+			name := fmt.Sprintf("fifo-%d", limit)
+			const waiters = 5
+			admin := cluster.Client(t)
+			holders := make([]*semaphore.Permit, limit)
+			for i := range holders {
+				p, err := newSemaphore(t, cluster.Client(t), name, limit).Acquire(ctx)
+				require.NoError(t, err)
+				holders[i] = p
+			}
+			var (
+				mu    sync.Mutex
+				order []int
+				wg    sync.WaitGroup
+			)
+			for i := range waiters {
+				s := newSemaphore(t, cluster.Client(t), name, limit)
+				wg.Go(func() {
+					p, err := s.Acquire(ctx)
+					if !assert.NoError(t, err) {
+						return
+					}
+					mu.Lock()
+					order = append(order, i)
+					mu.Unlock()
+					assert.NoError(t, p.Release(ctx))
+				})
+				awaitPermits(t, admin, name, int64(limit+i+1)) // waiter i is in line before i+1 starts
+			}
+			// One permit frees: the waiters pass through it one by one, in line, while the
+			// other holders keep theirs.
+			require.NoError(t, holders[0].Release(ctx))
+			wg.Wait()
+			assert.Equal(t, []int{0, 1, 2, 3, 4}, order)
+			for _, p := range holders[1:] {
+				require.NoError(t, p.Release(ctx))
+			}
+			assert.Zero(t, permitsOf(t, admin, name))
+		})
+	}
+}
+
+func TestTryAcquireWhenFullFailsAndWritesNothing(t *testing.T) {
+	for _, limit := range []int{1, 3} {
+		t.Run(fmt.Sprintf("limit=%d", limit), func(t *testing.T) {
+			ctx := testContext(t)
+			name := fmt.Sprintf("try-%d", limit)
+			admin := cluster.Client(t)
+			s := newSemaphore(t, cluster.Client(t), name, limit)
+			var held []*semaphore.Permit
+			for range limit {
+				p, err := s.TryAcquire(ctx)
+				require.NoError(t, err, "a free permit")
+				held = append(held, p)
+			}
+			other := newSemaphore(t, cluster.Client(t), name, limit)
+			_, err := other.Acquire(testTimeout(t, time.Millisecond)) // records nothing new: the limit is there
+			require.Error(t, err)
+
+			before := revision(t, admin)
+			for range 3 {
+				p, err := other.TryAcquire(ctx)
+				assert.ErrorIs(t, err, semaphore.ErrNoPermits)
+				assert.Nil(t, p)
+			}
+			assert.Equal(t, before, revision(t, admin), "a failed TryAcquire wrote")
+			assert.Equal(t, int64(limit), permitsOf(t, admin, name))
+
+			// A waiter in line: a permit that frees is its, not a try's.
+			waiter := acquireAsync(ctx, other)
+			awaitPermits(t, admin, name, int64(limit+1))
+			require.NoError(t, held[0].Release(ctx))
+			w := within(t, waiter, 10*time.Second, "the waiter is served")
+			require.NoError(t, w.err)
+			_, err = s.TryAcquire(ctx)
+			assert.ErrorIs(t, err, semaphore.ErrNoPermits)
+			for _, p := range append(held[1:], w.p) {
+				require.NoError(t, p.Release(ctx))
+			}
+			assert.Zero(t, permitsOf(t, admin, name))
+		})
+	}
+}
+
+// testTimeout is a context that ends after d.
+func testTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestALimitOtherThanTheRecordedOneIsRefusedAndWritesNothing(t *testing.T) {
+	ctx := testContext(t)
+	const name = "mismatch"
+	admin := cluster.Client(t)
+	_, err := admin.Delete(ctx, core.NamePrefix(name)+"limit") // the record outlives a run of -count
+	require.NoError(t, err)
+	first := newSemaphore(t, cluster.Client(t), name, 3)
+	p, err := first.Acquire(ctx)
+	require.NoError(t, err)
+	resp, err := admin.Get(ctx, core.NamePrefix(name)+"limit")
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1, "the limit is recorded")
+	assert.Equal(t, "3", string(resp.Kvs[0].Value))
+	assert.Zero(t, resp.Kvs[0].Lease, "the limit record has a lease")
+
+	other := newSemaphore(t, cluster.Client(t), name, 2)
+	before := revision(t, admin)
+	_, err = other.Acquire(ctx)
+	assert.ErrorIs(t, err, semaphore.ErrLimitMismatch)
+	_, err = other.TryAcquire(ctx)
+	assert.ErrorIs(t, err, semaphore.ErrLimitMismatch)
+	assert.Equal(t, before, revision(t, admin), "a mismatched handle wrote")
+	require.NoError(t, p.Release(ctx))
+
+	// An operator resets the limit while no permit is held: the next user records its own,
+	// and a handle that knew the old one is refused by the guard in its acquiring Txn.
+	_, err = admin.Delete(ctx, core.NamePrefix(name)+"limit")
+	require.NoError(t, err)
+	p, err = other.Acquire(ctx)
+	require.NoError(t, err)
+	before = revision(t, admin)
+	_, err = first.Acquire(ctx)
+	assert.ErrorIs(t, err, semaphore.ErrLimitMismatch)
+	_, err = first.TryAcquire(ctx)
+	assert.ErrorIs(t, err, semaphore.ErrLimitMismatch)
+	assert.Equal(t, before, revision(t, admin), "a handle with the old limit wrote")
+	require.NoError(t, p.Release(ctx))
+	assert.Zero(t, permitsOf(t, admin, name))
+}
+
+func TestARevokedHoldersPermitIsFreedAndReportedLost(t *testing.T) {
+	ctx := testContext(t)
+	const name = "revoked"
+	admin := cluster.Client(t)
+	holder := newSemaphore(t, cluster.Client(t), name, 2)
+	dead, err := holder.Acquire(ctx)
+	require.NoError(t, err)
+	other, err := holder.Acquire(ctx) // the same client: the same lease, revoked with it
+	require.NoError(t, err)
+	done := dead.Done()
+	assert.NoError(t, dead.Err())
+
+	waiter := newSemaphore(t, cluster.Client(t), name, 2)
+	w := acquireAsync(ctx, waiter)
+	awaitPermits(t, admin, name, 3)
+	resp, err := admin.Get(ctx, permitPrefix(name), clientv3.WithFirstCreate()...)
+	require.NoError(t, err)
+	_, err = admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	require.NoError(t, err)
+
+	within(t, done, 3*time.Second, "Done closes after the lease is revoked")
+	assert.ErrorIs(t, dead.Err(), semaphore.ErrLost)
+	got := within(t, w, 3*time.Second, "the waiter is served")
+	require.NoError(t, got.err)
+	assert.ErrorIs(t, dead.Release(ctx), semaphore.ErrLost)
+	assert.ErrorIs(t, other.Release(ctx), semaphore.ErrLost)
+	assert.Equal(t, int64(1), permitsOf(t, admin, name), "a lost permit's release touched another")
+
+	// The revoked session is replaced for the next acquisition.
+	again, err := holder.Acquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, again.Release(ctx))
+	require.NoError(t, got.p.Release(ctx))
+	assert.Zero(t, permitsOf(t, admin, name))
+}
+
+func TestInUseCountsHoldersNotWaiters(t *testing.T) {
+	ctx := testContext(t)
+	const name, limit = "in-use", 3
+	s := newSemaphore(t, cluster.Client(t), name, limit)
+	n, err := s.InUse(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	var held []*semaphore.Permit
+	for i := range limit {
+		p, err := s.Acquire(ctx)
+		require.NoError(t, err)
+		held = append(held, p)
+		n, err := newSemaphore(t, cluster.Client(t), name, limit).InUse(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, i+1, n)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w1, w2 := acquireAsync(wctx, s), acquireAsync(wctx, s)
+	awaitPermits(t, cluster.Client(t), name, limit+2)
+	n, err = s.InUse(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, limit, n, "waiters counted as holders")
+	cancel()
+	for _, w := range []<-chan acquired{w1, w2} {
+		assert.ErrorIs(t, within(t, w, 10*time.Second, "cancelled waiter returns").err, context.Canceled)
+	}
+	for _, p := range held {
+		require.NoError(t, p.Release(ctx))
+	}
+	n, err = s.InUse(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, n)
+}
+
+func TestReleaseTwiceReturnsNotLocked(t *testing.T) {
+	ctx := testContext(t)
+	s := newSemaphore(t, cluster.Client(t), "release-twice", 2)
+	p, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	token, done := p.Token(), p.Done()
+	assert.Positive(t, token)
+	require.NoError(t, p.Release(ctx))
+	within(t, done, time.Second, "Done after Release")
+	assert.ErrorIs(t, p.Release(ctx), semaphore.ErrNotLocked)
+	assert.ErrorIs(t, p.Err(), semaphore.ErrNotLocked)
+	assert.Zero(t, p.Token())
+
+	var none *semaphore.Permit
+	assert.ErrorIs(t, none.Release(ctx), semaphore.ErrNotLocked)
+	assert.ErrorIs(t, none.Err(), semaphore.ErrNotLocked)
+	within(t, none.Done(), time.Second, "a nil Permit's Done is closed")
+}
+
+func TestIsOwnerGuardsWritesOnlyWhileHeld(t *testing.T) {
+	ctx := testContext(t)
+	cli := cluster.Client(t)
+	s := newSemaphore(t, cli, "owner", 2)
+	p, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	fencedPut := func(v string) bool {
+		resp, err := cli.Txn(ctx).If(p.IsOwner()).Then(clientv3.OpPut("owner-data", v)).Commit()
+		require.NoError(t, err)
+		return resp.Succeeded
+	}
+	assert.True(t, fencedPut("held"))
+	require.NoError(t, p.Release(ctx))
+	assert.False(t, fencedPut("after"), "IsOwner held after Release")
+}
+
+func TestCancelledAcquireReturnsContextErrorAndLeavesNoKey(t *testing.T) {
+	ctx := testContext(t)
+	const name = "cancel"
+	admin := cluster.Client(t)
+	holder, err := newSemaphore(t, cluster.Client(t), name, 1).Acquire(ctx)
+	require.NoError(t, err)
+
+	waiter := newSemaphore(t, cluster.Client(t), name, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	w := acquireAsync(wctx, waiter)
+	awaitPermits(t, admin, name, 2)
+	cancel()
+	assert.ErrorIs(t, within(t, w, 10*time.Second, "cancelled Acquire returns").err, context.Canceled)
+	assert.Equal(t, int64(1), permitsOf(t, admin, name), "the cancelled waiter's key is left")
+
+	_, err = waiter.Acquire(testTimeout(t, 200*time.Millisecond))
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, int64(1), permitsOf(t, admin, name), "the timed-out waiter's key is left")
+	require.NoError(t, holder.Release(ctx))
+	assert.Zero(t, permitsOf(t, admin, name))
+}
+
+// TestAServedWaiterSendsNoRPCAfterItsWakeUp: a contended Acquire costs its Txn and its
+// watch; the release that serves it arrives as an event, and it reads nothing.
+func TestAServedWaiterSendsNoRPCAfterItsWakeUp(t *testing.T) {
+	ctx := testContext(t)
+	const name = "no-rpc"
+	cnt := &rpcstat.Counter{}
+	cfg := cluster.ClientConfig()
+	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
+	cli, err := clientv3.New(cfg)
+	require.NoError(t, err)
+	defer cli.Close()
+	s := newSemaphore(t, cli, name, 2)
+	warm, err := s.Acquire(ctx) // grants the lease and records the limit
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+
+	admin := cluster.Client(t)
+	other := newSemaphore(t, admin, name, 2)
+	a, err := other.Acquire(ctx)
+	require.NoError(t, err)
+	b, err := other.Acquire(ctx)
+	require.NoError(t, err)
+	before := cnt.Counts()
+	w := acquireAsync(ctx, s)
+	awaitPermits(t, admin, name, 3)
+	require.NoError(t, a.Release(ctx))
+	got := within(t, w, 10*time.Second, "the waiter is served")
+	require.NoError(t, got.err)
+	spent := cnt.Counts().Sub(before)
+	assert.Equal(t, rpcstat.Counts{"Txn": 1, "Watch": spent["Watch"], "Watch.send": 1}, spent, "RPCs of a contended Acquire")
+	require.NoError(t, got.p.Release(ctx))
+	require.NoError(t, b.Release(ctx))
+}
+
+func TestAcquireWithADoneContextSendsNothing(t *testing.T) {
+	cnt := &rpcstat.Counter{}
+	cfg := cluster.ClientConfig()
+	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
+	cli, err := clientv3.New(cfg)
+	require.NoError(t, err)
+	defer cli.Close()
+	s := newSemaphore(t, cli, "done-context", 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = s.Acquire(ctx)
+	assert.ErrorIs(t, err, context.Canceled)
+	_, err = s.TryAcquire(ctx)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Empty(t, cnt.Counts(), "RPCs sent for a done context")
+}
+
+func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
+	cli := cluster.Client(t)
+	sess, err := concurrency.NewSession(cli)
+	require.NoError(t, err)
+	defer sess.Close()
+	before := revision(t, cli)
+	for _, tc := range []struct {
+		desc  string
+		cli   *clientv3.Client
+		name  string
+		limit int
+		opts  []semaphore.Option
+		want  error
+	}{
+		{"empty name", cli, "", 1, nil, semaphore.ErrInvalidName},
+		{"NUL in name", cli, "a\x00b", 1, nil, semaphore.ErrInvalidName},
+		{"name over 512 bytes", cli, strings.Repeat("x", 513), 1, nil, semaphore.ErrInvalidName},
+		{"name not UTF-8", cli, "\xff", 1, nil, semaphore.ErrInvalidName},
+		{"limit 0", cli, "ok", 0, nil, semaphore.ErrInvalidOption},
+		{"negative limit", cli, "ok", -3, nil, semaphore.ErrInvalidOption},
+		{"TTL under a second", cli, "ok", 1, []semaphore.Option{semaphore.WithTTL(500 * time.Millisecond)}, semaphore.ErrInvalidOption},
+		{"nil session", cli, "ok", 1, []semaphore.Option{semaphore.WithSession(nil)}, semaphore.ErrInvalidOption},
+		{"TTL and session", cli, "ok", 1, []semaphore.Option{semaphore.WithTTL(time.Minute), semaphore.WithSession(sess)}, semaphore.ErrInvalidOption},
+		{"nil option", cli, "ok", 1, []semaphore.Option{nil}, semaphore.ErrInvalidOption},
+		{"nil client", nil, "ok", 1, nil, semaphore.ErrInvalidOption},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			s, err := semaphore.New(tc.cli, tc.name, tc.limit, tc.opts...)
+			assert.ErrorIs(t, err, tc.want)
+			assert.Nil(t, s)
+		})
+	}
+	assert.Equal(t, before, revision(t, cli), "bad input wrote to etcd")
+}
+
+func TestNestedNamesAreIndependent(t *testing.T) {
+	ctx := testContext(t)
+	cli := cluster.Client(t)
+	names := []string{"n", "n/permit", "n/limit", "np", "n/"}
+	var held []*semaphore.Permit
+	for i, name := range names {
+		p, err := newSemaphore(t, cli, name, 1+i).TryAcquire(ctx)
+		require.NoError(t, err, "name %q blocked or refused by another", name)
+		held = append(held, p)
+	}
+	for i, p := range held {
+		assert.Equal(t, int64(1), permitsOf(t, cli, names[i]), "name %q sees another's key", names[i])
+		require.NoError(t, p.Release(ctx))
+	}
+}
+
+func Example() {
+	cli, err := cluster.NewClient()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer cli.Close()
+	ctx := context.Background()
+
+	// At most 2 of these jobs run at once, however many processes run them.
+	sem, err := semaphore.New(cli, "thumbnailers", 2)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	for range 5 {
+		wg.Go(func() {
+			p, err := sem.Acquire(ctx)
+			if err != nil {
+				fmt.Println(err)
+				return
+			}
+			defer p.Release(ctx)
+			done.Add(1) // the job; fence its writes with p.IsOwner()
+		})
+	}
+	wg.Wait()
+	fmt.Println("jobs done:", done.Load())
+	// Output: jobs done: 5
+}

@@ -1,0 +1,52 @@
+package trylock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/semaphore"
+	"github.com/etcdsync/etcdsync/trylock"
+)
+
+// TestPermitsOfASemaphore: the generic adapter over a real *semaphore.Semaphore fails with
+// ErrNoPermits, writes nothing, and its retry wakes when a permit is released.
+func TestPermitsOfASemaphore(t *testing.T) {
+	ctx := testContext(t)
+	const name = "adapt-semaphore"
+	admin, cli := cluster.Client(t), cluster.Client(t)
+	_, err := admin.Delete(ctx, name+"/limit") // a limit recorded by an earlier -count run
+	require.NoError(t, err)
+	other, err := semaphore.New(cluster.Client(t), name, 1)
+	require.NoError(t, err)
+	mine, err := semaphore.New(cli, name, 1)
+	require.NoError(t, err)
+
+	// A contended acquisition first, so that cli's watch of the name is running.
+	first, err := other.Acquire(ctx)
+	require.NoError(t, err)
+	got := make(chan *semaphore.Permit, 1)
+	go func() {
+		p, err := mine.Acquire(ctx)
+		if err != nil {
+			p = nil
+		}
+		got <- p
+	}()
+	etcdtest.AwaitKeys(t, admin, name+"/permit/", 2)
+	require.NoError(t, first.Release(ctx))
+	held := within(t, got, 10*time.Second, "the queued Acquire")
+	require.NotNil(t, held)
+
+	before := revision(t, admin)
+	l := trylock.Permits(mine)
+	require.ErrorIs(t, trylock.Once(ctx, l), trylock.ErrNoPermits)
+	require.Equal(t, before, revision(t, admin), "a failed try wrote")
+
+	retryAfterRelease(t, l, trylock.ErrNoPermits, held.Release)
+	require.NotNil(t, l.Permit())
+	require.NoError(t, l.Permit().Release(context.Background()))
+}
