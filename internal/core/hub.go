@@ -38,7 +38,7 @@ const ringSize = 512
 type hub struct {
 	cli    *clientv3.Client
 	prefix string
-	k      hubKey // k.puts: the watch delivers arrivals (puts) too, for sentries
+	k      hubKey // k.puts: arrivals (puts) too, for sentries; k.values: every put with its value, for observers
 
 	mu      sync.Mutex
 	waiters map[*waiter]struct{}
@@ -58,15 +58,17 @@ type hub struct {
 
 type event struct {
 	key     string
-	put     bool  // an arrival (only on a hub with puts), else a delete
-	created int64 // create revision of the key, 0 if etcd could not say (a delete without its previous value)
-	rev     int64 // revision of the event
+	put     bool   // an arrival (only on a hub with puts), any put on a hub with values, else a delete
+	created int64  // create revision of the key, 0 if etcd could not say (a delete without its previous value)
+	rev     int64  // revision of the event
+	value   string // the value put, on a hub with values
 }
 
 type hubKey struct {
 	cli    *clientv3.Client
 	prefix string
-	puts   bool
+	puts   bool // deliver key creations (Version 1 puts) too
+	values bool // deliver every put, with its value, and read values in readAll (see Observer)
 }
 
 var (
@@ -175,9 +177,13 @@ func (h *hub) watch(rev int64) {
 		h.cancel()
 	}
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
-	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithCreatedNotify()}
-	if !h.k.puts {
-		opts = append(opts, clientv3.WithFilterPut())
+	opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCreatedNotify()}
+	switch {
+	case h.k.values: // observers track keys by name: a delete needs no previous value
+	case h.k.puts:
+		opts = append(opts, clientv3.WithPrevKV())
+	default:
+		opts = append(opts, clientv3.WithPrevKV(), clientv3.WithFilterPut())
 	}
 	if rev != 0 {
 		// A watch from a past revision waits for etcd's resync loop (up to 100 ms), but this
@@ -244,7 +250,11 @@ func (h *hub) anyStale() bool {
 func (h *hub) readAll(ctx context.Context) {
 	var b backoff
 	for {
-		resp, err := h.cli.Get(clientv3.WithRequireLeader(ctx), h.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		opts := []clientv3.OpOption{clientv3.WithPrefix()}
+		if !h.k.values {
+			opts = append(opts, clientv3.WithKeysOnly())
+		}
+		resp, err := h.cli.Get(clientv3.WithRequireLeader(ctx), h.prefix, opts...)
 		if err == nil {
 			h.mu.Lock()
 			defer h.mu.Unlock()
@@ -291,8 +301,8 @@ func (h *hub) rewatch(failed clientv3.WatchChan, compacted bool) clientv3.WatchC
 	return h.wch
 }
 
-// dispatch hands each new delete (and, on a hub with puts, each new key) of wr to every
-// waiter, once, in revision order.
+// dispatch hands each new delete (and, on a hub with puts, each new key; on a hub with
+// values, each put) of wr to every waiter, once, in revision order.
 func (h *hub) dispatch(wr clientv3.WatchResponse) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -305,13 +315,16 @@ func (h *hub) dispatch(wr clientv3.WatchResponse) {
 	}
 	for _, ev := range wr.Events {
 		put := ev.Type == mvccpb.PUT
-		if put && (!h.k.puts || ev.Kv.Version != 1) || !h.fresh(ev.Kv) {
+		if put && !h.k.values && (!h.k.puts || ev.Kv.Version != 1) || !h.fresh(ev.Kv) {
 			continue // only a key's creation is an arrival
 		}
 		e := event{key: string(ev.Kv.Key), put: put, rev: ev.Kv.ModRevision}
 		switch {
 		case put:
 			e.created = ev.Kv.CreateRevision
+			if h.k.values {
+				e.value = string(ev.Kv.Value)
+			}
 		case ev.PrevKv != nil:
 			e.created = ev.PrevKv.CreateRevision
 		}

@@ -21,13 +21,14 @@ type waiter struct {
 	slots  int    // it is served once fewer than slots keys are ahead
 	wake   chan struct{}
 
-	seen    int64 // the revision its count reflects
-	ahead   int   // keys in prefix created before rev and alive at seen
-	served  bool  // ahead < slots; for a sentry: a key arrived behind
-	behind  bool  // a sentry: it watches for keys in prefix created after rev (see Sentry)
-	release bool  // a release watch: served by any delete in prefix after seen (see ReleaseWatch)
-	err     error // its key went: the wait is over, unserved
-	stale   bool  // the events cannot keep its count: the hub reads it again
+	seen    int64      // the revision its count reflects
+	ahead   int        // keys in prefix created before rev and alive at seen
+	served  bool       // ahead < slots; for a sentry: a key arrived behind
+	behind  bool       // a sentry: it watches for keys in prefix created after rev (see Sentry)
+	release bool       // a release watch: served by any delete in prefix after seen (see ReleaseWatch)
+	err     error      // its key went: the wait is over, unserved
+	stale   bool       // the events cannot keep its count: the hub reads it again
+	obs     *headState // an observer: it tracks the name's live keys (see Observer)
 }
 
 func newWaiter(key string, rev, seen int64, ahead int, prefix string, slots int) *waiter {
@@ -65,6 +66,16 @@ func (w *waiter) apply(e event) {
 	switch {
 	case w.served || w.err != nil || w.stale:
 	case e.rev <= w.seen:
+	case w.obs != nil:
+		w.seen = e.rev // a later read older than this would take the view back in time
+		if e.put {
+			w.obs.put(e.key, e.created, e.value)
+		} else {
+			w.obs.remove(e.key)
+		}
+		if w.obs.update() {
+			w.signal()
+		}
 	case w.release:
 		if !e.put && strings.HasPrefix(e.key, w.prefix) {
 			w.served = true
@@ -117,6 +128,14 @@ func (w *waiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
 		return
 	}
 	w.stale = false
+	if w.obs != nil {
+		w.seen = rev
+		w.obs.reset(kvs)
+		if w.obs.update() {
+			w.signal()
+		}
+		return
+	}
 	own, n := false, 0
 	for _, kv := range kvs {
 		k := string(kv.Key)

@@ -1,0 +1,96 @@
+package election_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/election"
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
+)
+
+var cluster *etcdtest.Cluster
+
+func TestMain(m *testing.M) { etcdtest.Main(m, &cluster) }
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newElection(t *testing.T, cli *clientv3.Client, name string, opts ...election.Option) *election.Election {
+	t.Helper()
+	e, err := election.New(cli, name, opts...)
+	require.NoError(t, err)
+	return e
+}
+
+// keysOf counts the keys of name in etcd.
+func keysOf(t *testing.T, cli *clientv3.Client, name string) int64 {
+	t.Helper()
+	resp, err := cli.Get(testContext(t), core.NamePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	require.NoError(t, err)
+	return resp.Count
+}
+
+// awaitKeys returns once name has n keys, woken by watch events rather than polling.
+func awaitKeys(t *testing.T, cli *clientv3.Client, name string, n int64) {
+	t.Helper()
+	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), n)
+}
+
+// revision is the cluster's current revision: unchanged means nothing was written.
+func revision(t *testing.T, cli *clientv3.Client) int64 {
+	t.Helper()
+	resp, err := cli.Get(testContext(t), "\x00")
+	require.NoError(t, err)
+	return resp.Header.Revision
+}
+
+// within fails the test unless ch is closed or yields within d.
+func within[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("%s: not within %v", what, d)
+		var zero T
+		return zero
+	}
+}
+
+// campaignAsync starts a Campaign and returns where its result arrives.
+func campaignAsync(ctx context.Context, e *election.Election, value string) <-chan error {
+	errc := make(chan error, 1)
+	go func() { errc <- e.Campaign(ctx, value) }()
+	return errc
+}
+
+// leaderLease is the lease of the name's first key.
+func leaderLease(t *testing.T, cli *clientv3.Client, name string) clientv3.LeaseID {
+	t.Helper()
+	resp, err := cli.Get(testContext(t), core.NamePrefix(name), clientv3.WithFirstCreate()...)
+	require.NoError(t, err)
+	require.NotEmpty(t, resp.Kvs, "no leader key")
+	return clientv3.LeaseID(resp.Kvs[0].Lease)
+}
+
+// next returns the next Leader obs yields, failing the test if none comes within 20 s or
+// the channel closes.
+func next(t *testing.T, obs <-chan election.Leader) election.Leader {
+	t.Helper()
+	select {
+	case l, ok := <-obs:
+		require.True(t, ok, "Observe closed its channel")
+		return l
+	case <-time.After(20 * time.Second):
+		t.Fatal("Observe sent nothing within 20s")
+		return election.Leader{}
+	}
+}

@@ -1,0 +1,55 @@
+package election
+
+import "context"
+
+// Leader is who leads an election: the value the leader campaigned with or proclaimed
+// last, and its Token (its key's create revision). The zero Leader means nobody leads.
+type Leader struct {
+	Value string
+	Token int64
+}
+
+// Leader returns the current leader, read linearizably: one Range, retried through leader
+// changes of etcd until ctx ends. ErrNoLeader when nobody leads.
+func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	hd, err := e.q.Head(ctx)
+	switch {
+	case err != nil:
+		return Leader{}, e.errorf("leader", err)
+	case hd.Token == 0:
+		return Leader{}, e.errorf("leader", ErrNoLeader)
+	}
+	return Leader{Value: hd.Value, Token: hd.Token}, nil
+}
+
+// Observe follows the election: the channel first yields the current leader (Leader{} when
+// nobody leads), then every change of leader or of its value, in the order etcd applied
+// them, each once, Leader{} whenever nobody leads. It closes when ctx ends (or the client is
+// closed), never on its own otherwise: it rides out leader changes of etcd, members that
+// apply behind, and compaction (the observer then reads the election again and sends what
+// changed).
+//
+// A reader that keeps up sees every change. One that lags keeps up to 128 changes queued;
+// past that it skips the oldest, so it may miss intermediate values, but never sees them
+// out of order and always ends with the latest. The observers of one client share one
+// watch of the name.
+func (e *Election) Observe(ctx context.Context) <-chan Leader {
+	ch := make(chan Leader)
+	o := e.q.WatchHead()
+	go func() {
+		defer close(ch)
+		defer o.Stop()
+		for {
+			hd, err := o.Next(ctx)
+			if err != nil {
+				return // ctx ended, or the client closed
+			}
+			select {
+			case ch <- Leader{Value: hd.Value, Token: hd.Token}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ch
+}

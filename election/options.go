@@ -1,0 +1,34 @@
+package election
+
+import (
+	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// Option configures an Election. Options of every etcdsync package are interchangeable.
+type Option = core.Option
+
+// DefaultTTL is the lease TTL without WithTTL: a leader that dies hands over after it.
+const DefaultTTL = core.DefaultTTL
+
+// WithTTL sets the TTL of the lease the candidates' keys are bound to, at least one second
+// (rounded up to whole seconds). Primitives on one client with one TTL share a lease.
+func WithTTL(ttl time.Duration) Option { return core.WithTTL(ttl) }
+
+// WithSession makes the Election use s, the caller's session, as it is: its lease and its
+// lifetime. It is never closed or replaced; once it has expired, Campaign returns ErrLost.
+// It cannot be combined with WithTTL.
+func WithSession(s *concurrency.Session) Option { return core.WithSession(s) }
+
+// The errors of this package, shared with every etcdsync package; compare with errors.Is.
+var (
+	ErrInvalidName   = core.ErrInvalidName   // New: empty, over 512 bytes, NUL, not UTF-8
+	ErrInvalidOption = core.ErrInvalidOption // New: a bad option or a nil client
+	ErrNotLeader     = core.ErrNotLeader     // Proclaim, Resign, Err: this handle does not lead
+	ErrNotLocked     = core.ErrNotLocked     // Err without leadership (also matches ErrNotLeader)
+	ErrNoLeader      = core.ErrNoLeader      // Leader: nobody leads
+	ErrLost          = core.ErrLost          // the leadership ended without Resign
+)
