@@ -2,7 +2,9 @@ package election_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -45,9 +47,75 @@ func TestFault(t *testing.T) {
 			}
 			return &candidate{Election: e}, nil
 		},
-		Prefix: core.NamePrefix,
-		TTL:    faultTTL,
-		Slots:  1,
-		Lost:   election.ErrLost,
+		Observe: observe,
+		Prefix:  core.NamePrefix,
+		TTL:     faultTTL,
+		Slots:   1,
+		Lost:    election.ErrLost,
 	})
+}
+
+// observe follows the election called name through Observe until ctx ends. Its check
+// passes once the observer has seen a leader and then no leader (every candidate resigned),
+// with the leaders' tokens only ever increasing: through the fault, the observer neither
+// stopped, nor replayed an old leader, nor missed the final state.
+func observe(ctx context.Context, cli *clientv3.Client, name string) func(context.Context) error {
+	e, err := election.New(cli, name, election.WithTTL(faultTTL))
+	if err != nil {
+		return func(context.Context) error { return err }
+	}
+	var (
+		mu       sync.Mutex
+		last     election.Leader
+		top      int64 // highest token seen
+		leaders  int
+		disorder error
+		closed   bool
+	)
+	changed := make(chan struct{}, 1)
+	go func() {
+		for l := range e.Observe(ctx) {
+			mu.Lock()
+			if l.Token != 0 {
+				if l.Token < top && disorder == nil {
+					disorder = fmt.Errorf("leader token %d after %d", l.Token, top)
+				}
+				top = max(top, l.Token)
+				leaders++
+			}
+			last = l
+			mu.Unlock()
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}
+		mu.Lock()
+		closed = true
+		mu.Unlock()
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}()
+	return func(cctx context.Context) error {
+		for {
+			mu.Lock()
+			l, n, bad, gone := last, leaders, disorder, closed
+			mu.Unlock()
+			switch {
+			case bad != nil:
+				return bad
+			case n > 0 && l.Token == 0:
+				return nil
+			case gone:
+				return fmt.Errorf("Observe closed at %+v after %d leaders", l, n)
+			}
+			select {
+			case <-changed:
+			case <-cctx.Done():
+				return fmt.Errorf("observer still at %+v after %d leaders: %w", l, n, cctx.Err())
+			}
+		}
+	}
 }

@@ -66,6 +66,12 @@ func soakDuration() (time.Duration, error) {
 func RunFault(t *testing.T, env *Env, w Workload, name string, f Fault, settle int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	var observers []func(context.Context) error
+	if w.Observe != nil {
+		for i := range env.Cluster.Size() {
+			observers = append(observers, w.Observe(ctx, env.SpreadClient(t, i).Client, name))
+		}
+	}
 	r := env.Start(t, w, name)
 	defer r.healAll() // after a failure, so that the next fault finds the cluster whole
 	if _, err := r.hist.awaitAcquires(ctx, warmUp, 0, -1); err != nil {
@@ -98,6 +104,13 @@ func RunFault(t *testing.T, env *Env, w Workload, name string, f Fault, settle i
 		}
 	}
 	r.Stop()
+	for i, converged := range observers {
+		cctx, cancel := context.WithTimeout(ctx, bound)
+		if err := converged(cctx); err != nil {
+			t.Errorf("observer %d after %s: %v", i, f.Name, err)
+		}
+		cancel()
+	}
 	r.Check(t)
 }
 

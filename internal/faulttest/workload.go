@@ -49,6 +49,14 @@ type Workload struct {
 	// Slots is how many may hold at once: 1 for a mutex (the default), n for a
 	// semaphore(n); at most maxSlots.
 	Slots int
+	// Observe, if set, starts an observer of the lock called name over cli (an election's
+	// Observe, say) that runs until ctx ends, and returns its check: called once every
+	// worker has released, it must return nil once the observer has come to see that
+	// nobody holds, having seen the holders' tokens only ever increase, and an error if
+	// ctx ends first or the observer saw them out of order. RunFault starts one observer
+	// on a client spread over the members, member i first, for each member i, before the
+	// warm-up, and gives their checks the serve bound.
+	Observe func(ctx context.Context, cli *clientv3.Client, name string) (converged func(ctx context.Context) error)
 	// Lost is the error Unlock and RUnlock return, wrapped, for a hold that was lost.
 	Lost error
 	// OpenReader, if set, returns a new handle on the read side of the lock called name,
