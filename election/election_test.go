@@ -17,6 +17,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 )
 
 func TestOneLeaderAtATimeAmongManyCandidates(t *testing.T) {
@@ -125,21 +126,21 @@ func TestProclaimWithoutLeadershipFailsAndWritesNothing(t *testing.T) {
 	waiting := campaignAsync(ctx, follower, "follower")
 	awaitKeys(t, admin, name, 2)
 
-	before := revision(t, admin)
+	before := etcdtest.Revision(t, admin)
 	assert.ErrorIs(t, follower.Proclaim(ctx, "usurper"), election.ErrNotLeader, "a waiting candidate")
 	bystander := newElection(t, cluster.Client(t), name)
 	assert.ErrorIs(t, bystander.Proclaim(ctx, "usurper"), election.ErrNotLeader, "a handle that never campaigned")
-	assert.Equal(t, before, revision(t, admin), "a refused Proclaim wrote")
+	assert.Equal(t, before, etcdtest.Revision(t, admin), "a refused Proclaim wrote")
 
 	// A leader whose key was deleted behind its back is refused too, by etcd this time.
 	resp, err := admin.Delete(ctx, leaderKey(t, admin, name))
 	require.NoError(t, err)
 	require.EqualValues(t, 1, resp.Deleted)
-	within(t, leader.Done(), 10*time.Second, "Done closes once the key is deleted")
-	require.NoError(t, within(t, waiting, 10*time.Second, "the follower leads"))
-	before = revision(t, admin)
+	etcdtest.Within(t, leader.Done(), 10*time.Second, "Done closes once the key is deleted")
+	require.NoError(t, etcdtest.Within(t, waiting, 10*time.Second, "the follower leads"))
+	before = etcdtest.Revision(t, admin)
 	assert.ErrorIs(t, leader.Proclaim(ctx, "deposed"), election.ErrNotLeader)
-	assert.Equal(t, before, revision(t, admin), "a deposed leader's Proclaim wrote")
+	assert.Equal(t, before, etcdtest.Revision(t, admin), "a deposed leader's Proclaim wrote")
 	l, err := follower.Leader(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, "follower", l.Value)
@@ -173,9 +174,9 @@ func TestRevokedLeaseEndsLeadershipAndTheNextCandidateLeads(t *testing.T) {
 
 	_, err := admin.Revoke(ctx, leaderLease(t, admin, name))
 	require.NoError(t, err)
-	within(t, done, 5*time.Second, "Done closes after the lease is revoked")
+	etcdtest.Within(t, done, 5*time.Second, "Done closes after the lease is revoked")
 	assert.ErrorIs(t, leader.Err(), election.ErrLost)
-	require.NoError(t, within(t, waiting, 5*time.Second, "the next candidate leads"))
+	require.NoError(t, etcdtest.Within(t, waiting, 5*time.Second, "the next candidate leads"))
 	assert.Greater(t, next.Token(), oldToken)
 	assert.ErrorIs(t, leader.Proclaim(ctx, "old again"), election.ErrNotLeader)
 
@@ -183,7 +184,7 @@ func TestRevokedLeaseEndsLeadershipAndTheNextCandidateLeads(t *testing.T) {
 	again := campaignAsync(ctx, leader, "old, back")
 	awaitKeys(t, admin, name, 2)
 	require.NoError(t, next.Resign(ctx))
-	require.NoError(t, within(t, again, 10*time.Second, "the deposed leader leads again"))
+	require.NoError(t, etcdtest.Within(t, again, 10*time.Second, "the deposed leader leads again"))
 	assert.Greater(t, leader.Token(), next.Token())
 	require.NoError(t, leader.Resign(ctx))
 	assert.Zero(t, keysOf(t, admin, name))
@@ -201,7 +202,7 @@ func TestCancelledCampaignReturnsContextErrorAndLeavesNoKey(t *testing.T) {
 	errc := campaignAsync(cctx, e, "cancelled")
 	awaitKeys(t, admin, name, 2)
 	cancel()
-	assert.ErrorIs(t, within(t, errc, 10*time.Second, "a cancelled Campaign returns"), context.Canceled)
+	assert.ErrorIs(t, etcdtest.Within(t, errc, 10*time.Second, "a cancelled Campaign returns"), context.Canceled)
 	assert.Equal(t, int64(1), keysOf(t, admin, name), "the cancelled candidate's key is left")
 	assert.ErrorIs(t, e.Err(), election.ErrNotLeader)
 
@@ -318,20 +319,20 @@ func TestCallsWithoutLeadership(t *testing.T) {
 	ctx := testContext(t)
 	admin := cluster.Client(t)
 	e := newElection(t, cluster.Client(t), "no-leadership")
-	before := revision(t, admin)
+	before := etcdtest.Revision(t, admin)
 	assert.ErrorIs(t, e.Resign(ctx), election.ErrNotLeader)
 	assert.ErrorIs(t, e.Proclaim(ctx, "v"), election.ErrNotLeader)
 	assert.ErrorIs(t, e.Err(), election.ErrNotLeader)
 	assert.ErrorIs(t, e.Err(), election.ErrNotLocked)
 	assert.Zero(t, e.Token())
-	within(t, e.Done(), time.Second, "Done without leadership is closed")
+	etcdtest.Within(t, e.Done(), time.Second, "Done without leadership is closed")
 	_, err := e.Leader(ctx)
 	assert.ErrorIs(t, err, election.ErrNoLeader)
-	assert.Equal(t, before, revision(t, admin), "calls without leadership wrote")
+	assert.Equal(t, before, etcdtest.Revision(t, admin), "calls without leadership wrote")
 
 	done, cancel := context.WithCancel(ctx)
 	cancel()
 	assert.ErrorIs(t, e.Campaign(done, "v"), context.Canceled)
 	assert.True(t, errors.Is(e.Err(), election.ErrNotLeader))
-	assert.Equal(t, before, revision(t, admin), "a Campaign with a done context wrote")
+	assert.Equal(t, before, etcdtest.Revision(t, admin), "a Campaign with a done context wrote")
 }

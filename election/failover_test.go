@@ -89,7 +89,7 @@ func TestObserveAcrossLeaderMemberRestart(t *testing.T) {
 		obs := newElection(t, etcdtest.SpreadClient(t, c, i), name).Observe(ctx)
 		first := make(chan struct{})
 		wg.Go(func() { seen[i] = collect(ctx, obs, first) })
-		within(t, first, 20*time.Second, "the first leader")
+		etcdtest.Within(t, first, 20*time.Second, "the first leader")
 	}
 	member := -1
 	for v := 1; v <= values; v++ {
@@ -144,7 +144,7 @@ func TestObserveAcrossCompaction(t *testing.T) {
 	for v := 2; v <= values; v++ {
 		require.NoError(t, leader.Proclaim(ctx, strconv.Itoa(v)))
 	}
-	_, err = admin.Compact(ctx, revision(t, admin), clientv3.WithCompactPhysical())
+	_, err = admin.Compact(ctx, etcdtest.Revision(t, admin), clientv3.WithCompactPhysical())
 	require.NoError(t, err)
 	require.NoError(t, c.Restart(follower))
 

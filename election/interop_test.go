@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/etcdsync/etcdsync/election"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 )
 
 // The interop tests run ours beside etcd's concurrency.Election on one name without '/':
@@ -39,9 +40,9 @@ func TestEtcdElectionSeesOurLeaderAndWaitsForIt(t *testing.T) {
 	octx, stop := context.WithCancel(ctx)
 	defer stop()
 	obs := theirs.Observe(octx)
-	assert.Equal(t, "ours", string(within(t, obs, 10*time.Second, "etcd's Observe").Kvs[0].Value))
+	assert.Equal(t, "ours", string(etcdtest.Within(t, obs, 10*time.Second, "etcd's Observe").Kvs[0].Value))
 	require.NoError(t, ours.Proclaim(ctx, "ours, proclaimed"))
-	assert.Equal(t, "ours, proclaimed", string(within(t, obs, 10*time.Second, "etcd's Observe").Kvs[0].Value))
+	assert.Equal(t, "ours, proclaimed", string(etcdtest.Within(t, obs, 10*time.Second, "etcd's Observe").Kvs[0].Value))
 
 	won := make(chan error, 1)
 	go func() { won <- theirs.Campaign(ctx, "theirs") }()
@@ -52,8 +53,8 @@ func TestEtcdElectionSeesOurLeaderAndWaitsForIt(t *testing.T) {
 	default:
 	}
 	require.NoError(t, ours.Resign(ctx))
-	require.NoError(t, within(t, won, 10*time.Second, "etcd's Campaign after our Resign"))
-	assert.Equal(t, "theirs", string(within(t, obs, 10*time.Second, "etcd's Observe").Kvs[0].Value))
+	require.NoError(t, etcdtest.Within(t, won, 10*time.Second, "etcd's Campaign after our Resign"))
+	assert.Equal(t, "theirs", string(etcdtest.Within(t, obs, 10*time.Second, "etcd's Observe").Kvs[0].Value))
 	require.NoError(t, theirs.Resign(ctx))
 }
 
@@ -80,7 +81,7 @@ func TestOurCandidateWaitsForEtcdsLeaderAndSeesIt(t *testing.T) {
 	default:
 	}
 	require.NoError(t, theirs.Resign(ctx))
-	require.NoError(t, within(t, won, 10*time.Second, "our Campaign after etcd's Resign"))
+	require.NoError(t, etcdtest.Within(t, won, 10*time.Second, "our Campaign after etcd's Resign"))
 	assert.Equal(t, election.Leader{Value: "ours", Token: ours.Token()}, next(t, obs))
 	l, err = ours.Leader(ctx)
 	require.NoError(t, err)

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/election"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
 )
 
@@ -51,12 +52,12 @@ func TestObserveSeesEveryValueInOrderAndTheHandover(t *testing.T) {
 		want = append(want, election.Leader{Value: v, Token: first.Token()})
 	}
 	require.NoError(t, first.Resign(ctx))
-	require.NoError(t, within(t, waiting, 10*time.Second, "the second candidate leads"))
+	require.NoError(t, etcdtest.Within(t, waiting, 10*time.Second, "the second candidate leads"))
 	want = append(want, election.Leader{Value: "second", Token: second.Token()})
 	require.NoError(t, second.Resign(ctx))
 	want = append(want, election.Leader{})
 
-	assert.Equal(t, want, within(t, got, 20*time.Second, "Observe sends every change"))
+	assert.Equal(t, want, etcdtest.Within(t, got, 20*time.Second, "Observe sends every change"))
 	stop()
 	_, ok := <-obs
 	assert.False(t, ok, "Observe's channel stays open after ctx ended")

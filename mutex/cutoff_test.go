@@ -43,8 +43,8 @@ func TestAHolderCutOffDuringUnlockIsToldItLost(t *testing.T) {
 	c.Partition(cut)
 	unlocked := make(chan error, 1)
 	go func() { unlocked <- holder.Unlock(ctx) }()
-	require.NoError(t, within(t, served, 30*time.Second, "the other client is served once the holder's lease expires"))
+	require.NoError(t, etcdtest.Within(t, served, 30*time.Second, "the other client is served once the holder's lease expires"))
 	c.Heal(cut)
-	assert.ErrorIs(t, within(t, unlocked, 60*time.Second, "Unlock returns once healed"), mutex.ErrLost)
+	assert.ErrorIs(t, etcdtest.Within(t, unlocked, 60*time.Second, "Unlock returns once healed"), mutex.ErrLost)
 	require.NoError(t, next.Unlock(ctx))
 }

@@ -99,12 +99,12 @@ func TestTryLockFailsAtOnceAndWritesNothing(t *testing.T) {
 	require.NoError(t, holder.TryLock(ctx))
 	other := newMutex(t, cluster.Client(t), name)
 
-	before := revision(t, admin)
+	before := etcdtest.Revision(t, admin)
 	start := time.Now()
 	err := other.TryLock(ctx)
 	assert.ErrorIs(t, err, mutex.ErrLocked)
 	assert.Less(t, time.Since(start), 5*time.Second, "TryLock waited")
-	assert.Equal(t, before, revision(t, admin), "a failed TryLock wrote")
+	assert.Equal(t, before, etcdtest.Revision(t, admin), "a failed TryLock wrote")
 	assert.Equal(t, int64(1), keysOf(t, admin, name))
 	assert.ErrorIs(t, other.Err(), mutex.ErrNotLocked)
 	assert.Zero(t, other.Token())
@@ -131,7 +131,7 @@ func TestCancelledLockReturnsContextErrorAndLeavesNoKey(t *testing.T) {
 	awaitKeys(t, admin, name, 2)
 	assert.NotEmpty(t, waiter.Key())
 	cancel()
-	err := within(t, errc, 10*time.Second, "cancelled Lock returns")
+	err := etcdtest.Within(t, errc, 10*time.Second, "cancelled Lock returns")
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, int64(1), keysOf(t, admin, name), "the cancelled waiter's key is left")
 	assert.Empty(t, waiter.Key())
@@ -233,9 +233,9 @@ func TestRevokedLeaseEndsHoldAndServesNextWaiter(t *testing.T) {
 	_, err = admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
 	require.NoError(t, err)
 
-	within(t, done, 3*time.Second, "Done closes after the lease is revoked")
+	etcdtest.Within(t, done, 3*time.Second, "Done closes after the lease is revoked")
 	assert.ErrorIs(t, holder.Err(), mutex.ErrLost)
-	require.NoError(t, within(t, errc, 3*time.Second, "the next waiter is served"))
+	require.NoError(t, etcdtest.Within(t, errc, 3*time.Second, "the next waiter is served"))
 	assert.NoError(t, waiter.Err())
 
 	// The lost holder's Unlock says so, frees the handle, and leaves the new hold alone.
@@ -273,10 +273,10 @@ func TestAHolderThatStopsRenewingLosesTheLockAndItsFence(t *testing.T) {
 		return resp.Succeeded
 	}
 	sess.Orphan() // the process stalls: no more keep-alives, but the lease lives out its TTL
-	within(t, done, 3*time.Second, "Done closes once the session can no longer renew")
+	etcdtest.Within(t, done, 3*time.Second, "Done closes once the session can no longer renew")
 	assert.ErrorIs(t, holder.Err(), mutex.ErrLost)
 
-	require.NoError(t, within(t, errc, 10*time.Second, "the waiter is served after the lease expires"))
+	require.NoError(t, etcdtest.Within(t, errc, 10*time.Second, "the waiter is served after the lease expires"))
 	assert.False(t, fencedPut(holder, "stale"), "the stalled holder's fenced write applied after the lease expired")
 	assert.True(t, fencedPut(waiter, "fresh"))
 	assert.ErrorIs(t, holder.Unlock(ctx), mutex.ErrLost)
@@ -297,7 +297,7 @@ func TestLateUnlockNeverDeletesANewerHoldsKey(t *testing.T) {
 	// key, as etcd's own Mutex makes when one session locks again.
 	_, err = admin.Delete(ctx, key)
 	require.NoError(t, err)
-	within(t, done, 3*time.Second, "Done closes when the key is deleted")
+	etcdtest.Within(t, done, 3*time.Second, "Done closes when the key is deleted")
 	_, err = admin.Put(ctx, key, "", clientv3.WithLease(lease))
 	require.NoError(t, err)
 
@@ -328,7 +328,7 @@ func TestExcludesEtcdConcurrencyMutexBothWays(t *testing.T) {
 	go func() { theirsLocked <- theirs.Lock(ctx) }()
 	awaitKeys(t, sess.Client(), name, 2)
 	require.NoError(t, ours.Unlock(ctx))
-	require.NoError(t, within(t, theirsLocked, 10*time.Second, "etcd's Mutex gets the lock after ours"))
+	require.NoError(t, etcdtest.Within(t, theirsLocked, 10*time.Second, "etcd's Mutex gets the lock after ours"))
 
 	// Theirs first: ours cannot get in until theirs unlocks.
 	assert.ErrorIs(t, ours.TryLock(ctx), mutex.ErrLocked)
@@ -336,7 +336,7 @@ func TestExcludesEtcdConcurrencyMutexBothWays(t *testing.T) {
 	go func() { oursLocked <- ours.Lock(ctx) }()
 	awaitKeys(t, sess.Client(), name, 2)
 	require.NoError(t, theirs.Unlock(ctx))
-	require.NoError(t, within(t, oursLocked, 10*time.Second, "ours gets the lock after etcd's Mutex"))
+	require.NoError(t, etcdtest.Within(t, oursLocked, 10*time.Second, "ours gets the lock after etcd's Mutex"))
 	require.NoError(t, ours.Unlock(ctx))
 }
 
@@ -358,7 +358,7 @@ func TestClosingTheClientEndsAWaitingLock(t *testing.T) {
 	go func() { errc <- waiter.Lock(ctx) }()
 	awaitKeys(t, admin, name, 2)
 	require.NoError(t, cli.Close())
-	assert.Error(t, within(t, errc, 10*time.Second, "Lock returns once its client is closed"))
+	assert.Error(t, etcdtest.Within(t, errc, 10*time.Second, "Lock returns once its client is closed"))
 	require.NoError(t, holder.Unlock(ctx))
 }
 
@@ -367,7 +367,7 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 	sess, err := concurrency.NewSession(cli)
 	require.NoError(t, err)
 	defer sess.Close()
-	before := revision(t, cli)
+	before := etcdtest.Revision(t, cli)
 
 	for _, tc := range []struct {
 		desc string
@@ -397,7 +397,7 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 	ctx := testContext(t)
 	assert.ErrorIs(t, m.Unlock(ctx), mutex.ErrNotLocked)
 	assert.ErrorIs(t, m.Err(), mutex.ErrNotLocked)
-	assert.Equal(t, before, revision(t, cli), "bad input wrote to etcd")
+	assert.Equal(t, before, etcdtest.Revision(t, cli), "bad input wrote to etcd")
 }
 
 func TestWithSessionUsesTheCallersLease(t *testing.T) {
@@ -512,7 +512,7 @@ func TestUnlockWhoseContextEndsMidwayIsRetriedCleanly(t *testing.T) {
 			retried++
 			require.NoError(t, m.Unlock(ctx), "iteration %d: the retry", i)
 		}
-		within(t, done, 5*time.Second, "Done after Unlock")
+		etcdtest.Within(t, done, 5*time.Second, "Done after Unlock")
 		require.ErrorIs(t, m.Unlock(ctx), mutex.ErrNotLocked, "iteration %d", i)
 		require.Zero(t, keysOf(t, admin, name), "iteration %d", i)
 	}

@@ -32,18 +32,18 @@ func TestLossCancelsTheOwningContextWithErrLost(t *testing.T) {
 
 	_, err = admin.Revoke(ctx, sess.Lease())
 	require.NoError(t, err)
-	within(t, octx.Done(), 5*time.Second, "the owning context is cancelled after the lease is revoked")
+	etcdtest.Within(t, octx.Done(), 5*time.Second, "the owning context is cancelled after the lease is revoked")
 	assert.Equal(t, reentrant.ErrLost, context.Cause(octx))
-	within(t, done, 5*time.Second, "Done closes after the lease is revoked")
+	etcdtest.Within(t, done, 5*time.Second, "Done closes after the lease is revoked")
 	assert.ErrorIs(t, m.Err(), reentrant.ErrLost)
 	assert.NoError(t, ctx.Err(), "the caller's context was cancelled")
 
 	// A nested step learns of the loss, and does not queue for a new hold.
-	rev := revision(t, admin)
+	rev := etcdtest.Revision(t, admin)
 	_, err = m.Lock(octx)
 	assert.ErrorIs(t, err, reentrant.ErrLost)
 	assert.Equal(t, 2, m.Count(octx))
-	assert.Equal(t, rev, revision(t, admin), "a Lock with a lost owner wrote")
+	assert.Equal(t, rev, etcdtest.Revision(t, admin), "a Lock with a lost owner wrote")
 
 	// Every Unlock reports the loss and counts down; the last one ends the hold.
 	assert.ErrorIs(t, m.Unlock(octx), reentrant.ErrLost)
@@ -76,9 +76,9 @@ func TestLossOfTheSharedLeaseServesTheNextOwnerAndIsRecovered(t *testing.T) {
 	_, err = admin.Revoke(ctx, clientv3.LeaseID(keysOf(t, admin, name)[0].Lease))
 	require.NoError(t, err)
 
-	within(t, octx.Done(), 5*time.Second, "the owning context is cancelled after the lease is revoked")
+	etcdtest.Within(t, octx.Done(), 5*time.Second, "the owning context is cancelled after the lease is revoked")
 	assert.Equal(t, reentrant.ErrLost, context.Cause(octx))
-	wctx := within(t, served, 5*time.Second, "the next owner is served")
+	wctx := etcdtest.Within(t, served, 5*time.Second, "the next owner is served")
 	assert.NoError(t, waiter.Err())
 	assert.ErrorIs(t, holder.Unlock(octx), reentrant.ErrLost)
 	assert.Len(t, keysOf(t, admin, name), 1, "the lost owner's Unlock touched the next hold")
@@ -94,7 +94,7 @@ func TestLossOfTheSharedLeaseServesTheNextOwnerAndIsRecovered(t *testing.T) {
 	}()
 	awaitKeys(t, admin, name, 2)
 	require.NoError(t, waiter.Unlock(wctx))
-	require.NoError(t, within(t, relocked, 10*time.Second, "the lost owner's handle locks again"))
+	require.NoError(t, etcdtest.Within(t, relocked, 10*time.Second, "the lost owner's handle locks again"))
 	assert.Empty(t, keysOf(t, admin, name))
 }
 
@@ -172,7 +172,7 @@ func TestALockDuringTheLastUnlockWaitsForItsOutcome(t *testing.T) {
 	}
 	_, err = m.Lock(octx)
 	require.NoError(t, err, "a Lock during a release that failed")
-	assert.Error(t, within(t, unlocked, 10*time.Second, "the cut-off Unlock returns"))
+	assert.Error(t, etcdtest.Within(t, unlocked, 10*time.Second, "the cut-off Unlock returns"))
 	assert.Equal(t, 2, m.Count(octx))
 
 	proxy.Restore()

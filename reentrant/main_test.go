@@ -48,27 +48,6 @@ func awaitKeys(t *testing.T, cli *clientv3.Client, name string, n int64) {
 	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), n)
 }
 
-// revision is the cluster's current revision: unchanged means nothing was written.
-func revision(t *testing.T, cli *clientv3.Client) int64 {
-	t.Helper()
-	resp, err := cli.Get(testContext(t), "\x00")
-	require.NoError(t, err)
-	return resp.Header.Revision
-}
-
-// within fails the test unless ch is closed or yields within d.
-func within[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(d):
-		t.Fatalf("%s: not within %v", what, d)
-		var zero T
-		return zero
-	}
-}
-
 // countedClient is a client whose RPCs cnt counts.
 func countedClient(t *testing.T, cnt *rpcstat.Counter) *clientv3.Client {
 	t.Helper()

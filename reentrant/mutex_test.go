@@ -17,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/reentrant"
@@ -36,7 +37,7 @@ func TestReentryCountsUpWithoutRPCsAndTheLastUnlockReleases(t *testing.T) {
 	token := m.Token()
 	require.NotZero(t, token)
 
-	before, rev := cnt.Counts(), revision(t, admin)
+	before, rev := cnt.Counts(), etcdtest.Revision(t, admin)
 	for n := 2; n <= depth; n++ {
 		lock := m.Lock
 		if n == depth {
@@ -48,7 +49,7 @@ func TestReentryCountsUpWithoutRPCsAndTheLastUnlockReleases(t *testing.T) {
 		assert.Equal(t, n, m.Count(octx))
 	}
 	assert.Empty(t, requests(cnt.Counts().Sub(before)), "requests sent to re-enter")
-	assert.Equal(t, rev, revision(t, admin), "a re-entry wrote")
+	assert.Equal(t, rev, etcdtest.Revision(t, admin), "a re-entry wrote")
 	assert.Equal(t, token, m.Token(), "a re-entry took a new hold")
 
 	for n := depth - 1; n >= 1; n-- {
@@ -68,13 +69,13 @@ func TestReentryCountsUpWithoutRPCsAndTheLastUnlockReleases(t *testing.T) {
 	assert.ErrorIs(t, m.Err(), reentrant.ErrNotLocked)
 
 	// The released context owns nothing more, and does not queue for a new hold either.
-	rev = revision(t, admin)
+	rev = etcdtest.Revision(t, admin)
 	assert.ErrorIs(t, m.Unlock(octx), reentrant.ErrNotLocked)
 	_, err = m.Lock(octx)
 	assert.ErrorIs(t, err, context.Canceled)
 	_, err = m.Lock(context.WithoutCancel(octx))
 	assert.ErrorIs(t, err, reentrant.ErrNotLocked)
-	assert.Equal(t, rev, revision(t, admin), "a call with the released context wrote")
+	assert.Equal(t, rev, etcdtest.Revision(t, admin), "a call with the released context wrote")
 }
 
 func TestContextsDerivedFromTheOwningOneReenter(t *testing.T) {
@@ -91,7 +92,7 @@ func TestContextsDerivedFromTheOwningOneReenter(t *testing.T) {
 	timed, tcancel := context.WithTimeout(octx, time.Minute)
 	defer tcancel()
 	derived := []context.Context{context.WithValue(octx, key{}, 1), cancelled, timed, context.WithoutCancel(octx)}
-	rev := revision(t, admin)
+	rev := etcdtest.Revision(t, admin)
 	for i, d := range derived {
 		again, err := m.Lock(d)
 		require.NoError(t, err, "derived context %d", i)
@@ -99,7 +100,7 @@ func TestContextsDerivedFromTheOwningOneReenter(t *testing.T) {
 		assert.Equal(t, i+2, m.Count(d))
 		assert.Equal(t, i+2, m.Count(octx), "a derived context counted apart")
 	}
-	assert.Equal(t, rev, revision(t, admin), "a re-entry wrote")
+	assert.Equal(t, rev, etcdtest.Revision(t, admin), "a re-entry wrote")
 	for i, d := range derived { // any of them may unlock: they are one owner
 		require.NoError(t, m.Unlock(d))
 		assert.Equal(t, len(derived)-i, m.Count(octx))
@@ -118,7 +119,7 @@ func TestGoroutinesSharingAnOwningContextReenterConcurrently(t *testing.T) {
 	octx, err := m.Lock(ctx)
 	require.NoError(t, err)
 
-	rev := revision(t, admin)
+	rev := etcdtest.Revision(t, admin)
 	var wg sync.WaitGroup
 	for range goroutines {
 		wg.Go(func() {
@@ -133,7 +134,7 @@ func TestGoroutinesSharingAnOwningContextReenterConcurrently(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Equal(t, 1, m.Count(octx))
-	assert.Equal(t, rev, revision(t, admin), "a re-entry or a non-last Unlock wrote")
+	assert.Equal(t, rev, etcdtest.Revision(t, admin), "a re-entry or a non-last Unlock wrote")
 	assert.NoError(t, octx.Err())
 	require.NoError(t, m.Unlock(octx))
 	assert.Empty(t, keysOf(t, admin, name))
@@ -201,7 +202,7 @@ func TestUnlockByANonOwnerReturnsErrNotLockedAndWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	sameName := newMutex(t, cli, name)
 
-	rev := revision(t, admin)
+	rev := etcdtest.Revision(t, admin)
 	for _, tc := range []struct {
 		desc string
 		m    *reentrant.Mutex
@@ -215,7 +216,7 @@ func TestUnlockByANonOwnerReturnsErrNotLockedAndWritesNothing(t *testing.T) {
 			assert.ErrorIs(t, tc.m.Unlock(tc.ctx), reentrant.ErrNotLocked)
 		})
 	}
-	assert.Equal(t, rev, revision(t, admin), "an Unlock by a non-owner wrote")
+	assert.Equal(t, rev, etcdtest.Revision(t, admin), "an Unlock by a non-owner wrote")
 	assert.Equal(t, 1, m.Count(octx))
 	assert.NoError(t, octx.Err())
 	assert.NoError(t, m.Err())
@@ -314,7 +315,7 @@ func TestCancelledLockReturnsContextErrorAndLeavesNoKey(t *testing.T) {
 		}()
 		awaitKeys(t, admin, name, 2)
 		cancel()
-		assert.ErrorIs(t, within(t, errc, 10*time.Second, "cancelled Lock returns"), context.Canceled)
+		assert.ErrorIs(t, etcdtest.Within(t, errc, 10*time.Second, "cancelled Lock returns"), context.Canceled)
 		assert.Len(t, keysOf(t, admin, name), 1, "the cancelled waiter's key is left")
 		assert.Zero(t, waiter.Count(wctx))
 
@@ -349,7 +350,7 @@ func TestTryLockFailsAtOnceAndWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	other := newMutex(t, cluster.Client(t), name)
 
-	rev := revision(t, admin)
+	rev := etcdtest.Revision(t, admin)
 	start := time.Now()
 	for _, tc := range []struct {
 		desc string
@@ -367,7 +368,7 @@ func TestTryLockFailsAtOnceAndWritesNothing(t *testing.T) {
 		})
 	}
 	assert.Less(t, time.Since(start), 5*time.Second, "TryLock waited")
-	assert.Equal(t, rev, revision(t, admin), "a failed TryLock wrote")
+	assert.Equal(t, rev, etcdtest.Revision(t, admin), "a failed TryLock wrote")
 	assert.Len(t, keysOf(t, admin, name), 1)
 	assert.ErrorIs(t, other.Err(), reentrant.ErrNotLocked)
 	assert.Zero(t, other.Token())
@@ -376,7 +377,7 @@ func TestTryLockFailsAtOnceAndWritesNothing(t *testing.T) {
 	_, err = holder.TryLock(octx)
 	require.NoError(t, err)
 	assert.Equal(t, 2, holder.Count(octx))
-	assert.Equal(t, rev, revision(t, admin))
+	assert.Equal(t, rev, etcdtest.Revision(t, admin))
 	require.NoError(t, holder.Unlock(octx))
 	require.NoError(t, holder.Unlock(octx))
 	tctx, err := other.TryLock(ctx)
@@ -457,7 +458,7 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 	sess, err := concurrency.NewSession(cli)
 	require.NoError(t, err)
 	defer sess.Close()
-	rev := revision(t, cli)
+	rev := etcdtest.Revision(t, cli)
 
 	for _, tc := range []struct {
 		desc string
@@ -488,7 +489,7 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 	assert.ErrorIs(t, m.Unlock(ctx), reentrant.ErrNotLocked)
 	assert.ErrorIs(t, m.Err(), reentrant.ErrNotLocked)
 	assert.Zero(t, m.Count(ctx))
-	assert.Equal(t, rev, revision(t, cli), "bad input wrote to etcd")
+	assert.Equal(t, rev, etcdtest.Revision(t, cli), "bad input wrote to etcd")
 }
 
 func TestIsOwnerGuardsWritesOnlyWhileHeld(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
@@ -28,30 +29,30 @@ func TestTakesTurnsWithEtcdRecipe(t *testing.T) {
 	awaitKeys(t, admin, name, 2)
 	pending(t, rlocked, "recipe's RLock under our write hold")
 	require.NoError(t, ours.Unlock(ctx))
-	require.NoError(t, within(t, rlocked, 5*time.Second, "recipe's RLock after our Unlock"))
+	require.NoError(t, etcdtest.Within(t, rlocked, 5*time.Second, "recipe's RLock after our Unlock"))
 
 	// Their reader, our writer; our reader beside theirs.
-	require.NoError(t, within(t, async(func() error { return ours.RLock(ctx) }), 5*time.Second, "our RLock beside recipe's reader"))
+	require.NoError(t, etcdtest.Within(t, async(func() error { return ours.RLock(ctx) }), 5*time.Second, "our RLock beside recipe's reader"))
 	require.NoError(t, ours.RUnlock(ctx))
 	locked := async(func() error { return ours.Lock(ctx) })
 	awaitKeys(t, admin, name, 2)
 	pending(t, locked, "our Lock beside recipe's reader")
 	require.NoError(t, theirs.RUnlock())
-	require.NoError(t, within(t, locked, 5*time.Second, "our Lock after recipe's RUnlock"))
+	require.NoError(t, etcdtest.Within(t, locked, 5*time.Second, "our Lock after recipe's RUnlock"))
 
 	// Our writer, their writer.
 	wlocked := async(theirs.Lock)
 	awaitKeys(t, admin, name, 2)
 	pending(t, wlocked, "recipe's Lock under our write hold")
 	require.NoError(t, ours.Unlock(ctx))
-	require.NoError(t, within(t, wlocked, 5*time.Second, "recipe's Lock after our Unlock"))
+	require.NoError(t, etcdtest.Within(t, wlocked, 5*time.Second, "recipe's Lock after our Unlock"))
 
 	// Their writer, our reader and writer.
 	rlocked = async(func() error { return ours.RLock(ctx) })
 	awaitKeys(t, admin, name, 2)
 	pending(t, rlocked, "our RLock under recipe's write hold")
 	require.NoError(t, theirs.Unlock())
-	require.NoError(t, within(t, rlocked, 5*time.Second, "our RLock after recipe's Unlock"))
+	require.NoError(t, etcdtest.Within(t, rlocked, 5*time.Second, "our RLock after recipe's Unlock"))
 	require.NoError(t, ours.RUnlock(ctx))
 	require.Zero(t, keysOf(t, admin, name))
 }

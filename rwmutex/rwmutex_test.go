@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
 	"github.com/etcdsync/etcdsync/rwmutex"
 )
@@ -41,7 +42,7 @@ func TestReadersOfSeveralClientsHoldAtOnce(t *testing.T) {
 	admin := cluster.Client(t)
 	a, b := newRW(t, cluster.Client(t), name), newRW(t, cluster.Client(t), name)
 	require.NoError(t, a.RLock(ctx))
-	require.NoError(t, within(t, async(func() error { return b.RLock(ctx) }), 5*time.Second, "a second client's RLock"))
+	require.NoError(t, etcdtest.Within(t, async(func() error { return b.RLock(ctx) }), 5*time.Second, "a second client's RLock"))
 	assert.Equal(t, int64(2), keysOf(t, admin, name))
 	assert.NoError(t, a.Err())
 	assert.Zero(t, a.Token(), "a read hold has no fencing token")
@@ -65,14 +66,14 @@ func TestReadersOfOneHandleShareOneKey(t *testing.T) {
 	defer cli.Close()
 	rw := newRW(t, cli, name)
 	require.NoError(t, rw.RLock(ctx))
-	before, rev := cnt.Counts(), revision(t, admin)
+	before, rev := cnt.Counts(), etcdtest.Revision(t, admin)
 
 	var wg sync.WaitGroup
 	for range readers {
 		wg.Go(func() { assert.NoError(t, rw.RLock(ctx)) })
 	}
 	wg.Wait()
-	assert.Equal(t, rev, revision(t, admin), "joining readers wrote")
+	assert.Equal(t, rev, etcdtest.Revision(t, admin), "joining readers wrote")
 	joined := cnt.Counts().Sub(before)
 	assert.Zero(t, joined["Txn"]+joined["Range"], "joining readers sent KV requests: %v", joined)
 	assert.Equal(t, int64(1), keysOf(t, admin, name))
@@ -84,7 +85,7 @@ func TestReadersOfOneHandleShareOneKey(t *testing.T) {
 	left := cnt.Counts().Sub(before)
 	assert.Zero(t, left["Txn"], "a reader that was not the last one out wrote: %v", left)
 	assert.Equal(t, int64(readers), left["Range"], "each reader leaving one at a time reads the key once: %v", left)
-	assert.Equal(t, rev, revision(t, admin), "a reader that was not the last one out wrote")
+	assert.Equal(t, rev, etcdtest.Revision(t, admin), "a reader that was not the last one out wrote")
 	assert.Equal(t, int64(1), keysOf(t, admin, name))
 	require.NoError(t, rw.RUnlock(ctx))
 	assert.Zero(t, keysOf(t, admin, name))
@@ -105,7 +106,7 @@ func TestWriterWaitsForEveryReader(t *testing.T) {
 	awaitKeys(t, admin, name, 2)
 	pending(t, locked, "Lock with a reader left")
 	require.NoError(t, r2.RUnlock(ctx))
-	require.NoError(t, within(t, locked, 5*time.Second, "Lock once the readers are gone"))
+	require.NoError(t, etcdtest.Within(t, locked, 5*time.Second, "Lock once the readers are gone"))
 	assert.NotZero(t, w.Token())
 	require.NoError(t, w.Unlock(ctx))
 	assert.Zero(t, keysOf(t, admin, name))
@@ -122,7 +123,7 @@ func TestWriteHoldShutsReadersOut(t *testing.T) {
 	awaitKeys(t, admin, name, 2)
 	pending(t, rlocked, "RLock under a write hold")
 	require.NoError(t, w.Unlock(ctx))
-	require.NoError(t, within(t, rlocked, 5*time.Second, "RLock after Unlock"))
+	require.NoError(t, etcdtest.Within(t, rlocked, 5*time.Second, "RLock after Unlock"))
 	require.NoError(t, r.RUnlock(ctx))
 	assert.Zero(t, keysOf(t, admin, name))
 }
@@ -143,10 +144,10 @@ func TestReaderBehindWaitingWriterIsServedAfterIt(t *testing.T) {
 	awaitKeys(t, admin, name, 3)
 
 	require.NoError(t, first.RUnlock(ctx))
-	require.NoError(t, within(t, locked, 5*time.Second, "the writer, once the first reader left"))
+	require.NoError(t, etcdtest.Within(t, locked, 5*time.Second, "the writer, once the first reader left"))
 	pending(t, rlocked, "the reader behind the writer")
 	require.NoError(t, w.Unlock(ctx))
-	require.NoError(t, within(t, rlocked, 5*time.Second, "the reader, after the writer"))
+	require.NoError(t, etcdtest.Within(t, rlocked, 5*time.Second, "the reader, after the writer"))
 	require.NoError(t, late.RUnlock(ctx))
 	assert.Zero(t, keysOf(t, admin, name))
 }
@@ -185,10 +186,10 @@ func TestLocalReadersQueueBehindARemoteWriter(t *testing.T) {
 
 	require.NoError(t, rw.RUnlock(ctx))
 	require.NoError(t, rw.RUnlock(ctx))
-	require.NoError(t, within(t, locked, 5*time.Second, "the writer, once the readers left"))
+	require.NoError(t, etcdtest.Within(t, locked, 5*time.Second, "the writer, once the readers left"))
 	pending(t, queued, "the reader behind the writer")
 	require.NoError(t, w.Unlock(ctx))
-	require.NoError(t, within(t, queued, 5*time.Second, "the reader, after the writer"))
+	require.NoError(t, etcdtest.Within(t, queued, 5*time.Second, "the reader, after the writer"))
 	require.NoError(t, rw.RUnlock(ctx))
 	assert.Zero(t, keysOf(t, admin, name))
 }
@@ -226,13 +227,13 @@ func TestStreamOfLocalReadersDoesNotStarveWriters(t *testing.T) {
 		})
 	}
 	defer func() { close(stop); wg.Wait() }()
-	within(t, reading, 10*time.Second, "the first read")
+	etcdtest.Within(t, reading, 10*time.Second, "the first read")
 
 	for _, w := range []*rwmutex.RWMutex{newRW(t, cluster.Client(t), name), rw} {
 		before := reads.Load()
-		require.NoError(t, within(t, async(func() error { return w.Lock(ctx) }), 15*time.Second, "a writer among streaming readers"))
+		require.NoError(t, etcdtest.Within(t, async(func() error { return w.Lock(ctx) }), 15*time.Second, "a writer among streaming readers"))
 		require.NoError(t, w.Unlock(ctx))
-		require.NoError(t, within(t, async(func() error { return w.Lock(ctx) }), 15*time.Second, "a second write"))
+		require.NoError(t, etcdtest.Within(t, async(func() error { return w.Lock(ctx) }), 15*time.Second, "a second write"))
 		require.NoError(t, w.Unlock(ctx))
 		assert.Greater(t, reads.Load(), before, "no reads between the writes")
 	}
@@ -286,11 +287,11 @@ func TestFailedTriesWriteNothing(t *testing.T) {
 	require.NoError(t, reader.TryRLock(ctx), "TryRLock joining this handle's reader")
 	assert.Equal(t, int64(2), keysOf(t, admin, name))
 
-	before := revision(t, admin)
+	before := etcdtest.Revision(t, admin)
 	w := newRW(t, cluster.Client(t), name)
 	assert.ErrorIs(t, w.TryLock(ctx), rwmutex.ErrLocked, "TryLock beside readers")
 	assert.ErrorIs(t, reader.TryLock(ctx), rwmutex.ErrLocked, "TryLock beside the handle's own readers")
-	assert.Equal(t, before, revision(t, admin), "a failed TryLock wrote")
+	assert.Equal(t, before, etcdtest.Revision(t, admin), "a failed TryLock wrote")
 	assert.Zero(t, w.Token())
 
 	require.NoError(t, reader.RUnlock(ctx))
@@ -298,10 +299,10 @@ func TestFailedTriesWriteNothing(t *testing.T) {
 	require.NoError(t, other.RUnlock(ctx))
 	require.NoError(t, w.TryLock(ctx))
 	assert.ErrorIs(t, w.TryLock(ctx), rwmutex.ErrLocked, "TryLock of a handle that holds")
-	before = revision(t, admin)
+	before = etcdtest.Revision(t, admin)
 	assert.ErrorIs(t, reader.TryRLock(ctx), rwmutex.ErrLocked, "TryRLock beside a writer")
 	assert.ErrorIs(t, w.TryRLock(ctx), rwmutex.ErrLocked, "TryRLock of the writing handle")
-	assert.Equal(t, before, revision(t, admin), "a failed TryRLock wrote")
+	assert.Equal(t, before, etcdtest.Revision(t, admin), "a failed TryRLock wrote")
 	assert.Equal(t, int64(1), keysOf(t, admin, name))
 	require.NoError(t, w.Unlock(ctx))
 	assert.Zero(t, keysOf(t, admin, name))
@@ -321,8 +322,8 @@ func TestCancelledWaitsLeaveNoKey(t *testing.T) {
 	awaitKeys(t, admin, name, 2)
 	second := async(func() error { return r.RLock(rctx) })
 	rcancel()
-	assert.ErrorIs(t, within(t, first, 10*time.Second, "a cancelled RLock"), context.Canceled)
-	assert.ErrorIs(t, within(t, second, 10*time.Second, "a cancelled RLock"), context.Canceled)
+	assert.ErrorIs(t, etcdtest.Within(t, first, 10*time.Second, "a cancelled RLock"), context.Canceled)
+	assert.ErrorIs(t, etcdtest.Within(t, second, 10*time.Second, "a cancelled RLock"), context.Canceled)
 	assert.Equal(t, int64(1), keysOf(t, admin, name), "a cancelled RLock left its key")
 
 	// A writer waiting for readers.
@@ -332,16 +333,16 @@ func TestCancelledWaitsLeaveNoKey(t *testing.T) {
 	locked := async(func() error { return w.Lock(wctx) })
 	awaitKeys(t, admin, name, 2)
 	wcancel()
-	assert.ErrorIs(t, within(t, locked, 10*time.Second, "a cancelled Lock"), context.Canceled)
+	assert.ErrorIs(t, etcdtest.Within(t, locked, 10*time.Second, "a cancelled Lock"), context.Canceled)
 	assert.Equal(t, int64(1), keysOf(t, admin, name), "a cancelled Lock left its key")
 	require.NoError(t, r.RUnlock(ctx))
 	assert.Zero(t, keysOf(t, admin, name))
 
 	// A context that has ended writes nothing.
-	before := revision(t, admin)
+	before := etcdtest.Revision(t, admin)
 	assert.ErrorIs(t, r.RLock(rctx), context.Canceled)
 	assert.ErrorIs(t, w.Lock(wctx), context.Canceled)
-	assert.Equal(t, before, revision(t, admin))
+	assert.Equal(t, before, etcdtest.Revision(t, admin))
 }
 
 func TestRevokedLeaseEndsReadAndWriteHolds(t *testing.T) {
@@ -355,7 +356,7 @@ func TestRevokedLeaseEndsReadAndWriteHolds(t *testing.T) {
 		require.NotEmpty(t, resp.Kvs)
 		_, err = admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
 		require.NoError(t, err)
-		within(t, rw.Done(), 5*time.Second, "Done after the lease was revoked")
+		etcdtest.Within(t, rw.Done(), 5*time.Second, "Done after the lease was revoked")
 		assert.ErrorIs(t, rw.Err(), rwmutex.ErrLost)
 	}
 
@@ -364,7 +365,7 @@ func TestRevokedLeaseEndsReadAndWriteHolds(t *testing.T) {
 	require.NoError(t, r.RLock(ctx))
 	done := r.Done()
 	revoke(r)
-	within(t, done, time.Second, "the read hold's Done")
+	etcdtest.Within(t, done, time.Second, "the read hold's Done")
 	assert.ErrorIs(t, r.RUnlock(ctx), rwmutex.ErrLost)
 	assert.ErrorIs(t, r.RUnlock(ctx), rwmutex.ErrLost)
 	assert.ErrorIs(t, r.RUnlock(ctx), rwmutex.ErrNotLocked)
@@ -409,7 +410,7 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 	sess, err := concurrency.NewSession(cli)
 	require.NoError(t, err)
 	defer sess.Close()
-	before := revision(t, cli)
+	before := etcdtest.Revision(t, cli)
 	for _, tc := range []struct {
 		desc string
 		cli  *clientv3.Client
@@ -436,7 +437,7 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 	assert.ErrorIs(t, rw.Unlock(ctx), rwmutex.ErrNotLocked)
 	assert.ErrorIs(t, rw.RUnlock(ctx), rwmutex.ErrNotLocked)
 	assert.ErrorIs(t, rw.Err(), rwmutex.ErrNotLocked)
-	assert.Equal(t, before, revision(t, cli), "bad input wrote to etcd")
+	assert.Equal(t, before, etcdtest.Revision(t, cli), "bad input wrote to etcd")
 }
 
 // TestNamesAreIndependent: names that are prefixes of one another, or that look like
@@ -447,7 +448,7 @@ func TestNamesAreIndependent(t *testing.T) {
 	var held []*rwmutex.RWMutex
 	for _, name := range names {
 		rw := newRW(t, cluster.Client(t), name)
-		require.NoError(t, within(t, async(func() error { return rw.Lock(ctx) }), 5*time.Second, "Lock of "+name))
+		require.NoError(t, etcdtest.Within(t, async(func() error { return rw.Lock(ctx) }), 5*time.Second, "Lock of "+name))
 		held = append(held, rw)
 	}
 	for _, rw := range held {

@@ -47,27 +47,6 @@ func awaitPermits(t *testing.T, cli *clientv3.Client, name string, n int64) {
 	etcdtest.AwaitKeys(t, cli, permitPrefix(name), n)
 }
 
-// revision is the cluster's current revision: unchanged means nothing was written.
-func revision(t *testing.T, cli *clientv3.Client) int64 {
-	t.Helper()
-	resp, err := cli.Get(testContext(t), "\x00")
-	require.NoError(t, err)
-	return resp.Header.Revision
-}
-
-// within fails the test unless ch is closed or yields within d.
-func within[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(d):
-		t.Fatalf("%s: not within %v", what, d)
-		var zero T
-		return zero
-	}
-}
-
 // acquireAsync starts an Acquire and returns where its outcome arrives.
 func acquireAsync(ctx context.Context, s *semaphore.Semaphore) <-chan acquired {
 	ch := make(chan acquired, 1)

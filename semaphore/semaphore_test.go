@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
 	"github.com/etcdsync/etcdsync/semaphore"
 )
@@ -124,20 +125,20 @@ func TestTryAcquireWhenFullFailsAndWritesNothing(t *testing.T) {
 			_, err := other.Acquire(testTimeout(t, time.Millisecond)) // records nothing new: the limit is there
 			require.Error(t, err)
 
-			before := revision(t, admin)
+			before := etcdtest.Revision(t, admin)
 			for range 3 {
 				p, err := other.TryAcquire(ctx)
 				assert.ErrorIs(t, err, semaphore.ErrNoPermits)
 				assert.Nil(t, p)
 			}
-			assert.Equal(t, before, revision(t, admin), "a failed TryAcquire wrote")
+			assert.Equal(t, before, etcdtest.Revision(t, admin), "a failed TryAcquire wrote")
 			assert.Equal(t, int64(limit), permitsOf(t, admin, name))
 
 			// A waiter in line: a permit that frees is its, not a try's.
 			waiter := acquireAsync(ctx, other)
 			awaitPermits(t, admin, name, int64(limit+1))
 			require.NoError(t, held[0].Release(ctx))
-			w := within(t, waiter, 10*time.Second, "the waiter is served")
+			w := etcdtest.Within(t, waiter, 10*time.Second, "the waiter is served")
 			require.NoError(t, w.err)
 			_, err = s.TryAcquire(ctx)
 			assert.ErrorIs(t, err, semaphore.ErrNoPermits)
@@ -172,12 +173,12 @@ func TestALimitOtherThanTheRecordedOneIsRefusedAndWritesNothing(t *testing.T) {
 	assert.Zero(t, resp.Kvs[0].Lease, "the limit record has a lease")
 
 	other := newSemaphore(t, cluster.Client(t), name, 2)
-	before := revision(t, admin)
+	before := etcdtest.Revision(t, admin)
 	_, err = other.Acquire(ctx)
 	assert.ErrorIs(t, err, semaphore.ErrLimitMismatch)
 	_, err = other.TryAcquire(ctx)
 	assert.ErrorIs(t, err, semaphore.ErrLimitMismatch)
-	assert.Equal(t, before, revision(t, admin), "a mismatched handle wrote")
+	assert.Equal(t, before, etcdtest.Revision(t, admin), "a mismatched handle wrote")
 	require.NoError(t, p.Release(ctx))
 
 	// An operator resets the limit while no permit is held: the next user records its own,
@@ -186,12 +187,12 @@ func TestALimitOtherThanTheRecordedOneIsRefusedAndWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	p, err = other.Acquire(ctx)
 	require.NoError(t, err)
-	before = revision(t, admin)
+	before = etcdtest.Revision(t, admin)
 	_, err = first.Acquire(ctx)
 	assert.ErrorIs(t, err, semaphore.ErrLimitMismatch)
 	_, err = first.TryAcquire(ctx)
 	assert.ErrorIs(t, err, semaphore.ErrLimitMismatch)
-	assert.Equal(t, before, revision(t, admin), "a handle with the old limit wrote")
+	assert.Equal(t, before, etcdtest.Revision(t, admin), "a handle with the old limit wrote")
 	require.NoError(t, p.Release(ctx))
 	assert.Zero(t, permitsOf(t, admin, name))
 }
@@ -216,9 +217,9 @@ func TestARevokedHoldersPermitIsFreedAndReportedLost(t *testing.T) {
 	_, err = admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
 	require.NoError(t, err)
 
-	within(t, done, 3*time.Second, "Done closes after the lease is revoked")
+	etcdtest.Within(t, done, 3*time.Second, "Done closes after the lease is revoked")
 	assert.ErrorIs(t, dead.Err(), semaphore.ErrLost)
-	got := within(t, w, 3*time.Second, "the waiter is served")
+	got := etcdtest.Within(t, w, 3*time.Second, "the waiter is served")
 	require.NoError(t, got.err)
 	assert.ErrorIs(t, dead.Release(ctx), semaphore.ErrLost)
 	assert.ErrorIs(t, other.Release(ctx), semaphore.ErrLost)
@@ -257,7 +258,7 @@ func TestInUseCountsHoldersNotWaiters(t *testing.T) {
 	assert.Equal(t, limit, n, "waiters counted as holders")
 	cancel()
 	for _, w := range []<-chan acquired{w1, w2} {
-		assert.ErrorIs(t, within(t, w, 10*time.Second, "cancelled waiter returns").err, context.Canceled)
+		assert.ErrorIs(t, etcdtest.Within(t, w, 10*time.Second, "cancelled waiter returns").err, context.Canceled)
 	}
 	for _, p := range held {
 		require.NoError(t, p.Release(ctx))
@@ -275,7 +276,7 @@ func TestReleaseTwiceReturnsNotLocked(t *testing.T) {
 	token, done := p.Token(), p.Done()
 	assert.Positive(t, token)
 	require.NoError(t, p.Release(ctx))
-	within(t, done, time.Second, "Done after Release")
+	etcdtest.Within(t, done, time.Second, "Done after Release")
 	assert.ErrorIs(t, p.Release(ctx), semaphore.ErrNotLocked)
 	assert.ErrorIs(t, p.Err(), semaphore.ErrNotLocked)
 	assert.Zero(t, p.Token())
@@ -283,7 +284,7 @@ func TestReleaseTwiceReturnsNotLocked(t *testing.T) {
 	var none *semaphore.Permit
 	assert.ErrorIs(t, none.Release(ctx), semaphore.ErrNotLocked)
 	assert.ErrorIs(t, none.Err(), semaphore.ErrNotLocked)
-	within(t, none.Done(), time.Second, "a nil Permit's Done is closed")
+	etcdtest.Within(t, none.Done(), time.Second, "a nil Permit's Done is closed")
 }
 
 func TestIsOwnerGuardsWritesOnlyWhileHeld(t *testing.T) {
@@ -314,7 +315,7 @@ func TestCancelledAcquireReturnsContextErrorAndLeavesNoKey(t *testing.T) {
 	w := acquireAsync(wctx, waiter)
 	awaitPermits(t, admin, name, 2)
 	cancel()
-	assert.ErrorIs(t, within(t, w, 10*time.Second, "cancelled Acquire returns").err, context.Canceled)
+	assert.ErrorIs(t, etcdtest.Within(t, w, 10*time.Second, "cancelled Acquire returns").err, context.Canceled)
 	assert.Equal(t, int64(1), permitsOf(t, admin, name), "the cancelled waiter's key is left")
 
 	_, err = waiter.Acquire(testTimeout(t, 200*time.Millisecond))
@@ -353,7 +354,7 @@ func TestAServedWaiterSendsNoRPCAfterItsWakeUp(t *testing.T) {
 		w := acquireAsync(ctx, s)
 		awaitPermits(t, admin, name, 3)
 		require.NoError(t, a.Release(ctx))
-		got := within(t, w, 10*time.Second, "the waiter is served")
+		got := etcdtest.Within(t, w, 10*time.Second, "the waiter is served")
 		require.NoError(t, got.err)
 		spent := cnt.Counts().Sub(before)
 		if round == 1 {
@@ -386,7 +387,7 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 	sess, err := concurrency.NewSession(cli)
 	require.NoError(t, err)
 	defer sess.Close()
-	before := revision(t, cli)
+	before := etcdtest.Revision(t, cli)
 	for _, tc := range []struct {
 		desc  string
 		cli   *clientv3.Client
@@ -413,7 +414,7 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 			assert.Nil(t, s)
 		})
 	}
-	assert.Equal(t, before, revision(t, cli), "bad input wrote to etcd")
+	assert.Equal(t, before, etcdtest.Revision(t, cli), "bad input wrote to etcd")
 }
 
 func TestNestedNamesAreIndependent(t *testing.T) {

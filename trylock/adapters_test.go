@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/reentrant"
 	"github.com/etcdsync/etcdsync/rwmutex"
@@ -46,9 +47,9 @@ func retryAfterRelease(t *testing.T, l trylock.ReleaseWatcher, busy error, relea
 	tl := track(l)
 	done := make(chan error, 1)
 	go func() { done <- trylock.Retry(ctx, tl, long) }()
-	require.ErrorIs(t, within(t, tl.tried, 10*time.Second, "the first try"), busy)
+	require.ErrorIs(t, etcdtest.Within(t, tl.tried, 10*time.Second, "the first try"), busy)
 	require.NoError(t, release(ctx))
-	require.NoError(t, within(t, done, slack, "Retry after the release"))
+	require.NoError(t, etcdtest.Within(t, done, slack, "Retry after the release"))
 	assert.Equal(t, int32(2), tl.tries.Load())
 }
 
@@ -59,7 +60,7 @@ func TestRWMutexWriteSideIsALocker(t *testing.T) {
 	reader, rw := newRWMutex(t, name), newRWMutex(t, name)
 	require.NoError(t, reader.RLock(ctx))
 
-	before := revision(t, admin)
+	before := etcdtest.Revision(t, admin)
 	require.ErrorIs(t, trylock.Once(ctx, rw), rwmutex.ErrLocked)
 	require.ErrorIs(t, trylock.Retry(ctx, rw, trylock.Attempts(2), trylock.Backoff(time.Millisecond, time.Millisecond)), rwmutex.ErrLocked)
 	unchanged(t, admin, name, 1, before)
@@ -92,7 +93,7 @@ func TestRLockerTriesTheReadLock(t *testing.T) {
 	writer, reader, rw := newRWMutex(t, name), newRWMutex(t, name), newRWMutex(t, name)
 	require.NoError(t, writer.Lock(ctx))
 
-	before := revision(t, admin)
+	before := etcdtest.Revision(t, admin)
 	require.ErrorIs(t, trylock.Once(ctx, trylock.RLocker(rw)), rwmutex.ErrLocked)
 	require.ErrorIs(t, trylock.Timeout(ctx, trylock.RLocker(rw), 200*time.Millisecond), trylock.ErrTimeout)
 	unchanged(t, admin, name, 1, before)
@@ -129,7 +130,7 @@ func TestReentrantHandsBackTheOwningContext(t *testing.T) {
 	octx, err := other.Lock(ctx)
 	require.NoError(t, err)
 
-	before := revision(t, admin)
+	before := etcdtest.Revision(t, admin)
 	busy := trylock.Reentrant(m)
 	require.ErrorIs(t, trylock.Once(ctx, busy), reentrant.ErrLocked)
 	assert.Nil(t, busy.Context())
@@ -201,7 +202,7 @@ func TestPermitsHandsBackThePermit(t *testing.T) {
 	require.NoError(t, holder.Lock(ctx))
 	sem := onePermit{newMutex(t, cluster.Client(t), name)}
 
-	before := revision(t, admin)
+	before := etcdtest.Revision(t, admin)
 	busy := track(trylock.Permits(sem))
 	err := trylock.Retry(ctx, busy, trylock.Attempts(3), trylock.Backoff(time.Millisecond, time.Millisecond))
 	require.ErrorIs(t, err, trylock.ErrNoPermits)
@@ -245,8 +246,8 @@ func TestPermitsOfAnAcquirerWithoutWatchBacksOff(t *testing.T) {
 	tl := track(l)
 	done := make(chan error, 1)
 	go func() { done <- trylock.Retry(ctx, tl, trylock.Backoff(20*time.Millisecond, 50*time.Millisecond)) }()
-	require.ErrorIs(t, within(t, tl.tried, 10*time.Second, "the first try"), trylock.ErrNoPermits)
+	require.ErrorIs(t, etcdtest.Within(t, tl.tried, 10*time.Second, "the first try"), trylock.ErrNoPermits)
 	require.NoError(t, holder.Unlock(ctx))
-	require.NoError(t, within(t, done, slack, "Retry"))
+	require.NoError(t, etcdtest.Within(t, done, slack, "Retry"))
 	require.NoError(t, l.Permit().Release(ctx))
 }

@@ -40,33 +40,12 @@ func keysOf(t *testing.T, cli *clientv3.Client, name string) int64 {
 	return resp.Count
 }
 
-// revision is the cluster's current revision: unchanged means nothing was written.
-func revision(t *testing.T, cli *clientv3.Client) int64 {
-	t.Helper()
-	resp, err := cli.Get(testContext(t), "\x00")
-	require.NoError(t, err)
-	return resp.Header.Revision
-}
-
 // unchanged fails the test if anything was written to etcd since before, or if name has
 // other than keys keys: the failed tries in between left nothing behind.
 func unchanged(t *testing.T, cli *clientv3.Client, name string, keys, before int64) {
 	t.Helper()
-	require.Equal(t, before, revision(t, cli), "a failed try wrote to etcd")
+	require.Equal(t, before, etcdtest.Revision(t, cli), "a failed try wrote to etcd")
 	require.Equal(t, keys, keysOf(t, cli, name), "keys of %q", name)
-}
-
-// within fails the test unless ch yields within d.
-func within[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(d):
-		t.Fatalf("%s: not within %v", what, d)
-		var zero T
-		return zero
-	}
 }
 
 // tracked is a real Locker whose tries are counted and reported; it keeps the Locker's
@@ -107,5 +86,5 @@ func warmHold(t *testing.T, admin *clientv3.Client, name string, keys int64, fir
 	go func() { waited <- wait(ctx) }()
 	etcdtest.AwaitKeys(t, admin, core.NamePrefix(name), keys)
 	require.NoError(t, release(ctx))
-	require.NoError(t, within(t, waited, 10*time.Second, "the queued waiter's lock"))
+	require.NoError(t, etcdtest.Within(t, waited, 10*time.Second, "the queued waiter's lock"))
 }

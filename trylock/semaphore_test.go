@@ -38,13 +38,13 @@ func TestPermitsOfASemaphore(t *testing.T) {
 	}()
 	etcdtest.AwaitKeys(t, admin, name+"/permit/", 2)
 	require.NoError(t, first.Release(ctx))
-	held := within(t, got, 10*time.Second, "the queued Acquire")
+	held := etcdtest.Within(t, got, 10*time.Second, "the queued Acquire")
 	require.NotNil(t, held)
 
-	before := revision(t, admin)
+	before := etcdtest.Revision(t, admin)
 	l := trylock.Permits(mine)
 	require.ErrorIs(t, trylock.Once(ctx, l), trylock.ErrNoPermits)
-	require.Equal(t, before, revision(t, admin), "a failed try wrote")
+	require.Equal(t, before, etcdtest.Revision(t, admin), "a failed try wrote")
 
 	retryAfterRelease(t, l, trylock.ErrNoPermits, held.Release)
 	require.NotNil(t, l.Permit())

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/trylock"
 )
@@ -35,7 +36,7 @@ func TestOnceOnABusyLockReturnsErrLockedAndWritesNothing(t *testing.T) {
 	require.NoError(t, holder.Lock(ctx))
 	m := newMutex(t, cluster.Client(t), name)
 
-	before := revision(t, admin)
+	before := etcdtest.Revision(t, admin)
 	err := trylock.Once(ctx, m)
 	require.ErrorIs(t, err, trylock.ErrLocked)
 	require.ErrorIs(t, err, mutex.ErrLocked)
@@ -52,7 +53,7 @@ func TestRetryMakesExactlyAttemptsTries(t *testing.T) {
 
 	for _, n := range []int{1, 4} {
 		l := track(newMutex(t, cluster.Client(t), name))
-		before := revision(t, admin)
+		before := etcdtest.Revision(t, admin)
 		err := trylock.Retry(ctx, l, trylock.Attempts(n), trylock.Backoff(10*time.Millisecond, 20*time.Millisecond))
 		require.ErrorIs(t, err, trylock.ErrLocked)
 		assert.NotErrorIs(t, err, trylock.ErrTimeout)
@@ -94,7 +95,7 @@ func TestRetryEndsWithCtxCarryingTheLastBusyError(t *testing.T) {
 	require.NoError(t, holder.Lock(ctx))
 	l := track(newMutex(t, cluster.Client(t), name))
 
-	before := revision(t, admin)
+	before := etcdtest.Revision(t, admin)
 	const d = 500 * time.Millisecond
 	dctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
@@ -120,9 +121,9 @@ func TestRetryReturnsPromptlyWhenCtxIsCancelled(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- trylock.Retry(cctx, l, long) }()
-	require.ErrorIs(t, within(t, l.tried, 10*time.Second, "the first try"), trylock.ErrLocked)
+	require.ErrorIs(t, etcdtest.Within(t, l.tried, 10*time.Second, "the first try"), trylock.ErrLocked)
 	cancel()
-	err := within(t, done, slack, "Retry after cancel")
+	err := etcdtest.Within(t, done, slack, "Retry after cancel")
 	require.ErrorIs(t, err, context.Canceled)
 	require.ErrorIs(t, err, trylock.ErrLocked)
 	require.NoError(t, holder.Unlock(ctx))
@@ -139,11 +140,11 @@ func TestRetryWakesWhenTheHolderLetsGo(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() { done <- trylock.Retry(ctx, l, long) }()
-	require.ErrorIs(t, within(t, l.tried, 10*time.Second, "the first try"), trylock.ErrLocked)
+	require.ErrorIs(t, etcdtest.Within(t, l.tried, 10*time.Second, "the first try"), trylock.ErrLocked)
 	start := time.Now()
 	require.NoError(t, holder.Unlock(ctx))
 	// Without the wake the second try would come 5 s or more after the first.
-	require.NoError(t, within(t, done, slack, "Retry after the holder's Unlock"))
+	require.NoError(t, etcdtest.Within(t, done, slack, "Retry after the holder's Unlock"))
 	t.Logf("acquired %v after the Unlock", time.Since(start))
 	assert.Equal(t, int32(2), l.tries.Load(), "a wake with no release")
 	require.NoError(t, m.Unlock(ctx))
@@ -159,10 +160,10 @@ func TestRetryWithoutReleasesWaitsOutItsBackoff(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() { done <- trylock.Retry(ctx, blind{l}, trylock.Backoff(time.Second, time.Second)) }()
-	require.ErrorIs(t, within(t, l.tried, 10*time.Second, "the first try"), trylock.ErrLocked)
+	require.ErrorIs(t, etcdtest.Within(t, l.tried, 10*time.Second, "the first try"), trylock.ErrLocked)
 	start := time.Now()
 	require.NoError(t, holder.Unlock(ctx))
-	require.NoError(t, within(t, done, time.Second+slack, "Retry"))
+	require.NoError(t, etcdtest.Within(t, done, time.Second+slack, "Retry"))
 	// The first delay is drawn from [0.5 s, 1 s] (1 s jittered by half, capped at 1 s).
 	assert.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond)
 	assert.Equal(t, int32(2), l.tries.Load())
@@ -177,7 +178,7 @@ func TestTimeoutGivesUpAfterDWithErrTimeoutAndErrLocked(t *testing.T) {
 	require.NoError(t, holder.Lock(ctx))
 	l := track(newMutex(t, cluster.Client(t), name))
 
-	before := revision(t, admin)
+	before := etcdtest.Revision(t, admin)
 	const d = time.Second
 	start := time.Now()
 	err := trylock.Timeout(ctx, l, d)
@@ -202,9 +203,9 @@ func TestTimeoutTakesALockReleasedInTime(t *testing.T) {
 
 	done := make(chan error, 1)
 	go func() { done <- trylock.Timeout(ctx, l, 20*time.Second) }()
-	require.ErrorIs(t, within(t, l.tried, 10*time.Second, "the first try"), trylock.ErrLocked)
+	require.ErrorIs(t, etcdtest.Within(t, l.tried, 10*time.Second, "the first try"), trylock.ErrLocked)
 	require.NoError(t, holder.Unlock(ctx))
-	require.NoError(t, within(t, done, trylock.DefaultMaxBackoff+slack, "Timeout"))
+	require.NoError(t, etcdtest.Within(t, done, trylock.DefaultMaxBackoff+slack, "Timeout"))
 	assert.NotZero(t, m.Token())
 	require.NoError(t, m.Unlock(ctx))
 }
