@@ -196,15 +196,15 @@ func TestLocalReadersQueueBehindARemoteWriter(t *testing.T) {
 
 // TestStreamOfLocalReadersDoesNotStarveWriters: goroutines of one handle read in an
 // overlapping loop, so their shared hold never empties by itself; a writer of another
-// client and one of the same handle are both served.
+// client and one of the same handle are both served, twice each, and the readers are
+// served again after each write.
 func TestStreamOfLocalReadersDoesNotStarveWriters(t *testing.T) {
 	ctx := testContext(t)
 	const name, readers = "no-starvation", 8
 	rw := newRW(t, cluster.Client(t), name)
 	stop := make(chan struct{})
-	var reads atomic.Int64
-	reading := make(chan struct{})
-	var once sync.Once
+	read := make(chan struct{}, 1) // a token per read; never blocks a reader
+	var writing atomic.Bool
 	var wg sync.WaitGroup
 	for range readers {
 		wg.Go(func() {
@@ -217,8 +217,11 @@ func TestStreamOfLocalReadersDoesNotStarveWriters(t *testing.T) {
 				if !assert.NoError(t, rw.RLock(ctx)) {
 					return
 				}
-				reads.Add(1)
-				once.Do(func() { close(reading) })
+				assert.False(t, writing.Load(), "a read while a writer holds the lock")
+				select {
+				case read <- struct{}{}:
+				default:
+				}
 				time.Sleep(5 * time.Millisecond) // a read under the lock: keeps the readers overlapping
 				if !assert.NoError(t, rw.RUnlock(ctx)) {
 					return
@@ -227,15 +230,20 @@ func TestStreamOfLocalReadersDoesNotStarveWriters(t *testing.T) {
 		})
 	}
 	defer func() { close(stop); wg.Wait() }()
-	etcdtest.Within(t, reading, 10*time.Second, "the first read")
+	etcdtest.Within(t, read, 10*time.Second, "the first read")
 
 	for _, w := range []*rwmutex.RWMutex{newRW(t, cluster.Client(t), name), rw} {
-		before := reads.Load()
-		require.NoError(t, etcdtest.Within(t, async(func() error { return w.Lock(ctx) }), 15*time.Second, "a writer among streaming readers"))
-		require.NoError(t, w.Unlock(ctx))
-		require.NoError(t, etcdtest.Within(t, async(func() error { return w.Lock(ctx) }), 15*time.Second, "a second write"))
-		require.NoError(t, w.Unlock(ctx))
-		assert.Greater(t, reads.Load(), before, "no reads between the writes")
+		for range 2 {
+			require.NoError(t, etcdtest.Within(t, async(func() error { return w.Lock(ctx) }), 15*time.Second, "a writer among streaming readers"))
+			writing.Store(true)
+			select { // forget the reads from before the write
+			case <-read:
+			default:
+			}
+			writing.Store(false)
+			require.NoError(t, w.Unlock(ctx))
+			etcdtest.Within(t, read, 10*time.Second, "a read after the write")
+		}
 	}
 }
 
