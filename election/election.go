@@ -41,7 +41,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 	}
 	return &Election{
 		name: name,
-		q:    core.NewQueue(cli, core.SessionsFor(cli, cfg), core.NamePrefix(name)),
+		q:    core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)),
 		turn: make(chan struct{}, 1),
 	}, nil
 }

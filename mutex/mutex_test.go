@@ -176,6 +176,39 @@ func TestNestedNamesAreIndependent(t *testing.T) {
 	}
 }
 
+// TestWithPrefixKeepsKeysUnderItAndNamesApart: under WithPrefix, a name's keys lie below the
+// prefix, names with '/' stay independent of their parents, and a plain name shares etcd's
+// layout for prefix+name, so etcd's Mutex on "app/lock" excludes ours on "lock".
+func TestWithPrefixKeepsKeysUnderItAndNamesApart(t *testing.T) {
+	ctx := testContext(t)
+	cli := cluster.Client(t)
+	const prefix = "tenant-a/"
+	names := []string{"lock", "lock/sub", "lock/", "locks"}
+	held := make([]*mutex.Mutex, len(names))
+	for i, name := range names {
+		held[i] = newMutex(t, cli, name, mutex.WithPrefix(prefix))
+		require.NoError(t, held[i].TryLock(ctx), "name %q blocked by another", name)
+	}
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	require.NoError(t, err)
+	assert.Len(t, resp.Kvs, len(names), "every hold's key lies under the prefix")
+	assert.Zero(t, keysOf(t, cli, "lock"), "a name outside the prefix sees the prefixed holds")
+	for _, m := range held {
+		require.NoError(t, m.Unlock(ctx))
+	}
+
+	sess, err := concurrency.NewSession(cli)
+	require.NoError(t, err)
+	defer sess.Close()
+	theirs := concurrency.NewMutex(sess, prefix+"lock")
+	require.NoError(t, theirs.Lock(ctx))
+	assert.ErrorIs(t, newMutex(t, cli, "lock", mutex.WithPrefix(prefix)).TryLock(ctx), mutex.ErrLocked)
+	sub := newMutex(t, cli, "lock/sub", mutex.WithPrefix(prefix))
+	require.NoError(t, sub.TryLock(ctx), "a nested name is independent")
+	require.NoError(t, sub.Unlock(ctx))
+	require.NoError(t, theirs.Unlock(ctx))
+}
+
 func TestTokensIncreaseAcrossHolders(t *testing.T) {
 	ctx := testContext(t)
 	a := newMutex(t, cluster.Client(t), "tokens")
@@ -385,6 +418,9 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 		{"nil session", cli, "ok", []mutex.Option{mutex.WithSession(nil)}, mutex.ErrInvalidOption},
 		{"TTL and session", cli, "ok", []mutex.Option{mutex.WithTTL(time.Minute), mutex.WithSession(sess)}, mutex.ErrInvalidOption},
 		{"nil option", cli, "ok", []mutex.Option{nil}, mutex.ErrInvalidOption},
+		{"prefix without a trailing slash", cli, "ok", []mutex.Option{mutex.WithPrefix("app")}, mutex.ErrInvalidOption},
+		{"empty prefix", cli, "ok", []mutex.Option{mutex.WithPrefix("")}, mutex.ErrInvalidOption},
+		{"prefix with NUL", cli, "ok", []mutex.Option{mutex.WithPrefix("a\x00/")}, mutex.ErrInvalidOption},
 		{"nil client", nil, "ok", nil, mutex.ErrInvalidOption},
 	} {
 		t.Run(tc.desc, func(t *testing.T) {

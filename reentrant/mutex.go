@@ -34,7 +34,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reentrant %q: %w", name, err)
 	}
-	return &Mutex{name: name, q: core.NewQueue(cli, core.SessionsFor(cli, cfg), core.NamePrefix(name))}, nil
+	return &Mutex{name: name, q: core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name))}, nil
 }
 
 // Lock takes the lock for the owner of ctx and returns the context that carries the hold.

@@ -24,6 +24,12 @@ func WithTTL(ttl time.Duration) Option { return core.WithTTL(ttl) }
 // It cannot be combined with WithTTL.
 func WithSession(s *concurrency.Session) Option { return core.WithSession(s) }
 
+// WithPrefix puts the RWMutex's keys under prefix, which must end with '/': the keys of
+// name then live under prefix + name + "/", with any '/' in name escaped as %2F and '%'
+// as %25. An etcd role granting READWRITE on prefix, or a namespace of it, covers every
+// name; names stay independent of each other ("a" and "a/b" never share a key).
+func WithPrefix(prefix string) Option { return core.WithPrefix(prefix) }
+
 // The errors of this package, shared with every etcdsync package; compare with errors.Is.
 var (
 	ErrInvalidName   = core.ErrInvalidName   // New: empty, over 512 bytes, NUL, not UTF-8

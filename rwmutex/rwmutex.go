@@ -14,8 +14,8 @@ import (
 // The two kinds of key under the name. They are etcd's recipe.RWMutex's, so that its
 // readers and writers and ours take turns on a name without '/' and '%'.
 const (
-	readKind  = "read/"
-	writeKind = "write/"
+	readKind  = core.KindRead
+	writeKind = core.KindWrite
 )
 
 var (
@@ -99,7 +99,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*RWMutex, error) {
 	}
 	return &RWMutex{
 		name: name,
-		q:    core.NewQueue(cli, core.SessionsFor(cli, cfg), core.NamePrefix(name)).WatchArrivals(),
+		q:    core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)).WatchArrivals(),
 		turn: make(chan struct{}, 1),
 	}, nil
 }

@@ -15,8 +15,8 @@ import (
 // The keys under the name: one per permit, bound to its holder's lease, and the limit
 // record, without a lease.
 const (
-	permitKind = "permit/"
-	limitName  = "limit"
+	permitKind = core.KindPermit
+	limitName  = core.RecordLimit
 )
 
 // guardTries bounds how often an acquisition records the limit again after its guard
@@ -52,7 +52,7 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 	if err != nil {
 		return nil, fmt.Errorf("semaphore %q: %w", name, err)
 	}
-	prefix := core.NamePrefix(name)
+	prefix := cfg.KeyPrefix(name)
 	limitKey := prefix + limitName
 	return &Semaphore{
 		name:     name,

@@ -19,6 +19,7 @@ type Option func(*Config)
 type Config struct {
 	TTL     time.Duration        // lease TTL of the shared session, whole seconds
 	Session *concurrency.Session // the caller's session, or nil for the shared one
+	Prefix  string               // WithPrefix's key prefix, "" for the root of the keyspace
 	errs    []error
 	ttlSet  bool
 }
@@ -46,6 +47,23 @@ func WithSession(s *concurrency.Session) Option {
 		c.Session = s
 	}
 }
+
+// WithPrefix puts every key of the primitive under prefix: a name's keys then live under
+// prefix + the escaped name + "/", so that an etcd role granting a key prefix, or a
+// namespace, covers every name. prefix must end with '/' and, like a name, be valid UTF-8
+// without NUL of at most MaxNameLen bytes.
+func WithPrefix(prefix string) Option {
+	return func(c *Config) {
+		if err := validPrefix(prefix); err != nil {
+			c.errs = append(c.errs, err)
+			return
+		}
+		c.Prefix = prefix
+	}
+}
+
+// KeyPrefix is the key prefix that holds every key of name under c's prefix.
+func (c Config) KeyPrefix(name string) string { return c.Prefix + NamePrefix(name) }
 
 // Options applies opts to the defaults and reports every invalid one, wrapped around
 // ErrInvalidOption.

@@ -1,0 +1,141 @@
+package core_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// subranges are the key ranges a name's primitives write in, relative to its prefix: an
+// exclusive lock's keys (mutex, reentrant, election) directly under it, the rwmutex's and
+// the semaphore's kinds, and the semaphore's limit record (a single key).
+var subranges = []struct {
+	rel    string
+	single bool
+}{
+	{"", false},
+	{core.KindRead, false},
+	{core.KindWrite, false},
+	{core.KindPermit, false},
+	{core.RecordLimit, true},
+}
+
+// overlap reports whether the key ranges (or single keys) a and b share a key.
+func overlap(a string, aSingle bool, b string, bSingle bool) bool {
+	switch {
+	case aSingle && bSingle:
+		return a == b
+	case aSingle:
+		return strings.HasPrefix(a, b)
+	case bSingle:
+		return strings.HasPrefix(b, a)
+	}
+	return strings.HasPrefix(a, b) || strings.HasPrefix(b, a)
+}
+
+// layout returns the key prefix of name under prefix ("" for none), or the error New would
+// return for them.
+func layout(prefix, name string) (string, error) {
+	var opts []core.Option
+	if prefix != "" {
+		opts = append(opts, core.WithPrefix(prefix))
+	}
+	cfg, err := core.Options(opts)
+	if err != nil {
+		return "", err
+	}
+	if err := core.ValidateName(name); err != nil {
+		return "", err
+	}
+	return cfg.KeyPrefix(name), nil
+}
+
+// validName is the contract of API.md, written independently of the core's code.
+func validName(s string) bool {
+	return s != "" && len(s) <= core.MaxNameLen && !strings.ContainsRune(s, 0) && utf8.ValidString(s)
+}
+
+// FuzzKeyLayout checks, for two (prefix, name) pairs, that validation follows the contract
+// and that distinct names under one prefix never share a key in any primitive and kind.
+// Under two prefixes, keys are shared only in the one documented case: one prefix is the
+// other followed by the escaped name and a '/' ("app/" with name "x" against "app/x/").
+func FuzzKeyLayout(f *testing.F) {
+	seeds := [][4]string{
+		{"", "a", "", "a/b"},
+		{"", "a", "", "ab"},
+		{"", "a/", "", "a%2F"},
+		{"", "a%2Fb", "", "a/b"},
+		{"", "/", "", "%"},
+		{"app/", "lock", "", "app/lock"},
+		{"app/", "x", "app/x/", "y"},
+		{"app/", "x/y", "app/x/", "y"},
+		{"app/", "read", "", "app"},
+		{"app/", "a", "app/", "a/permit"},
+		{"t/", "limit", "t/", "limit/"},
+		{"", "a\x00", "", "a"},
+		{"", "\xff", "", "é"},
+		{"noslash", "a", "", "a"},
+		{"/", "a", "//", "a"},
+		{"", strings.Repeat("n", 513), "", strings.Repeat("n", 512)},
+	}
+	for _, s := range seeds {
+		f.Add(s[0], s[1], s[2], s[3])
+	}
+	f.Fuzz(func(t *testing.T, p1, n1, p2, n2 string) {
+		k1, err1 := layout(p1, n1)
+		k2, err2 := layout(p2, n2)
+		for _, c := range []struct {
+			p, n, k string
+			err     error
+		}{{p1, n1, k1, err1}, {p2, n2, k2, err2}} {
+			validPrefix := c.p == "" || (strings.HasSuffix(c.p, "/") && len(c.p) <= core.MaxNameLen &&
+				!strings.ContainsRune(c.p, 0) && utf8.ValidString(c.p))
+			switch {
+			case !validPrefix:
+				if !errors.Is(c.err, core.ErrInvalidOption) {
+					t.Fatalf("prefix %q: got %v, want ErrInvalidOption", c.p, c.err)
+				}
+				return
+			case !validName(c.n):
+				if !errors.Is(c.err, core.ErrInvalidName) {
+					t.Fatalf("name %q: got %v, want ErrInvalidName", c.n, c.err)
+				}
+				return
+			case c.err != nil:
+				t.Fatalf("prefix %q, name %q: %v", c.p, c.n, c.err)
+			}
+			if !strings.HasPrefix(c.k, c.p) {
+				t.Fatalf("name %q's keys %q lie outside its prefix %q", c.n, c.k, c.p)
+			}
+			if !strings.ContainsAny(c.n, "/%") && c.k != c.p+c.n+"/" {
+				t.Fatalf("plain name %q under %q has keys %q, not etcd's layout", c.n, c.p, c.k)
+			}
+		}
+		if p1 == p2 && n1 == n2 {
+			return
+		}
+		documented := nested(p1, n1, p2) || nested(p2, n2, p1)
+		shared := false
+		for _, a := range subranges {
+			for _, b := range subranges {
+				if overlap(k1+a.rel, a.single, k2+b.rel, b.single) {
+					shared = true
+					if !documented {
+						t.Fatalf("(%q, %q) and (%q, %q) share keys: %q and %q", p1, n1, p2, n2, k1+a.rel, k2+b.rel)
+					}
+				}
+			}
+		}
+		if documented && !shared {
+			t.Fatalf("(%q, %q) and (%q, %q): the documented overlap is not there", p1, n1, p2, n2)
+		}
+	})
+}
+
+// nested reports whether prefix inner lies under the keys of name under outer.
+func nested(outer, name, inner string) bool {
+	return strings.HasPrefix(inner, outer+core.NamePrefix(name))
+}
