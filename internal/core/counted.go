@@ -7,7 +7,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // ErrGuard: an acquisition's Spec.Guard failed, so it wrote nothing. The caller reads what
@@ -45,7 +44,7 @@ func guardHeld(resp *clientv3.TxnResponse, i int) bool {
 // prefix holds for every key in it). Deletes since R only free slots. A key that arrived
 // since R makes it read again, up to countedTries times, then give up with ErrNoPermits.
 // When full it costs one read and writes nothing; otherwise a read and a Txn.
-func (q *Queue) tryCounted(ctx context.Context, sess *concurrency.Session, spec Spec, slot *slot) (*Hold, error) {
+func (q *Queue) tryCounted(ctx context.Context, sess *Session, spec Spec, slot *slot) (*Hold, error) {
 	for range countedTries {
 		n, rev, err := q.countKeys(ctx, spec)
 		if err != nil {
@@ -92,7 +91,7 @@ func (q *Queue) countKeys(ctx context.Context, spec Spec) (n int, rev int64, err
 // the guard holds: then fewer than spec.Slots keys are ahead of it, as counted at rev.
 // errMoved says a key arrived meanwhile. A key of the slot already there (a try whose
 // answer was lost, a cleanup that failed) is taken over if it is served, else removed.
-func (q *Queue) putIfUnchanged(ctx context.Context, sess *concurrency.Session, spec Spec, slot *slot, rev int64) (*Hold, error) {
+func (q *Queue) putIfUnchanged(ctx context.Context, sess *Session, spec Spec, slot *slot, rev int64) (*Hold, error) {
 	key, aheadRange := slot.key(), q.prefix+spec.Ahead
 	cmps := append([]clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", 0),

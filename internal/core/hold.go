@@ -9,7 +9,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 type holdState int
@@ -31,7 +30,7 @@ const (
 // by Release, whose fenced delete then fails.
 type Hold struct {
 	cli  *clientv3.Client
-	sess *concurrency.Session
+	sess *Session
 	slot *slot
 	key  string
 	rev  int64
@@ -48,7 +47,7 @@ type Hold struct {
 	onEnd       []func(error)
 }
 
-func newHold(cli *clientv3.Client, sess *concurrency.Session, slot *slot, rev int64) *Hold {
+func newHold(cli *clientv3.Client, sess *Session, slot *slot, rev int64) *Hold {
 	return &Hold{cli: cli, sess: sess, slot: slot, key: slot.key(), rev: rev, done: make(chan struct{})}
 }
 
@@ -141,7 +140,7 @@ func (h *Hold) Key() string { return h.key }
 func (h *Hold) Token() int64 { return h.rev }
 
 // Session is the session whose lease the key is bound to.
-func (h *Hold) Session() *concurrency.Session { return h.sess }
+func (h *Hold) Session() *Session { return h.sess }
 
 // Done is closed when the hold ends, by release or by loss. The first call starts the watch.
 func (h *Hold) Done() <-chan struct{} {
@@ -200,13 +199,20 @@ func (h *Hold) lose() {
 
 // monitor watches the key from the revision after its creation, so no delete is missed
 // whenever the watch starts; it re-watches through leader changes until stopped.
+//
+// The session's end interrupts whatever the monitor waits for, also a Watch call, which
+// blocks until etcd answers: a session that ends at its local deadline is the news that
+// etcd cannot be reached, and the hold must end then, not once etcd answers again.
 func (h *Hold) monitor(ctx context.Context) {
 	defer close(h.monitorDone)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(h.sess.ctx, cancel)()
 	from := h.rev + 1
 	var b backoff
 	for {
 		next, gone := h.watchKey(ctx, from)
-		if gone {
+		if gone || h.sessionEnded() {
 			h.gone(ctx)
 			return
 		}
@@ -217,6 +223,18 @@ func (h *Hold) monitor(ctx context.Context) {
 		if b.wait(ctx) != nil {
 			return
 		}
+	}
+}
+
+// sessionEnded reports whether the hold's session has ended: its lease is gone, or may be.
+func (h *Hold) sessionEnded() bool {
+	select {
+	case <-h.sess.Done():
+		return true
+	case <-h.sess.ctx.Done():
+		return true
+	default:
+		return false
 	}
 }
 

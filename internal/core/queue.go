@@ -8,7 +8,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // Queue is the wait-for-predecessor queue of one name. An acquisition writes one key under
@@ -67,7 +66,7 @@ func (q *Queue) Acquire(ctx context.Context, spec Spec, onKey func(string)) (*Ho
 // AcquireNotify is Acquire, and calls onQueued, if not nil, once the key is in etcd (its
 // place in line is taken), before the wait; not at all if the key could not be written.
 func (q *Queue) AcquireNotify(ctx context.Context, spec Spec, onKey func(string), onQueued func()) (*Hold, error) {
-	return q.withSlot(ctx, spec.Kind, func(sess *concurrency.Session, slot *slot) (*Hold, error) {
+	return q.withSlot(ctx, spec.Kind, func(sess *Session, slot *slot) (*Hold, error) {
 		key := slot.key()
 		if onKey != nil {
 			onKey(key)
@@ -93,7 +92,7 @@ func (q *Queue) AcquireNotify(ctx context.Context, spec Spec, onKey func(string)
 // withSlot runs attempt with a live session and a slot claimed on its lease, and frees the
 // slot unless attempt returns a hold, which then owns it. When the lease turns out to be gone
 // (the shared session expired while unused), it takes a new lease and runs attempt again.
-func (q *Queue) withSlot(ctx context.Context, kind string, attempt func(*concurrency.Session, *slot) (*Hold, error)) (*Hold, error) {
+func (q *Queue) withSlot(ctx context.Context, kind string, attempt func(*Session, *slot) (*Hold, error)) (*Hold, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // before any I/O, which would only have to be undone
 	}
@@ -122,7 +121,7 @@ func (q *Queue) withSlot(ctx context.Context, kind string, attempt func(*concurr
 
 // enqueue writes key once, whatever the retries, and returns its create revision, the
 // revision its count reflects, and how many keys are ahead of it in spec.Ahead.
-func (q *Queue) enqueue(ctx context.Context, sess *concurrency.Session, spec Spec, key string) (rev, seen int64, ahead int, err error) {
+func (q *Queue) enqueue(ctx context.Context, sess *Session, spec Spec, key string) (rev, seen int64, ahead int, err error) {
 	aheadRange := q.prefix + spec.Ahead
 	var b backoff
 	for {
@@ -175,7 +174,7 @@ func countAhead(kvs []*mvccpb.KeyValue, rev int64) int {
 
 // wait returns once fewer than spec.Slots keys are ahead of key, counting the deletes its
 // hub dispatches; ErrLost when its own key or session goes first. It sends no RPC itself.
-func (q *Queue) wait(ctx context.Context, sess *concurrency.Session, spec Spec, key string, rev, seen int64, ahead int) error {
+func (q *Queue) wait(ctx context.Context, sess *Session, spec Spec, key string, rev, seen int64, ahead int) error {
 	w := newWaiter(key, rev, seen, ahead, q.prefix+spec.Ahead, spec.Slots)
 	h := join(q.hubKey(), w)
 	defer h.leave(w)
@@ -205,7 +204,7 @@ func (q *Queue) wait(ctx context.Context, sess *concurrency.Session, spec Spec, 
 // tryCounted): ErrNoPermits, after one read-only Txn, when they are all taken. Either way
 // ErrGuard when spec.Guard fails.
 func (q *Queue) TryAcquire(ctx context.Context, spec Spec) (*Hold, error) {
-	return q.withSlot(ctx, spec.Kind, func(sess *concurrency.Session, slot *slot) (*Hold, error) {
+	return q.withSlot(ctx, spec.Kind, func(sess *Session, slot *slot) (*Hold, error) {
 		if spec.Slots > 1 {
 			return q.tryCounted(ctx, sess, spec, slot)
 		}
@@ -213,7 +212,7 @@ func (q *Queue) TryAcquire(ctx context.Context, spec Spec) (*Hold, error) {
 	})
 }
 
-func (q *Queue) try(ctx context.Context, sess *concurrency.Session, spec Spec, slot *slot) (*Hold, error) {
+func (q *Queue) try(ctx context.Context, sess *Session, spec Spec, slot *slot) (*Hold, error) {
 	key, aheadRange := slot.key(), q.prefix+spec.Ahead
 	var b backoff
 	for {
