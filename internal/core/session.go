@@ -215,7 +215,7 @@ type keepAlive struct {
 	cli    *clientv3.Client
 	id     clientv3.LeaseID
 	end    context.CancelFunc // ends the session: its Done closes
-	ctx    context.Context // ended by stop or the client's close
+	ctx    context.Context    // ended by stop or the client's close
 	cancel context.CancelFunc
 	exited chan struct{}
 
