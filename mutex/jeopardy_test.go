@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -226,8 +227,9 @@ func newClient(t *testing.T) *clientv3.Client {
 }
 
 // TestNoSpuriousLossOnAHealthyCluster contends for mutexes with a 2 s TTL from clients
-// spread over a 3-member cluster under background writes, for thousands of lock cycles,
-// while long holds span many renewals: no hold may be declared lost.
+// spread over a 3-member cluster under background writes, while long holds span many
+// renewals: no hold may be declared lost. It soaks for 20 s, or for ETCDSYNC_SOAK (a
+// duration) when set: the figures in the README come from a soak of many minutes.
 func TestNoSpuriousLossOnAHealthyCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-member cluster")
@@ -235,12 +237,16 @@ func TestNoSpuriousLossOnAHealthyCluster(t *testing.T) {
 	c, err := etcdtest.NewEmbedded(3)
 	require.NoError(t, err)
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	const ttl, clients = 2 * time.Second, 6
+	soak := 20 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("ETCDSYNC_SOAK")); err == nil {
+		soak = d
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), soak+time.Minute)
 	defer cancel()
 	stopWrites := etcdtest.BackgroundWrites(ctx, t, etcdtest.SpreadClient(t, c, 0), "soak-data/")
 	defer stopWrites()
 
-	const ttl, clients, soak = 2 * time.Second, 6, 20 * time.Second
 	end := time.Now().Add(soak)
 	var cycles, lost atomic.Int64
 	var wg sync.WaitGroup
@@ -260,7 +266,7 @@ func TestNoSpuriousLossOnAHealthyCluster(t *testing.T) {
 			}
 		})
 		long := newMutex(t, cli, fmt.Sprintf("soak-long-%d", i), mutex.WithTTL(ttl))
-		wg.Go(func() { // one hold across the whole soak: ten TTLs, thirty renewals
+		wg.Go(func() { // one hold across the whole soak: a renewal every 2/3 s
 			if !assert.NoError(t, long.Lock(ctx)) {
 				return
 			}
@@ -275,6 +281,6 @@ func TestNoSpuriousLossOnAHealthyCluster(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Zero(t, lost.Load())
-	assert.Greater(t, cycles.Load(), int64(1000), "too few cycles to say anything")
-	t.Logf("%d lock cycles and %d long holds with a %v TTL, %d lost", cycles.Load(), clients, ttl, lost.Load())
+	assert.Greater(t, cycles.Load(), int64(50), "too few cycles to say anything")
+	t.Logf("%v: %d lock cycles and %d holds of the whole soak with a %v TTL, %d lost", soak, cycles.Load(), clients, ttl, lost.Load())
 }
