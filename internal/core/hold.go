@@ -143,8 +143,12 @@ func (h *Hold) Token() int64 { return h.rev }
 func (h *Hold) Session() *Session { return h.sess }
 
 // Done is closed when the hold ends, by release or by loss. The first call starts the watch.
+// A session known to have ended is reported at once, also on the first call.
 func (h *Hold) Done() <-chan struct{} {
 	h.watch()
+	if h.sessionEnded() {
+		h.sessionLost()
+	}
 	return h.done
 }
 
@@ -152,10 +156,8 @@ func (h *Hold) Done() <-chan struct{} {
 // call starts the watch; a session known to be dead is reported at once.
 func (h *Hold) Err() error {
 	h.watch()
-	select {
-	case <-h.sess.Done():
-		h.lose()
-	default:
+	if h.sessionEnded() {
+		h.sessionLost()
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -212,8 +214,12 @@ func (h *Hold) monitor(ctx context.Context) {
 	var b backoff
 	for {
 		next, gone := h.watchKey(ctx, from)
-		if gone || h.sessionEnded() {
+		if gone {
 			h.gone(ctx)
+			return
+		}
+		if h.sessionEnded() {
+			h.sessionLost()
 			return
 		}
 		if ctx.Err() != nil {
@@ -223,6 +229,16 @@ func (h *Hold) monitor(ctx context.Context) {
 		if b.wait(ctx) != nil {
 			return
 		}
+	}
+}
+
+// sessionLost ends the hold as lost because its session ended: its lease is gone or, at
+// the local deadline, may be. A release under way decides for itself.
+func (h *Hold) sessionLost() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.state == held {
+		h.end(lost, ErrLost)
 	}
 }
 
@@ -238,8 +254,8 @@ func (h *Hold) sessionEnded() bool {
 	}
 }
 
-// watchKey returns when the watch fails (with the revision to watch from next), the key or
-// the session is gone (gone), or ctx ends.
+// watchKey returns when the watch fails (with the revision to watch from next), the key is
+// gone (gone), the session ends, or ctx ends.
 func (h *Hold) watchKey(ctx context.Context, from int64) (next int64, gone bool) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -263,7 +279,7 @@ func (h *Hold) watchKey(ctx context.Context, from int64) (next int64, gone bool)
 			}
 			from = wr.Header.Revision + 1
 		case <-h.sess.Done():
-			return from, true
+			return from, false // see monitor
 		case <-h.cli.Ctx().Done():
 			return from, true // nothing can keep or release the key through a closed client
 		case <-ctx.Done():

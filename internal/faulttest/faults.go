@@ -107,6 +107,15 @@ func holderPaused(ctx context.Context, t testing.TB, r *Run) time.Duration {
 	if err != nil {
 		t.Errorf("nobody was served while the holder (worker %d, token %d) was paused: %v", h.wk.id, h.token, err)
 	}
+	if d, ok := h.wk.lk.(interface{ Done() <-chan struct{} }); ok && err == nil && r.w.slots() == 1 {
+		// Its session ends at a local deadline before etcd can let its lease expire: by the
+		// time another worker is seen served, the paused holder knows it lost.
+		select {
+		case <-d.Done():
+		default:
+			t.Errorf("another worker was served while the paused holder (worker %d, token %d) still believed it held", h.wk.id, h.token)
+		}
+	}
 	if err == nil && r.w.slots() > 1 {
 		// With several slots others are served beside the paused holder, its lease still
 		// alive: only its key's going says the lease expired.
