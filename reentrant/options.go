@@ -16,11 +16,15 @@ const DefaultTTL = core.DefaultTTL
 
 // WithTTL sets the TTL of the lease the lock's keys are bound to, at least one second
 // (rounded up to whole seconds). Locks on one client with one TTL share a lease.
+// When no renewal of the shared lease gets through for the TTL less a margin (1% of it
+// plus 100 ms), its holds end locally with ErrLost, before etcd can let it expire.
 func WithTTL(ttl time.Duration) Option { return core.WithTTL(ttl) }
 
 // WithSession makes the Mutex use s, the caller's session, as it is: its lease and its
 // lifetime. It is never closed or replaced; once it has expired, Lock returns ErrLost.
 // It cannot be combined with WithTTL.
+// Its end is known when its own keep-alive or the hold's watch notices, with no local
+// deadline (see WithTTL): a holder cut off from etcd may learn of its loss late.
 func WithSession(s *concurrency.Session) Option { return core.WithSession(s) }
 
 // WithPrefix puts the Mutex's keys under prefix, which must end with '/': the keys of
