@@ -225,7 +225,11 @@ func (h *hub) pump(ctx context.Context, wch clientv3.WatchChan, pumped chan stru
 				return
 			case <-b.after():
 			}
-			wch = h.rewatch(wch, errors.Is(err, rpctypes.ErrCompacted))
+			// After a compaction, or a refusal (permission denied: the grant was revoked
+			// while the watch was resumed), the events in between are lost: the waiters
+			// re-read, and a read that is refused too fails them instead of leaving them
+			// waiting on a watch that will never be served.
+			wch = h.rewatch(wch, errors.Is(err, rpctypes.ErrCompacted) || err != nil && !transient(err))
 		case <-h.poke:
 		case <-ctx.Done():
 			return
@@ -280,15 +284,16 @@ func (h *hub) readAll(ctx context.Context) {
 }
 
 // rewatch replaces a failed watch: it resumes after the last dispatched revision, or, after
-// a compaction took that history, starts from the present and has every waiter read again.
-func (h *hub) rewatch(failed clientv3.WatchChan, compacted bool) clientv3.WatchChan {
+// a compaction or a refusal lost that history (lost), starts from the present and has
+// every waiter read again.
+func (h *hub) rewatch(failed clientv3.WatchChan, lost bool) clientv3.WatchChan {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.wch != failed {
 		return h.wch
 	}
 	switch {
-	case compacted || !h.started:
+	case lost || !h.started:
 		h.watch(0)
 		for w := range h.waiters {
 			w.missed()

@@ -2,6 +2,7 @@ package etcdtest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -27,6 +29,12 @@ type Cluster struct {
 	members   []*member // nil for an external cluster
 	closeOnce sync.Once
 	cuts      sync.Mutex // serializes Partition, Heal and restarts: see applyCuts
+
+	ca      *authority  // nil without WithTLS
+	rootTLS *tls.Config // the client TLS of ClientConfig: a certificate of RootUser; nil without WithTLS
+
+	auth      sync.Mutex
+	passwords map[string]string // by user, set by EnableAuth on a cluster without TLS; under auth
 }
 
 // member is one embedded etcd. life serializes starting and stopping it; etcd is the
@@ -35,7 +43,8 @@ type Cluster struct {
 type member struct {
 	name, dir                         string
 	clientURL, peerURL, peerListenURL url.URL
-	peerProxy                         *Proxy // nil without WithPeerProxies
+	clientTLS                         transport.TLSInfo // empty without WithTLS
+	peerProxy                         *Proxy            // nil without WithPeerProxies
 	initialCluster                    string
 	partitioned                       bool // by Partition; under Cluster.cuts
 
@@ -75,7 +84,7 @@ func external(endpoints []string) (*Cluster, error) {
 
 // NewEmbedded starts size embedded members in this process, whatever ETCD_ENDPOINTS says (for
 // fault tests), and returns once every member serves and they agree on a leader. On error
-// nothing is left running and the data directories are removed.
+// nothing is left running and the data directories and certificates are removed.
 func NewEmbedded(size int, opts ...Option) (*Cluster, error) {
 	if size < 1 {
 		return nil, fmt.Errorf("etcdtest: cluster of %d members", size)
@@ -89,6 +98,15 @@ func NewEmbedded(size int, opts ...Option) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{members: make([]*member, size)}
+	var clientTLS transport.TLSInfo
+	clientScheme := "http"
+	if o.tls {
+		if clientTLS, err = c.makeAuthority(); err != nil {
+			c.Close()
+			return nil, err
+		}
+		clientScheme = "https"
+	}
 	initial := make([]string, size)
 	for i := range c.members {
 		dir, err := os.MkdirTemp("", fmt.Sprintf("etcdtest-m%d-", i))
@@ -99,7 +117,8 @@ func NewEmbedded(size int, opts ...Option) (*Cluster, error) {
 		m := &member{
 			name:          fmt.Sprintf("m%d", i),
 			dir:           dir,
-			clientURL:     url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])},
+			clientURL:     url.URL{Scheme: clientScheme, Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])},
+			clientTLS:     clientTLS,
 			peerListenURL: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
 		}
 		m.peerURL = m.peerListenURL
@@ -137,6 +156,25 @@ func NewEmbedded(size int, opts ...Option) (*Cluster, error) {
 	return c, nil
 }
 
+// makeAuthority makes the cluster's CA in a directory of its own, which Close removes, and
+// returns the members' TLS settings for their clients.
+func (c *Cluster) makeAuthority() (transport.TLSInfo, error) {
+	dir, err := os.MkdirTemp("", "etcdtest-tls-")
+	if err != nil {
+		return transport.TLSInfo{}, fmt.Errorf("etcdtest: TLS dir: %w", err)
+	}
+	ca, err := newAuthority(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return transport.TLSInfo{}, err
+	}
+	c.ca = ca // Close removes dir from here on
+	if c.rootTLS, err = ca.tlsConfig(RootUser); err != nil {
+		return transport.TLSInfo{}, err
+	}
+	return ca.serverTLS()
+}
+
 // config is a fresh configuration for the member: embed.StartEtcd keeps state in the
 // Config it is given (its logger), so every start gets its own.
 func (m *member) config() *embed.Config {
@@ -149,7 +187,9 @@ func (m *member) config() *embed.Config {
 		// Ignored anyway once the data dir holds a WAL, which it does after the first start.
 		cfg.ClusterState = embed.ClusterStateFlagExisting
 	}
+	cfg.ClientTLSInfo = m.clientTLS
 	cfg.UnsafeNoFsync = true
+	cfg.BcryptCost = 4 // bcrypt.MinCost: test passwords need no strength, and a login then costs no 50 ms hash
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.EnableGRPCGateway = false // the HTTP/JSON gateway: a loopback gRPC client we do not need
 	return cfg
@@ -225,7 +265,8 @@ func freePorts(n int) ([]int, error) {
 // members cannot be stopped, killed or restarted.
 func (c *Cluster) External() bool { return c.members == nil }
 
-// Endpoints returns the client URLs of all members ("http://127.0.0.1:port"), in member order.
+// Endpoints returns the client URLs of all members ("http://127.0.0.1:port", https with
+// WithTLS), in member order.
 func (c *Cluster) Endpoints() []string { return append([]string(nil), c.endpoints...) }
 
 // MemberEndpoint returns the client URL of embedded member i; it panics on an external cluster.
@@ -238,9 +279,21 @@ func (c *Cluster) MemberEndpoint(i int) string {
 func (c *Cluster) Size() int { return len(c.endpoints) }
 
 // ClientConfig returns a client configuration for all endpoints with a 5 s dial timeout and a
-// no-op logger, and nothing else set, so that callers may add DialOptions or interceptors.
+// no-op logger, so that callers may add DialOptions or interceptors, and the credentials of
+// the root user, if the cluster needs any: on a WithTLS cluster a TLS configuration with a
+// certificate whose CommonName is RootUser (a copy, callers may change it); on a cluster
+// without TLS, once EnableAuth has run, root's user name and password.
 func (c *Cluster) ClientConfig() clientv3.Config {
-	return clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	cfg := clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if c.rootTLS != nil {
+		cfg.TLS = c.rootTLS.Clone()
+	}
+	c.auth.Lock()
+	defer c.auth.Unlock()
+	if pw, ok := c.passwords[RootUser]; ok {
+		cfg.Username, cfg.Password = RootUser, pw
+	}
+	return cfg
 }
 
 // NewClient opens a new client on ClientConfig(); the caller closes it.
@@ -371,8 +424,9 @@ func (c *Cluster) agreedLeader(ctx context.Context, view func(context.Context, i
 	return leader
 }
 
-// Close stops every embedded member, then their peer proxies, and removes their data dirs;
-// on an external cluster it does nothing. It is safe to call twice.
+// Close stops every embedded member, then their peer proxies, and removes their data dirs
+// and, with WithTLS, the certificates; on an external cluster it does nothing. It is safe to
+// call twice.
 func (c *Cluster) Close() {
 	c.closeOnce.Do(func() {
 		// Hard: a graceful stop of a leader would try to hand leadership to members that are
@@ -397,6 +451,9 @@ func (c *Cluster) Close() {
 			if m != nil && m.peerProxy != nil {
 				m.peerProxy.Close()
 			}
+		}
+		if c.ca != nil {
+			os.RemoveAll(c.ca.dir)
 		}
 	})
 }

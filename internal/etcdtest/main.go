@@ -33,7 +33,12 @@ var knownServerLeaks = []goleak.Option{
 // non-zero on a test failure or a leak, printing the leaked goroutines, and exits 1 if the
 // cluster cannot start.
 func Main(m *testing.M, c **Cluster) {
-	cluster, err := New(1)
+	MainWith(m, c, func() (*Cluster, error) { return New(1) })
+}
+
+// MainWith is Main with a cluster of the caller's making (TLS, auth).
+func MainWith(m *testing.M, c **Cluster, start func() (*Cluster, error)) {
+	cluster, err := start()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etcdtest: cannot start etcd: %v\n", err)
 		os.Exit(1)

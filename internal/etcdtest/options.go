@@ -5,9 +5,16 @@ type Option func(*options)
 
 type options struct {
 	peerProxies bool
+	tls         bool
 }
 
 // WithPeerProxies puts a Proxy in front of every member's peer listener: a member listens on
 // its own peer URL but advertises its proxy's, so that Partition can cut it off from its
 // peers. Members' client URLs are not proxied.
 func WithPeerProxies() Option { return func(o *options) { o.peerProxies = true } }
+
+// WithTLS makes the members serve their clients over https and require a client certificate
+// signed by the cluster's own certificate authority, made up for it and gone with it (see
+// TLSConfig). ClientConfig, and so every client helper, then presents a certificate whose
+// CommonName is "root". Peers still talk plain http.
+func WithTLS() Option { return func(o *options) { o.tls = true } }
