@@ -3,7 +3,6 @@ package mutex_test
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"sort"
 	"sync"
@@ -20,19 +19,6 @@ import (
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/mutex"
 )
-
-// throughProxy returns a client of the package's cluster whose traffic goes through a proxy
-// the test can black-hole. The client is closed before the proxy.
-func throughProxy(t *testing.T) (*clientv3.Client, *etcdtest.Proxy) {
-	t.Helper()
-	target, err := url.Parse(cluster.Endpoints()[0])
-	require.NoError(t, err)
-	proxy, err := etcdtest.NewProxy(*target)
-	require.NoError(t, err)
-	t.Cleanup(func() { proxy.Close() })
-	through := proxy.URL()
-	return etcdtest.ClientOf(t, through.String()), proxy
-}
 
 // closed reports whether ch is closed, without waiting.
 func closed(ch <-chan struct{}) bool {
@@ -81,7 +67,7 @@ func TestACutOffHolderLearnsOfItsLossFirst(t *testing.T) {
 func cutOffHolder(t *testing.T, ttl time.Duration, name string) time.Duration {
 	ctx, cancel := context.WithTimeout(context.Background(), ttl+time.Minute)
 	defer cancel()
-	cli, proxy := throughProxy(t)
+	cli, proxy := etcdtest.ProxiedClient(t, cluster, 0)
 	holder := newMutex(t, cli, name, mutex.WithTTL(ttl))
 	require.NoError(t, holder.Lock(ctx))
 	var lost atomic.Int64 // when Done closed, in ns since start
@@ -136,7 +122,7 @@ func cutOffHolder(t *testing.T, ttl time.Duration, name string) time.Duration {
 func TestAHolderPresumedLostReleasesItsKeyWhenEtcdAnswers(t *testing.T) {
 	ctx := testContext(t)
 	const name, ttl = "presumed-lost", 2 * time.Second
-	cli, proxy := throughProxy(t)
+	cli, proxy := etcdtest.ProxiedClient(t, cluster, 0)
 	holder := newMutex(t, cli, name, mutex.WithTTL(ttl))
 	require.NoError(t, holder.Lock(ctx))
 	admin := cluster.Client(t)
@@ -152,12 +138,12 @@ func TestAHolderPresumedLostReleasesItsKeyWhenEtcdAnswers(t *testing.T) {
 	}()
 
 	waiter := newMutex(t, cluster.Client(t), name)
-	served := async(func() error { return waiter.Lock(ctx) })
+	served := etcdtest.Async(func() error { return waiter.Lock(ctx) })
 	awaitKeys(t, admin, name, 2)
 	proxy.Blackhole()
 	etcdtest.Within(t, holder.Done(), 3*ttl, "the holder's local deadline")
 	assert.ErrorIs(t, holder.Err(), mutex.ErrLost)
-	pending(t, served, "the waiter, while etcd keeps the holder's lease")
+	etcdtest.Pending(t, served, "the waiter, while etcd keeps the holder's lease")
 
 	proxy.Restore()
 	require.NoError(t, etcdtest.Within(t, served, 30*time.Second, "the waiter, once the holder's lease is revoked"))
@@ -185,7 +171,7 @@ func TestShutdownRevokesTheSharedLease(t *testing.T) {
 	require.NoError(t, holder.Lock(ctx))
 	require.NoError(t, other.Lock(ctx))
 	waiter := newMutex(t, wcli, name)
-	served := async(func() error { return waiter.Lock(ctx) })
+	served := etcdtest.Async(func() error { return waiter.Lock(ctx) })
 	awaitKeys(t, admin, name, 2)
 
 	require.NoError(t, mutex.Shutdown(ctx, cli))

@@ -43,20 +43,3 @@ func awaitKeys(t *testing.T, cli *clientv3.Client, name string, n int64) {
 	t.Helper()
 	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), n)
 }
-
-// async runs f in a goroutine and yields its error.
-func async(f func() error) <-chan error {
-	errc := make(chan error, 1)
-	go func() { errc <- f() }()
-	return errc
-}
-
-// pending fails the test if errc has yielded: the call it stands for should still wait.
-func pending(t *testing.T, errc <-chan error, what string) {
-	t.Helper()
-	select {
-	case err := <-errc:
-		t.Fatalf("%s returned (%v) while it should wait", what, err)
-	default:
-	}
-}

@@ -2,7 +2,6 @@ package reentrant_test
 
 import (
 	"context"
-	"net/url"
 	"runtime"
 	"testing"
 	"time"
@@ -185,13 +184,8 @@ func TestALockDuringTheLastUnlockWaitsForItsOutcome(t *testing.T) {
 // that the test can black-hole.
 func newMutexThroughProxy(t *testing.T, name string) (*reentrant.Mutex, *etcdtest.Proxy) {
 	t.Helper()
-	target, err := url.Parse(cluster.Endpoints()[0])
-	require.NoError(t, err)
-	proxy, err := etcdtest.NewProxy(*target)
-	require.NoError(t, err)
-	t.Cleanup(func() { proxy.Close() })
-	through := proxy.URL()
-	return newMutex(t, etcdtest.ClientOf(t, through.String()), name), proxy // client closed first
+	cli, proxy := etcdtest.ProxiedClient(t, cluster, 0)
+	return newMutex(t, cli, name), proxy
 }
 
 // unlockUntilThrough calls Unlock until it succeeds: after a black hole, the client's

@@ -25,32 +25,32 @@ func TestTakesTurnsWithEtcdRecipe(t *testing.T) {
 
 	// Our writer, their reader.
 	require.NoError(t, ours.Lock(ctx))
-	rlocked := async(theirs.RLock)
+	rlocked := etcdtest.Async(theirs.RLock)
 	awaitKeys(t, admin, name, 2)
-	pending(t, rlocked, "recipe's RLock under our write hold")
+	etcdtest.Pending(t, rlocked, "recipe's RLock under our write hold")
 	require.NoError(t, ours.Unlock(ctx))
 	require.NoError(t, etcdtest.Within(t, rlocked, 5*time.Second, "recipe's RLock after our Unlock"))
 
 	// Their reader, our writer; our reader beside theirs.
-	require.NoError(t, etcdtest.Within(t, async(func() error { return ours.RLock(ctx) }), 5*time.Second, "our RLock beside recipe's reader"))
+	require.NoError(t, etcdtest.Within(t, etcdtest.Async(func() error { return ours.RLock(ctx) }), 5*time.Second, "our RLock beside recipe's reader"))
 	require.NoError(t, ours.RUnlock(ctx))
-	locked := async(func() error { return ours.Lock(ctx) })
+	locked := etcdtest.Async(func() error { return ours.Lock(ctx) })
 	awaitKeys(t, admin, name, 2)
-	pending(t, locked, "our Lock beside recipe's reader")
+	etcdtest.Pending(t, locked, "our Lock beside recipe's reader")
 	require.NoError(t, theirs.RUnlock())
 	require.NoError(t, etcdtest.Within(t, locked, 5*time.Second, "our Lock after recipe's RUnlock"))
 
 	// Our writer, their writer.
-	wlocked := async(theirs.Lock)
+	wlocked := etcdtest.Async(theirs.Lock)
 	awaitKeys(t, admin, name, 2)
-	pending(t, wlocked, "recipe's Lock under our write hold")
+	etcdtest.Pending(t, wlocked, "recipe's Lock under our write hold")
 	require.NoError(t, ours.Unlock(ctx))
 	require.NoError(t, etcdtest.Within(t, wlocked, 5*time.Second, "recipe's Lock after our Unlock"))
 
 	// Their writer, our reader and writer.
-	rlocked = async(func() error { return ours.RLock(ctx) })
+	rlocked = etcdtest.Async(func() error { return ours.RLock(ctx) })
 	awaitKeys(t, admin, name, 2)
-	pending(t, rlocked, "our RLock under recipe's write hold")
+	etcdtest.Pending(t, rlocked, "our RLock under recipe's write hold")
 	require.NoError(t, theirs.Unlock())
 	require.NoError(t, etcdtest.Within(t, rlocked, 5*time.Second, "our RLock after recipe's Unlock"))
 	require.NoError(t, ours.RUnlock(ctx))

@@ -19,30 +19,13 @@ import (
 	"github.com/etcdsync/etcdsync/rwmutex"
 )
 
-// async runs f in a goroutine and returns where its error arrives.
-func async(f func() error) <-chan error {
-	errc := make(chan error, 1)
-	go func() { errc <- f() }()
-	return errc
-}
-
-// pending fails the test if errc has yielded: the call it stands for should still wait.
-func pending(t *testing.T, errc <-chan error, what string) {
-	t.Helper()
-	select {
-	case err := <-errc:
-		t.Fatalf("%s returned (%v) while it should wait", what, err)
-	default:
-	}
-}
-
 func TestReadersOfSeveralClientsHoldAtOnce(t *testing.T) {
 	ctx := testContext(t)
 	const name = "readers-share"
 	admin := cluster.Client(t)
 	a, b := newRW(t, cluster.Client(t), name), newRW(t, cluster.Client(t), name)
 	require.NoError(t, a.RLock(ctx))
-	require.NoError(t, etcdtest.Within(t, async(func() error { return b.RLock(ctx) }), 5*time.Second, "a second client's RLock"))
+	require.NoError(t, etcdtest.Within(t, etcdtest.Async(func() error { return b.RLock(ctx) }), 5*time.Second, "a second client's RLock"))
 	assert.Equal(t, int64(2), keysOf(t, admin, name))
 	assert.NoError(t, a.Err())
 	assert.Zero(t, a.Token(), "a read hold has no fencing token")
@@ -99,12 +82,12 @@ func TestWriterWaitsForEveryReader(t *testing.T) {
 	require.NoError(t, r1.RLock(ctx))
 	require.NoError(t, r2.RLock(ctx))
 	w := newRW(t, cluster.Client(t), name)
-	locked := async(func() error { return w.Lock(ctx) })
+	locked := etcdtest.Async(func() error { return w.Lock(ctx) })
 	awaitKeys(t, admin, name, 3)
 
 	require.NoError(t, r1.RUnlock(ctx))
 	awaitKeys(t, admin, name, 2)
-	pending(t, locked, "Lock with a reader left")
+	etcdtest.Pending(t, locked, "Lock with a reader left")
 	require.NoError(t, r2.RUnlock(ctx))
 	require.NoError(t, etcdtest.Within(t, locked, 5*time.Second, "Lock once the readers are gone"))
 	assert.NotZero(t, w.Token())
@@ -119,9 +102,9 @@ func TestWriteHoldShutsReadersOut(t *testing.T) {
 	w := newRW(t, cluster.Client(t), name)
 	require.NoError(t, w.Lock(ctx))
 	r := newRW(t, cluster.Client(t), name)
-	rlocked := async(func() error { return r.RLock(ctx) })
+	rlocked := etcdtest.Async(func() error { return r.RLock(ctx) })
 	awaitKeys(t, admin, name, 2)
-	pending(t, rlocked, "RLock under a write hold")
+	etcdtest.Pending(t, rlocked, "RLock under a write hold")
 	require.NoError(t, w.Unlock(ctx))
 	require.NoError(t, etcdtest.Within(t, rlocked, 5*time.Second, "RLock after Unlock"))
 	require.NoError(t, r.RUnlock(ctx))
@@ -137,15 +120,15 @@ func TestReaderBehindWaitingWriterIsServedAfterIt(t *testing.T) {
 	first := newRW(t, cluster.Client(t), name)
 	require.NoError(t, first.RLock(ctx))
 	w := newRW(t, cluster.Client(t), name)
-	locked := async(func() error { return w.Lock(ctx) })
+	locked := etcdtest.Async(func() error { return w.Lock(ctx) })
 	awaitKeys(t, admin, name, 2)
 	late := newRW(t, cluster.Client(t), name)
-	rlocked := async(func() error { return late.RLock(ctx) })
+	rlocked := etcdtest.Async(func() error { return late.RLock(ctx) })
 	awaitKeys(t, admin, name, 3)
 
 	require.NoError(t, first.RUnlock(ctx))
 	require.NoError(t, etcdtest.Within(t, locked, 5*time.Second, "the writer, once the first reader left"))
-	pending(t, rlocked, "the reader behind the writer")
+	etcdtest.Pending(t, rlocked, "the reader behind the writer")
 	require.NoError(t, w.Unlock(ctx))
 	require.NoError(t, etcdtest.Within(t, rlocked, 5*time.Second, "the reader, after the writer"))
 	require.NoError(t, late.RUnlock(ctx))
@@ -163,7 +146,7 @@ func TestLocalReadersQueueBehindARemoteWriter(t *testing.T) {
 	require.NoError(t, rw.RLock(ctx))
 	require.NoError(t, rw.RLock(ctx)) // the watch for writers behind starts with the first joiner
 	w := newRW(t, cluster.Client(t), name)
-	locked := async(func() error { return w.Lock(ctx) })
+	locked := etcdtest.Async(func() error { return w.Lock(ctx) })
 	awaitKeys(t, admin, name, 2)
 
 	// The writer's key reaches this client's watch a moment after etcd has it; until then a
@@ -172,7 +155,7 @@ func TestLocalReadersQueueBehindARemoteWriter(t *testing.T) {
 	var queued <-chan error
 	for queued == nil {
 		require.True(t, time.Now().Before(deadline), "local readers kept joining a hold with a writer queued behind it")
-		errc := async(func() error { return rw.RLock(ctx) })
+		errc := etcdtest.Async(func() error { return rw.RLock(ctx) })
 		select {
 		case err := <-errc:
 			require.NoError(t, err)
@@ -182,12 +165,12 @@ func TestLocalReadersQueueBehindARemoteWriter(t *testing.T) {
 		}
 	}
 	awaitKeys(t, admin, name, 3) // the queued reader has a key of its own, behind the writer
-	pending(t, locked, "the writer, with two readers holding")
+	etcdtest.Pending(t, locked, "the writer, with two readers holding")
 
 	require.NoError(t, rw.RUnlock(ctx))
 	require.NoError(t, rw.RUnlock(ctx))
 	require.NoError(t, etcdtest.Within(t, locked, 5*time.Second, "the writer, once the readers left"))
-	pending(t, queued, "the reader behind the writer")
+	etcdtest.Pending(t, queued, "the reader behind the writer")
 	require.NoError(t, w.Unlock(ctx))
 	require.NoError(t, etcdtest.Within(t, queued, 5*time.Second, "the reader, after the writer"))
 	require.NoError(t, rw.RUnlock(ctx))
@@ -234,7 +217,7 @@ func TestStreamOfLocalReadersDoesNotStarveWriters(t *testing.T) {
 
 	for _, w := range []*rwmutex.RWMutex{newRW(t, cluster.Client(t), name), rw} {
 		for range 2 {
-			require.NoError(t, etcdtest.Within(t, async(func() error { return w.Lock(ctx) }), 15*time.Second, "a writer among streaming readers"))
+			require.NoError(t, etcdtest.Within(t, etcdtest.Async(func() error { return w.Lock(ctx) }), 15*time.Second, "a writer among streaming readers"))
 			writing.Store(true)
 			select { // forget the reads from before the write
 			case <-read:
@@ -326,9 +309,9 @@ func TestCancelledWaitsLeaveNoKey(t *testing.T) {
 	// Several readers of one handle wait in one group: the key goes with the last of them.
 	r := newRW(t, cluster.Client(t), name)
 	rctx, rcancel := context.WithCancel(ctx)
-	first := async(func() error { return r.RLock(rctx) })
+	first := etcdtest.Async(func() error { return r.RLock(rctx) })
 	awaitKeys(t, admin, name, 2)
-	second := async(func() error { return r.RLock(rctx) })
+	second := etcdtest.Async(func() error { return r.RLock(rctx) })
 	rcancel()
 	assert.ErrorIs(t, etcdtest.Within(t, first, 10*time.Second, "a cancelled RLock"), context.Canceled)
 	assert.ErrorIs(t, etcdtest.Within(t, second, 10*time.Second, "a cancelled RLock"), context.Canceled)
@@ -338,7 +321,7 @@ func TestCancelledWaitsLeaveNoKey(t *testing.T) {
 	require.NoError(t, w.Unlock(ctx))
 	require.NoError(t, r.RLock(ctx))
 	wctx, wcancel := context.WithCancel(ctx)
-	locked := async(func() error { return w.Lock(wctx) })
+	locked := etcdtest.Async(func() error { return w.Lock(wctx) })
 	awaitKeys(t, admin, name, 2)
 	wcancel()
 	assert.ErrorIs(t, etcdtest.Within(t, locked, 10*time.Second, "a cancelled Lock"), context.Canceled)
@@ -456,7 +439,7 @@ func TestNamesAreIndependent(t *testing.T) {
 	var held []*rwmutex.RWMutex
 	for _, name := range names {
 		rw := newRW(t, cluster.Client(t), name)
-		require.NoError(t, etcdtest.Within(t, async(func() error { return rw.Lock(ctx) }), 5*time.Second, "Lock of "+name))
+		require.NoError(t, etcdtest.Within(t, etcdtest.Async(func() error { return rw.Lock(ctx) }), 5*time.Second, "Lock of "+name))
 		held = append(held, rw)
 	}
 	for _, rw := range held {
@@ -477,7 +460,7 @@ func TestRUnlockWhoseContextEndsMidwayIsNeverALoss(t *testing.T) {
 		require.NoError(t, rw.RLock(ctx))
 		require.NoError(t, rw.RLock(ctx))
 		actx, cancel := context.WithTimeout(ctx, time.Duration(i%50)*100*time.Microsecond)
-		a := async(func() error { return rw.RUnlock(actx) })
+		a := etcdtest.Async(func() error { return rw.RUnlock(actx) })
 		require.NoError(t, rw.RUnlock(ctx), "iteration %d: the other reader", i)
 		err := <-a
 		cancel()

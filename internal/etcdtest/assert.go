@@ -34,3 +34,20 @@ func Within[T any](tb testing.TB, ch <-chan T, d time.Duration, what string) T {
 		return zero
 	}
 }
+
+// Async runs f in a goroutine and yields its error, for Within and Pending.
+func Async(f func() error) <-chan error {
+	errc := make(chan error, 1)
+	go func() { errc <- f() }()
+	return errc
+}
+
+// Pending fails tb if errc has yielded: the call it stands for should still wait.
+func Pending(tb testing.TB, errc <-chan error, what string) {
+	tb.Helper()
+	select {
+	case err := <-errc:
+		tb.Fatalf("%s returned (%v) while it should wait", what, err)
+	default:
+	}
+}

@@ -3,6 +3,7 @@ package etcdtest
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,4 +104,21 @@ func transient(err error) bool {
 	}
 	s, ok := status.FromError(err)
 	return ok && s.Code() == codes.Unavailable
+}
+
+// ProxiedClient returns a client of endpoint i alone whose traffic goes through a Proxy that
+// the test can black-hole. The client is closed before the proxy, in tb.Cleanup.
+func ProxiedClient(tb testing.TB, c *Cluster, i int) (*clientv3.Client, *Proxy) {
+	tb.Helper()
+	target, err := url.Parse(c.Endpoints()[i])
+	if err != nil {
+		tb.Fatal(err)
+	}
+	proxy, err := NewProxy(*target)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { proxy.Close() })
+	through := proxy.URL()
+	return ClientOf(tb, through.String()), proxy
 }

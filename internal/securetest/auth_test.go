@@ -43,7 +43,7 @@ func TestGrantedPrefixKeepsNestedNamesApart(t *testing.T) {
 			inner := k.first(t, cluster.ClientAs(t, appUser), child, k.withPrefix(appPrefix))
 			outer := k.second(t, cluster.ClientAs(t, appUser), parent, k.withPrefix(appPrefix))
 			require.NoError(t, inner.lock(ctx))
-			require.NoError(t, etcdtest.Within(t, async(func() error { return outer.lock(ctx) }), served,
+			require.NoError(t, etcdtest.Within(t, etcdtest.Async(func() error { return outer.lock(ctx) }), served,
 				"the parent name taken while the child is held"))
 			for _, name := range []string{parent, child} {
 				assert.Equal(t, int64(1), count(t, admin, appPrefix+core.NamePrefix(name))-limitRecords(k), "keys of %q", name)
@@ -105,7 +105,7 @@ func assertRefused(t *testing.T, call func(context.Context) error, msgAndArgs ..
 	ctx, cancel := context.WithCancel(testContext(t))
 	defer cancel()
 	start := time.Now()
-	done := async(func() error { return call(ctx) })
+	done := etcdtest.Async(func() error { return call(ctx) })
 	select {
 	case err := <-done:
 		assert.ErrorIs(t, err, rpctypes.ErrPermissionDenied, msgAndArgs...)

@@ -37,7 +37,7 @@ func runElection(t *testing.T, a, b, admin *clientv3.Client, name, keys string, 
 	require.NoError(t, ea.Proclaim(ctx, "a2"))
 	assert.Equal(t, election.Leader{Value: "a2", Token: ea.Token()}, next(t, obs))
 
-	campaigned := async(func() error { return eb.Campaign(ctx, "b") })
+	campaigned := etcdtest.Async(func() error { return eb.Campaign(ctx, "b") })
 	etcdtest.AwaitKeys(t, admin, keys, 2) // b in line: a's resignation hands over directly
 	select {
 	case err := <-campaigned:

@@ -217,11 +217,6 @@ func testContext(t *testing.T) context.Context {
 }
 
 // async runs f in a goroutine and returns where its result arrives.
-func async(f func() error) <-chan error {
-	errc := make(chan error, 1)
-	go func() { errc <- f() }()
-	return errc
-}
 
 // side is a contender's client and the options of its handle.
 type side struct {
@@ -245,7 +240,7 @@ func contend(t *testing.T, k kind, a, b side, admin *clientv3.Client, name, keys
 	held := count(t, admin, keys)
 	require.Positive(t, held, "first holds, but no key is under %q", keys)
 
-	secondDone := async(func() error { return second.lock(ctx) })
+	secondDone := etcdtest.Async(func() error { return second.lock(ctx) })
 	if k.inLine {
 		etcdtest.AwaitKeys(t, admin, keys, held+1)
 	}

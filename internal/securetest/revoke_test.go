@@ -85,7 +85,7 @@ func TestRevokedGrantEndsWaitWhenItsWatchResumes(t *testing.T) {
 	etcdtest.Within(t, arm(), served, "the client's watch of the name started")
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	locked := async(func() error { return waiter.Lock(wctx) })
+	locked := etcdtest.Async(func() error { return waiter.Lock(wctx) })
 	etcdtest.AwaitKeys(t, admin, keys, 2)
 
 	revokeGrant(t, admin)

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/rwmutex"
 	"github.com/etcdsync/etcdsync/semaphore"
 )
@@ -70,7 +71,7 @@ func assertWaitRefused(t *testing.T, wait func(context.Context) error, what stri
 	t.Helper()
 	ctx, cancel := context.WithCancel(testContext(t))
 	defer cancel()
-	done := async(func() error { return wait(ctx) })
+	done := etcdtest.Async(func() error { return wait(ctx) })
 	select {
 	case err := <-done:
 		assert.ErrorIs(t, err, rpctypes.ErrPermissionDenied, what)
