@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -85,6 +86,10 @@ func external(endpoints []string) (*Cluster, error) {
 // NewEmbedded starts size embedded members in this process, whatever ETCD_ENDPOINTS says (for
 // fault tests), and returns once every member serves and they agree on a leader. On error
 // nothing is left running and the data directories and certificates are removed.
+//
+// The ports are picked free, then bound by the members a moment later: another process, or
+// an outgoing connection of this one, may take one in between. The start is then tried
+// again on other ports, up to portTries times in all.
 func NewEmbedded(size int, opts ...Option) (*Cluster, error) {
 	if size < 1 {
 		return nil, fmt.Errorf("etcdtest: cluster of %d members", size)
@@ -93,6 +98,23 @@ func NewEmbedded(size int, opts ...Option) (*Cluster, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	for try := 1; ; try++ {
+		c, err := newEmbedded(size, o)
+		if err == nil || try == portTries || !portTaken(err) {
+			return c, err
+		}
+	}
+}
+
+// portTries is how many times NewEmbedded picks ports when one is taken before it binds.
+const portTries = 5
+
+// portTaken reports whether err says a port was in use when a member or proxy bound it.
+func portTaken(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+}
+
+func newEmbedded(size int, o options) (*Cluster, error) {
 	ports, err := freePorts(2 * size)
 	if err != nil {
 		return nil, err
