@@ -24,10 +24,11 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 
 // Observe follows the election: the channel first yields the current leader (Leader{} when
 // nobody leads), then every change of leader or of its value, in the order etcd applied
-// them, each once, Leader{} whenever nobody leads. It closes when ctx ends (or the client is
-// closed), never on its own otherwise: it rides out leader changes of etcd, members that
-// apply behind, and compaction (the observer then reads the election again and sends what
-// changed).
+// them, each once, Leader{} whenever nobody leads. It closes when ctx ends, when the client
+// is closed, or when etcd refuses to let this client read the name (auth: no read
+// permission on it, or revoked), which Leader then reports as an error. Otherwise it rides
+// out leader changes of etcd, members that apply behind, and compaction (the observer then
+// reads the election again and sends what changed).
 //
 // A reader that keeps up sees every change. One that lags keeps up to 128 changes queued;
 // past that it skips the oldest, so it may miss intermediate values, but never sees them
