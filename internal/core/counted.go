@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -67,24 +66,19 @@ var errMoved = errors.New("etcdsync: a key arrived since the count")
 // fails), and returns the count with the revision it reflects. One read-only Txn, retried
 // through leader changes.
 func (q *Queue) countKeys(ctx context.Context, spec Spec) (n int, rev int64, err error) {
-	var b backoff
-	for {
-		resp, err := q.cli.Txn(clientv3.WithRequireLeader(ctx)).
+	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+		return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
 			If(spec.Guard...).
 			Then(clientv3.OpGet(q.prefix+spec.Ahead, clientv3.WithPrefix(), clientv3.WithCountOnly())).
 			Commit()
-		switch {
-		case err == nil && !resp.Succeeded:
-			return 0, 0, ErrGuard
-		case err == nil:
-			return int(resp.Responses[0].GetResponseRange().Count), resp.Header.Revision, nil
-		case !transient(err) || ctx.Err() != nil:
-			return 0, 0, fmt.Errorf("count %s: %w", q.prefix+spec.Ahead, err)
-		}
-		if err := b.wait(ctx); err != nil {
-			return 0, 0, err
-		}
+	})
+	switch {
+	case err != nil:
+		return 0, 0, fmt.Errorf("count %s: %w", q.prefix+spec.Ahead, err)
+	case !resp.Succeeded:
+		return 0, 0, ErrGuard
 	}
+	return int(resp.Responses[0].GetResponseRange().Count), resp.Header.Revision, nil
 }
 
 // putIfUnchanged writes the slot's key if no key of spec.Ahead was written after rev and
@@ -97,42 +91,26 @@ func (q *Queue) putIfUnchanged(ctx context.Context, sess *Session, spec Spec, sl
 		clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
 		clientv3.Compare(clientv3.ModRevision(aheadRange), "<", rev+1).WithPrefix(),
 	}, spec.Guard...)
-	var b backoff
-	for {
-		tctx, cancel := detached(ctx) // see detached: the Txn runs to its answer
-		resp, err := q.cli.Txn(clientv3.WithRequireLeader(tctx)).
-			If(cmps...).
+	resp, err := commitWrite(ctx, q.cli, func(t clientv3.Txn) clientv3.Txn {
+		return t.If(cmps...).
 			Then(clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
-			Else(append([]clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly())}, checkGuard(spec)...)...).
-			Commit()
-		cancel()
-		switch {
-		case err == nil && ctx.Err() != nil:
-			q.remove(ctx, key)
-			return nil, ctx.Err()
-		case err == nil && resp.Succeeded:
-			return newHold(q.cli, sess, slot, resp.Header.Revision), nil
-		case err == nil:
-			own := resp.Responses[0].GetResponseRange().Kvs
-			switch {
-			case len(own) == 1 && countAhead(resp.Responses[1].GetResponseRange().Kvs, own[0].CreateRevision) < spec.Slots:
-				return newHold(q.cli, sess, slot, own[0].CreateRevision), nil
-			case len(own) == 1:
-				q.remove(ctx, key) // ours, but not served: a try does not wait
-				return nil, ErrNoPermits
-			case !guardHeld(resp, 2):
-				return nil, ErrGuard
-			}
-			return nil, errMoved
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			return nil, err
-		case !transient(err) || ctx.Err() != nil:
-			q.remove(ctx, key)
-			return nil, fmt.Errorf("try %s: %w", key, err)
-		}
-		if err := b.wait(ctx); err != nil {
-			q.remove(ctx, key)
-			return nil, err
-		}
+			Else(append([]clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly())}, checkGuard(spec)...)...)
+	})
+	switch {
+	case err != nil:
+		return nil, q.tryFailed(ctx, key, err)
+	case resp.Succeeded:
+		return newHold(q.cli, sess, slot, resp.Header.Revision), nil
 	}
+	own := resp.Responses[0].GetResponseRange().Kvs
+	switch {
+	case len(own) == 1 && countAhead(resp.Responses[1].GetResponseRange().Kvs, own[0].CreateRevision) < spec.Slots:
+		return newHold(q.cli, sess, slot, own[0].CreateRevision), nil
+	case len(own) == 1:
+		q.remove(ctx, key) // ours, but not served: a try does not wait
+		return nil, ErrNoPermits
+	case !guardHeld(resp, 2):
+		return nil, ErrGuard
+	}
+	return nil, errMoved
 }

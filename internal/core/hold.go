@@ -96,23 +96,17 @@ func (h *Hold) Live() bool {
 // If it is not, the hold is lost (Done closes). One Range, retried through leader changes
 // until ctx ends.
 func (h *Hold) Check(ctx context.Context) (alive bool, err error) {
-	var b backoff
-	for {
-		resp, err := h.cli.Get(clientv3.WithRequireLeader(ctx), h.key, clientv3.WithKeysOnly())
-		if err == nil {
-			alive = len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.rev
-			if !alive {
-				h.gone(ctx)
-			}
-			return alive, nil
-		}
-		if !transient(err) || ctx.Err() != nil {
-			return false, fmt.Errorf("check %s: %w", h.key, err)
-		}
-		if err := b.wait(ctx); err != nil {
-			return false, err
-		}
+	resp, err := retry(ctx, func() (*clientv3.GetResponse, error) {
+		return h.cli.Get(clientv3.WithRequireLeader(ctx), h.key, clientv3.WithKeysOnly())
+	})
+	if err != nil {
+		return false, fmt.Errorf("check %s: %w", h.key, err)
 	}
+	alive = len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.rev
+	if !alive {
+		h.gone(ctx)
+	}
+	return alive, nil
 }
 
 // gone ends the hold whose key was found missing: as lost, unless a release whose answer
@@ -404,14 +398,8 @@ func (h *Hold) deleteFenced(ctx context.Context) (deleted bool, err error) {
 // it. If etcd cannot say, it reports false: a release is then reported as a loss, never a
 // loss as a release.
 func (h *Hold) leaseAlive(ctx context.Context) bool {
-	var b backoff
-	for {
-		resp, err := h.cli.TimeToLive(clientv3.WithRequireLeader(ctx), h.sess.Lease())
-		if err == nil {
-			return resp.TTL > 0
-		}
-		if !transient(err) || b.wait(ctx) != nil {
-			return false
-		}
-	}
+	resp, err := retry(ctx, func() (*clientv3.LeaseTimeToLiveResponse, error) {
+		return h.cli.TimeToLive(clientv3.WithRequireLeader(ctx), h.sess.Lease())
+	})
+	return err == nil && resp.TTL > 0
 }

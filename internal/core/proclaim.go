@@ -12,20 +12,14 @@ import (
 // whether it wrote. One Txn, retried through leader changes until ctx ends; a retry of a put
 // whose answer was lost writes the same value again, which changes only the key's revision.
 func (h *Hold) Put(ctx context.Context, value string) (written bool, err error) {
-	var b backoff
-	for {
-		resp, err := h.cli.Txn(clientv3.WithRequireLeader(ctx)).
+	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+		return h.cli.Txn(clientv3.WithRequireLeader(ctx)).
 			If(h.IsOwner()).
 			Then(clientv3.OpPut(h.key, value, clientv3.WithLease(h.sess.Lease()))).
 			Commit()
-		if err == nil {
-			return resp.Succeeded, nil
-		}
-		if !transient(err) || ctx.Err() != nil {
-			return false, fmt.Errorf("put %s: %w", h.key, err)
-		}
-		if err := b.wait(ctx); err != nil {
-			return false, err
-		}
+	})
+	if err != nil {
+		return false, fmt.Errorf("put %s: %w", h.key, err)
 	}
+	return resp.Succeeded, nil
 }

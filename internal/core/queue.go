@@ -123,42 +123,33 @@ func (q *Queue) withSlot(ctx context.Context, kind string, attempt func(*Session
 // revision its count reflects, and how many keys are ahead of it in spec.Ahead.
 func (q *Queue) enqueue(ctx context.Context, sess *Session, spec Spec, key string) (rev, seen int64, ahead int, err error) {
 	aheadRange := q.prefix + spec.Ahead
-	var b backoff
-	for {
-		tctx, cancel := detached(ctx) // see detached: the Txn runs to its answer
-		resp, err := q.cli.Txn(clientv3.WithRequireLeader(tctx)).
-			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, spec.Guard...)...).
+	resp, err := commitWrite(ctx, q.cli, func(t clientv3.Txn) clientv3.Txn {
+		return t.If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, spec.Guard...)...).
 			// Read before the put: every key there is ahead.
 			Then(clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithCountOnly()),
 				clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
 			// The key is there already (written by a try whose answer was lost, or left by a
 			// cleanup that could not reach etcd): it is this slot's, so take its place.
-			Else(clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly())).
-			Commit()
-		cancel()
-		switch {
-		case err == nil && ctx.Err() != nil:
-			return 0, 0, 0, ctx.Err() // the key is written: Acquire removes it
-		case err == nil && resp.Succeeded:
-			rev = resp.Header.Revision
-			return rev, rev, int(resp.Responses[0].GetResponseRange().Count), nil
-		case err == nil:
-			own := resp.Responses[0].GetResponseRange().Kvs
-			if len(own) == 0 && len(spec.Guard) > 0 {
-				return 0, 0, 0, ErrGuard // the key is absent, so the guard failed
-			}
-			if len(own) == 0 {
-				return 0, 0, 0, fmt.Errorf("%w: key %s vanished between two tries of its write", ErrLost, key)
-			}
-			rev = own[0].CreateRevision
-			return rev, resp.Header.Revision, countAhead(resp.Responses[1].GetResponseRange().Kvs, rev), nil
-		case !transient(err) || ctx.Err() != nil:
-			return 0, 0, 0, fmt.Errorf("enqueue %s: %w", key, err)
-		}
-		if err := b.wait(ctx); err != nil {
-			return 0, 0, 0, err
-		}
+			Else(clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+	})
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return 0, 0, 0, ctx.Err() // the key may be written: Acquire removes it
+	case err != nil:
+		return 0, 0, 0, fmt.Errorf("enqueue %s: %w", key, err)
+	case resp.Succeeded:
+		rev = resp.Header.Revision
+		return rev, rev, int(resp.Responses[0].GetResponseRange().Count), nil
 	}
+	own := resp.Responses[0].GetResponseRange().Kvs
+	if len(own) == 0 && len(spec.Guard) > 0 {
+		return 0, 0, 0, ErrGuard // the key is absent, so the guard failed
+	}
+	if len(own) == 0 {
+		return 0, 0, 0, fmt.Errorf("%w: key %s vanished between two tries of its write", ErrLost, key)
+	}
+	rev = own[0].CreateRevision
+	return rev, resp.Header.Revision, countAhead(resp.Responses[1].GetResponseRange().Kvs, rev), nil
 }
 
 // countAhead counts the keys created before rev.
@@ -214,46 +205,43 @@ func (q *Queue) TryAcquire(ctx context.Context, spec Spec) (*Hold, error) {
 
 func (q *Queue) try(ctx context.Context, sess *Session, spec Spec, slot *slot) (*Hold, error) {
 	key, aheadRange := slot.key(), q.prefix+spec.Ahead
-	var b backoff
-	for {
-		tctx, cancel := detached(ctx) // see detached: the Txn runs to its answer
-		resp, err := q.cli.Txn(clientv3.WithRequireLeader(tctx)).
-			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(aheadRange), "=", 0).WithPrefix()}, spec.Guard...)...).
+	resp, err := commitWrite(ctx, q.cli, func(t clientv3.Txn) clientv3.Txn {
+		return t.If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(aheadRange), "=", 0).WithPrefix()}, spec.Guard...)...).
 			Then(clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
 			// The key may be there already: see enqueue.
-			Else(append([]clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithFirstCreate()...)}, checkGuard(spec)...)...).
-			Commit()
-		cancel()
-		switch {
-		case err == nil && ctx.Err() != nil:
-			q.remove(ctx, key)
-			return nil, ctx.Err()
-		case err == nil && resp.Succeeded:
-			return newHold(q.cli, sess, slot, resp.Header.Revision), nil
-		case err == nil:
-			own, first := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
-			if len(own) == 0 && !guardHeld(resp, 2) {
-				return nil, ErrGuard
-			}
-			if len(own) == 0 {
-				return nil, ErrLocked
-			}
-			if len(first) == 0 || first[0].CreateRevision >= own[0].CreateRevision {
-				return newHold(q.cli, sess, slot, own[0].CreateRevision), nil
-			}
-			q.remove(ctx, key) // ours, but behind another: a try does not wait
-			return nil, ErrLocked
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			return nil, err
-		case !transient(err) || ctx.Err() != nil:
-			q.remove(ctx, key)
-			return nil, fmt.Errorf("try %s: %w", key, err)
-		}
-		if err := b.wait(ctx); err != nil {
-			q.remove(ctx, key)
-			return nil, err
-		}
+			Else(append([]clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithFirstCreate()...)}, checkGuard(spec)...)...)
+	})
+	switch {
+	case err != nil:
+		return nil, q.tryFailed(ctx, key, err)
+	case resp.Succeeded:
+		return newHold(q.cli, sess, slot, resp.Header.Revision), nil
 	}
+	own, first := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(own) == 0 && !guardHeld(resp, 2) {
+		return nil, ErrGuard
+	}
+	if len(own) == 0 {
+		return nil, ErrLocked
+	}
+	if len(first) == 0 || first[0].CreateRevision >= own[0].CreateRevision {
+		return newHold(q.cli, sess, slot, own[0].CreateRevision), nil
+	}
+	q.remove(ctx, key) // ours, but behind another: a try does not wait
+	return nil, ErrLocked
+}
+
+// tryFailed removes the key of a try that failed or whose caller left (its Txn may have
+// written the key), unless the lease, and with it any key, is gone, and returns err:
+// ctx's error as it is, another wrapped.
+func (q *Queue) tryFailed(ctx context.Context, key string, err error) error {
+	if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		q.remove(ctx, key)
+	}
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return err
+	}
+	return fmt.Errorf("try %s: %w", key, err)
 }
 
 // remove deletes the key of a failed acquisition, on a detached context so that a

@@ -12,27 +12,22 @@ import (
 // The key has no lease: it outlives every session. One Txn, retried through leader changes
 // (a retry of a put that was applied finds its own value).
 func Record(ctx context.Context, cli *clientv3.Client, key, value string) (stored string, err error) {
-	var b backoff
-	for {
-		resp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).
+	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+		return cli.Txn(clientv3.WithRequireLeader(ctx)).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, value)).
 			Else(clientv3.OpGet(key)).
 			Commit()
-		switch {
-		case err == nil && resp.Succeeded:
-			return value, nil
-		case err == nil:
-			kvs := resp.Responses[0].GetResponseRange().Kvs
-			if len(kvs) == 0 { // deleted between the compare and the read cannot happen in one Txn
-				return "", fmt.Errorf("record %s: key vanished inside a Txn", key)
-			}
-			return string(kvs[0].Value), nil
-		case !transient(err) || ctx.Err() != nil:
-			return "", fmt.Errorf("record %s: %w", key, err)
-		}
-		if err := b.wait(ctx); err != nil {
-			return "", err
-		}
+	})
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("record %s: %w", key, err)
+	case resp.Succeeded:
+		return value, nil
 	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 { // deleted between the compare and the read cannot happen in one Txn
+		return "", fmt.Errorf("record %s: key vanished inside a Txn", key)
+	}
+	return string(kvs[0].Value), nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -55,6 +56,38 @@ func transient(err error) bool {
 }
 
 var errWatchClosed = errors.New("etcdsync: watch closed")
+
+// retry calls call until it returns an error that is not transient (nil included) or ctx
+// ends, backing off between tries; it returns the last call's result, or ctx's error if
+// ctx ended during a pause.
+func retry[T any](ctx context.Context, call func() (T, error)) (T, error) {
+	var b backoff
+	for {
+		v, err := call()
+		if !transient(err) || ctx.Err() != nil {
+			return v, err
+		}
+		if err := b.wait(ctx); err != nil {
+			return v, err
+		}
+	}
+}
+
+// commitWrite commits the Txn that build makes of a Txn that may write an acquisition's
+// key, retried through transient errors. Each try runs on a detached context, to its
+// answer (see detached). A Txn that was applied after ctx ended yields ctx's error: the
+// caller, which may hold a key it no longer wants, removes it.
+func commitWrite(ctx context.Context, cli *clientv3.Client, build func(clientv3.Txn) clientv3.Txn) (*clientv3.TxnResponse, error) {
+	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+		tctx, cancel := detached(ctx)
+		defer cancel()
+		return build(cli.Txn(clientv3.WithRequireLeader(tctx))).Commit()
+	})
+	if err == nil && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return resp, err
+}
 
 // backoff spaces out retries after transient errors: 25 ms doubling to 1 s, with jitter.
 type backoff struct{ next time.Duration }
