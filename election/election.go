@@ -143,22 +143,14 @@ func (e *Election) current() *core.Hold {
 // Token is the fencing token of the leadership: its key's create revision, strictly
 // increasing across the successive leaders of the name. 0 without leadership.
 func (e *Election) Token() int64 {
-	if h := e.current(); h != nil {
-		return h.Token()
-	}
-	return 0
+	return e.current().Token()
 }
-
-var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Done is closed when the leadership ends: by Resign, or by loss (then Err is ErrLost), as
 // soon as etcd says the key or the lease is gone. Without leadership it is an already
 // closed channel.
 func (e *Election) Done() <-chan struct{} {
-	if h := e.current(); h != nil {
-		return h.Done()
-	}
-	return closed
+	return e.current().Done()
 }
 
 // Err is nil while this handle leads, ErrLost once the leadership was lost (its key deleted,
@@ -175,11 +167,7 @@ func (e *Election) Err() error {
 // create revision: put it in the If of every write the leader makes. Without leadership it
 // never succeeds.
 func (e *Election) IsOwner() clientv3.Cmp {
-	if h := e.current(); h != nil {
-		return h.IsOwner()
-	}
-	// No key has a negative create revision.
-	return clientv3.Compare(clientv3.CreateRevision(e.q.Prefix()), "<", 0)
+	return e.q.IsOwner(e.current())
 }
 
 func (e *Election) errorf(op string, err error) error {

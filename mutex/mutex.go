@@ -130,13 +130,8 @@ func (m *Mutex) setWaiting(key string) {
 // Token is the fencing token of the hold: its key's create revision, strictly increasing
 // across the successive holders of the name. 0 without a hold.
 func (m *Mutex) Token() int64 {
-	if h := m.current(); h != nil {
-		return h.Token()
-	}
-	return 0
+	return m.current().Token()
 }
-
-var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Done is closed when the current hold ends: by Unlock, or by loss (then Err is ErrLost).
 // Without a hold it is an already closed channel.
@@ -145,31 +140,21 @@ var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c
 // key's creation on, so a loss that came before is reported at once); a hold that is never
 // asked costs no watch. Either way Unlock reports a loss, and IsOwner fences writes.
 func (m *Mutex) Done() <-chan struct{} {
-	if h := m.current(); h != nil {
-		return h.Done()
-	}
-	return closed
+	return m.current().Done()
 }
 
 // Err is nil while the lock is held, ErrLost once the hold was lost (its key deleted, its
 // lease expired or revoked) until Unlock, and ErrNotLocked without a hold. See Done for
 // when a loss becomes known.
 func (m *Mutex) Err() error {
-	if h := m.current(); h != nil {
-		return h.Err()
-	}
-	return ErrNotLocked
+	return m.current().Err()
 }
 
 // IsOwner is a Txn compare that succeeds only while this hold's key exists with its
 // create revision: put it in the If of every write the lock guards. Without a hold it
 // never succeeds.
 func (m *Mutex) IsOwner() clientv3.Cmp {
-	if h := m.current(); h != nil {
-		return h.IsOwner()
-	}
-	// No key has a negative create revision.
-	return clientv3.Compare(clientv3.CreateRevision(m.q.Prefix()), "<", 0)
+	return m.q.IsOwner(m.current())
 }
 
 // Key is this handle's key in etcd while it holds the lock or waits for it, else "".

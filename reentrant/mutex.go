@@ -163,42 +163,27 @@ func (m *Mutex) current() *core.Hold {
 // Token is the fencing token of the hold that an owner has through m: its key's create
 // revision, strictly increasing across the successive holders of the name. 0 without one.
 func (m *Mutex) Token() int64 {
-	if h := m.current(); h != nil {
-		return h.Token()
-	}
-	return 0
+	return m.current().Token()
 }
-
-var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Done is closed when the hold that an owner has through m ends: by its last Unlock, or
 // by loss (then Err is ErrLost). Without a hold it is an already closed channel. The owning
 // context tells the same, and is the one to pass to the work done under the lock.
 func (m *Mutex) Done() <-chan struct{} {
-	if h := m.current(); h != nil {
-		return h.Done()
-	}
-	return closed
+	return m.current().Done()
 }
 
 // Err is nil while an owner holds the lock through m, ErrLost once its hold was lost until
 // its last Unlock, and ErrNotLocked without a hold.
 func (m *Mutex) Err() error {
-	if h := m.current(); h != nil {
-		return h.Err()
-	}
-	return ErrNotLocked
+	return m.current().Err()
 }
 
 // IsOwner is a Txn compare that succeeds only while the hold that an owner has through m
 // exists with its key's create revision: put it in the If of every write the lock guards.
 // Without a hold it never succeeds.
 func (m *Mutex) IsOwner() clientv3.Cmp {
-	if h := m.current(); h != nil {
-		return h.IsOwner()
-	}
-	// No key has a negative create revision.
-	return clientv3.Compare(clientv3.CreateRevision(m.q.Prefix()), "<", 0)
+	return m.q.IsOwner(m.current())
 }
 
 func (m *Mutex) errorf(op string, err error) error {

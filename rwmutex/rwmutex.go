@@ -264,7 +264,7 @@ func (rw *RWMutex) TryRLock(ctx context.Context) error {
 		return rw.errorf("try rlock", err)
 	}
 	rw.mu.Lock()
-	rw.groups = append(rw.groups, &group{queued: closed, ready: closed, cancel: func() {}, hold: h, members: 1})
+	rw.groups = append(rw.groups, &group{queued: core.Closed, ready: core.Closed, cancel: func() {}, hold: h, members: 1})
 	rw.mu.Unlock()
 	return nil
 }
@@ -522,31 +522,20 @@ func (rw *RWMutex) current() *core.Hold {
 func (rw *RWMutex) Token() int64 {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	if rw.write != nil {
-		return rw.write.Token()
-	}
-	return 0
+	return rw.write.Token()
 }
-
-var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Done is closed when the current hold ends: the write hold if this handle has one, else
 // its newest read hold (shared by the readers of a group). Without a hold it is an already
 // closed channel. The first call on a hold starts a watch of its key, as mutex.Mutex.Done.
 func (rw *RWMutex) Done() <-chan struct{} {
-	if h := rw.current(); h != nil {
-		return h.Done()
-	}
-	return closed
+	return rw.current().Done()
 }
 
 // Err is nil while the current hold (see Done) lasts, ErrLost once it was lost, and
 // ErrNotLocked without a hold.
 func (rw *RWMutex) Err() error {
-	if h := rw.current(); h != nil {
-		return h.Err()
-	}
-	return ErrNotLocked
+	return rw.current().Err()
 }
 
 // IsOwner is a Txn compare that succeeds only while this handle's write hold lasts: put
@@ -555,11 +544,7 @@ func (rw *RWMutex) Err() error {
 func (rw *RWMutex) IsOwner() clientv3.Cmp {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	if rw.write != nil {
-		return rw.write.IsOwner()
-	}
-	// No key has a negative create revision.
-	return clientv3.Compare(clientv3.CreateRevision(rw.q.Prefix()), "<", 0)
+	return rw.q.IsOwner(rw.write)
 }
 
 func (rw *RWMutex) errorf(op string, err error) error {

@@ -46,13 +46,8 @@ func (p *Permit) hold() *core.Hold {
 // Token is the permit's fencing token: its key's create revision, increasing in the order
 // permits of the name are granted. 0 once released.
 func (p *Permit) Token() int64 {
-	if h := p.hold(); h != nil {
-		return h.Token()
-	}
-	return 0
+	return p.hold().Token()
 }
-
-var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Done is closed when the permit ends: by Release, or by loss (then Err is ErrLost).
 //
@@ -61,7 +56,7 @@ var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c
 // never asked costs no watch. Either way Release reports a loss, and IsOwner fences writes.
 func (p *Permit) Done() <-chan struct{} {
 	if p == nil {
-		return closed
+		return core.Closed
 	}
 	return p.h.Done()
 }
@@ -69,19 +64,15 @@ func (p *Permit) Done() <-chan struct{} {
 // Err is nil while the permit is held, ErrLost once it was lost (its key deleted, its
 // lease expired or revoked) until Release, and ErrNotLocked after Release.
 func (p *Permit) Err() error {
-	if h := p.hold(); h != nil {
-		return h.Err()
-	}
-	return ErrNotLocked
+	return p.hold().Err()
 }
 
 // IsOwner is a Txn compare that succeeds only while this permit's key exists with its
 // create revision: put it in the If of every write the permit guards. After Release it
 // never succeeds.
 func (p *Permit) IsOwner() clientv3.Cmp {
-	if h := p.hold(); h != nil {
-		return h.IsOwner()
+	if p == nil {
+		return core.NeverOwner(permitKind)
 	}
-	// No key has a negative create revision.
-	return clientv3.Compare(clientv3.CreateRevision(permitKind), "<", 0)
+	return p.s.q.IsOwner(p.hold())
 }

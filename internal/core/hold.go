@@ -28,6 +28,10 @@ const (
 // returning. The watch is started on demand because it costs a fifth of an uncontended
 // lock+unlock cycle, which a holder that never asks should not pay; a loss is still reported
 // by Release, whose fenced delete then fails.
+//
+// A nil *Hold stands for no hold, so that a public handle can pass on the methods of what
+// it holds, or of nothing: Token is 0, Done is Closed, Err is ErrNotLocked, and
+// Queue.IsOwner gives a compare that never succeeds.
 type Hold struct {
 	cli  *clientv3.Client
 	sess *Session
@@ -131,14 +135,19 @@ func (h *Hold) gone(ctx context.Context) {
 func (h *Hold) Key() string { return h.key }
 
 // Token is the hold's create revision: its fencing token.
-func (h *Hold) Token() int64 { return h.rev }
-
-// Session is the session whose lease the key is bound to.
-func (h *Hold) Session() *Session { return h.sess }
+func (h *Hold) Token() int64 {
+	if h == nil {
+		return 0
+	}
+	return h.rev
+}
 
 // Done is closed when the hold ends, by release or by loss. The first call starts the watch.
 // A session known to have ended is reported at once, also on the first call.
 func (h *Hold) Done() <-chan struct{} {
+	if h == nil {
+		return Closed
+	}
 	h.watch()
 	if h.sessionEnded() {
 		h.sessionLost()
@@ -149,6 +158,9 @@ func (h *Hold) Done() <-chan struct{} {
 // Err is nil while the hold lasts or after a clean release, ErrLost after a loss. The first
 // call starts the watch; a session known to be dead is reported at once.
 func (h *Hold) Err() error {
+	if h == nil {
+		return ErrNotLocked
+	}
 	h.watch()
 	if h.sessionEnded() {
 		h.sessionLost()
@@ -156,6 +168,23 @@ func (h *Hold) Err() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.err
+}
+
+// Closed is a closed channel: the Done of no hold.
+var Closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// NeverOwner is a Txn compare on key that never succeeds (no key has a negative create
+// revision): the IsOwner of no hold. key should lie where the caller may read.
+func NeverOwner(key string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(key), "<", 0)
+}
+
+// IsOwner is h's IsOwner, or NeverOwner under the queue's prefix for no hold (nil).
+func (q *Queue) IsOwner(h *Hold) clientv3.Cmp {
+	if h == nil {
+		return NeverOwner(q.prefix)
+	}
+	return h.IsOwner()
 }
 
 // IsOwner is a Txn compare that holds only while the hold's key is the one it created.
