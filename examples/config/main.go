@@ -22,15 +22,13 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/examples/internal/demo"
 	"github.com/etcdsync/etcdsync/rwmutex"
 )
 
@@ -41,7 +39,7 @@ const (
 )
 
 func main() {
-	endpoints := flag.String("endpoints", os.Getenv("ETCD_ENDPOINTS"), "etcd endpoints, comma-separated (default: $ETCD_ENDPOINTS, else an embedded etcd)")
+	endpoints := demo.EndpointsFlag()
 	clients := flag.Int("clients", 4, "reading clients")
 	readers := flag.Int("readers", 8, "reading goroutines per client")
 	duration := flag.Duration("duration", 5*time.Second, "how long to read")
@@ -56,31 +54,17 @@ func run(endpoints string, clients, readers int, duration time.Duration) error {
 	if clients < 1 || readers < 1 || duration <= 0 {
 		return errors.New("-clients and -readers must be at least 1, -duration above 0")
 	}
-	cfg := clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
-	if endpoints == "" {
-		etcd, err := etcdtest.NewEmbedded(1)
-		if err != nil {
-			return err
-		}
-		defer etcd.Close()
-		cfg = etcd.ClientConfig()
-		fmt.Println("embedded etcd at", strings.Join(etcd.Endpoints(), ","))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), duration+time.Minute)
-	defer cancel()
-	connect := func() (*clientv3.Client, error) {
-		cli, err := clientv3.New(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("connect: %w", err)
-		}
-		return cli, nil
-	}
-
-	wcli, err := connect()
+	etcd, err := demo.Start(endpoints)
 	if err != nil {
 		return err
 	}
-	defer wcli.Close()
+	defer etcd.Close() // and every client it opened
+	ctx, cancel := context.WithTimeout(context.Background(), duration+time.Minute)
+	defer cancel()
+	wcli, err := etcd.Client()
+	if err != nil {
+		return err
+	}
 	writer, err := rwmutex.New(wcli, lockName)
 	if err != nil {
 		return err
@@ -95,11 +79,10 @@ func run(endpoints string, clients, readers int, duration time.Duration) error {
 	}
 	var readerClients []reader
 	for range clients {
-		cli, err := connect()
+		cli, err := etcd.Client()
 		if err != nil {
 			return err
 		}
-		defer cli.Close()
 		rw, err := rwmutex.New(cli, lockName) // shared by the client's readers
 		if err != nil {
 			return err

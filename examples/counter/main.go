@@ -16,14 +16,12 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/examples/internal/demo"
 	"github.com/etcdsync/etcdsync/mutex"
 )
 
@@ -33,7 +31,7 @@ const (
 )
 
 func main() {
-	endpoints := flag.String("endpoints", os.Getenv("ETCD_ENDPOINTS"), "etcd endpoints, comma-separated (default: $ETCD_ENDPOINTS, else an embedded etcd)")
+	endpoints := demo.EndpointsFlag()
 	workers := flag.Int("workers", 8, "workers, each on its own client")
 	adds := flag.Int("adds", 50, "adds per worker")
 	flag.Parse()
@@ -47,26 +45,20 @@ func run(endpoints string, workers, adds int) error {
 	if workers < 1 || adds < 1 {
 		return errors.New("-workers and -adds must be at least 1")
 	}
-	cfg := clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
-	if endpoints == "" {
-		etcd, err := etcdtest.NewEmbedded(1)
-		if err != nil {
-			return err
-		}
-		defer etcd.Close()
-		cfg = etcd.ClientConfig()
-		fmt.Println("embedded etcd at", strings.Join(etcd.Endpoints(), ","))
+	etcd, err := demo.Start(endpoints)
+	if err != nil {
+		return err
 	}
+	defer etcd.Close() // and every client it opened
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
 	clients := make([]*clientv3.Client, workers)
 	for i := range clients {
-		cli, err := clientv3.New(cfg)
+		cli, err := etcd.Client()
 		if err != nil {
-			return fmt.Errorf("connect: %w", err)
+			return err
 		}
-		defer cli.Close()
 		clients[i] = cli
 	}
 	if _, err := clients[0].Put(ctx, counterKey, "0"); err != nil {

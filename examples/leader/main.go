@@ -18,16 +18,14 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/etcdsync/etcdsync/election"
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/examples/internal/demo"
 )
 
 const (
@@ -37,7 +35,7 @@ const (
 )
 
 func main() {
-	endpoints := flag.String("endpoints", os.Getenv("ETCD_ENDPOINTS"), "etcd endpoints, comma-separated (default: $ETCD_ENDPOINTS, else an embedded etcd)")
+	endpoints := demo.EndpointsFlag()
 	replicas := flag.Int("replicas", 3, "replicas, each on its own client")
 	flag.Parse()
 	if err := run(*endpoints, *replicas); err != nil {
@@ -50,23 +48,17 @@ func run(endpoints string, replicas int) error {
 	if replicas < 2 {
 		return errors.New("-replicas must be at least 2, to show a hand-over")
 	}
-	cfg := clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
-	if endpoints == "" {
-		etcd, err := etcdtest.NewEmbedded(1)
-		if err != nil {
-			return err
-		}
-		defer etcd.Close()
-		cfg = etcd.ClientConfig()
-		fmt.Println("embedded etcd at", strings.Join(etcd.Endpoints(), ","))
+	etcd, err := demo.Start(endpoints)
+	if err != nil {
+		return err
 	}
+	defer etcd.Close() // and every client it opened
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	admin, err := clientv3.New(cfg)
+	admin, err := etcd.Client()
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return err
 	}
-	defer admin.Close()
 	if _, err := admin.Put(ctx, counterKey, "0"); err != nil {
 		return fmt.Errorf("reset the counter: %w", err)
 	}
@@ -87,11 +79,10 @@ func run(endpoints string, replicas int) error {
 	defer stopReplicas()
 	var wg sync.WaitGroup
 	for i := range replicas {
-		cli, err := clientv3.New(cfg)
+		cli, err := etcd.Client()
 		if err != nil {
-			return fmt.Errorf("connect: %w", err)
+			return err
 		}
-		defer cli.Close()
 		e, err := election.New(cli, electionName, election.WithTTL(5*time.Second))
 		if err != nil {
 			return err

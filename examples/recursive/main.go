@@ -25,9 +25,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/examples/internal/demo"
 	"github.com/etcdsync/etcdsync/reentrant"
 )
 
@@ -37,7 +36,7 @@ const (
 )
 
 func main() {
-	endpoints := flag.String("endpoints", os.Getenv("ETCD_ENDPOINTS"), "etcd endpoints, comma-separated (default: $ETCD_ENDPOINTS, else an embedded etcd)")
+	endpoints := demo.EndpointsFlag()
 	jobs := flag.Int("jobs", 4, "jobs, each on its own client")
 	depth := flag.Int("depth", 4, "levels of the tree each job walks")
 	fanout := flag.Int("fanout", 2, "children of every node above the last level")
@@ -52,26 +51,20 @@ func run(endpoints string, jobs, depth, fanout int) error {
 	if jobs < 1 || depth < 1 || fanout < 1 {
 		return errors.New("-jobs, -depth and -fanout must be at least 1")
 	}
-	cfg := clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
-	if endpoints == "" {
-		etcd, err := etcdtest.NewEmbedded(1)
-		if err != nil {
-			return err
-		}
-		defer etcd.Close()
-		cfg = etcd.ClientConfig()
-		fmt.Println("embedded etcd at", strings.Join(etcd.Endpoints(), ","))
+	etcd, err := demo.Start(endpoints)
+	if err != nil {
+		return err
 	}
+	defer etcd.Close() // and every client it opened
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
 	walkers := make([]*walker, jobs)
 	for i := range walkers {
-		cli, err := clientv3.New(cfg)
+		cli, err := etcd.Client()
 		if err != nil {
-			return fmt.Errorf("connect: %w", err)
+			return err
 		}
-		defer cli.Close()
 		m, err := reentrant.New(cli, lockName)
 		if err != nil {
 			return err

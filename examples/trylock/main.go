@@ -24,9 +24,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/examples/internal/demo"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/trylock"
 )
@@ -38,7 +37,7 @@ const (
 )
 
 func main() {
-	endpoints := flag.String("endpoints", os.Getenv("ETCD_ENDPOINTS"), "etcd endpoints, comma-separated (default: $ETCD_ENDPOINTS, else an embedded etcd)")
+	endpoints := demo.EndpointsFlag()
 	instances := flag.Int("instances", 3, "instances of the cron job, each on its own client")
 	ticks := flag.Int("ticks", 3, "ticks of the cron job")
 	flag.Parse()
@@ -52,26 +51,20 @@ func run(endpoints string, instances, ticks int) error {
 	if instances < 3 || ticks < 1 {
 		return errors.New("-instances must be at least 3 and -ticks at least 1")
 	}
-	cfg := clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
-	if endpoints == "" {
-		etcd, err := etcdtest.NewEmbedded(1)
-		if err != nil {
-			return err
-		}
-		defer etcd.Close()
-		cfg = etcd.ClientConfig()
-		fmt.Println("embedded etcd at", strings.Join(etcd.Endpoints(), ","))
+	etcd, err := demo.Start(endpoints)
+	if err != nil {
+		return err
 	}
+	defer etcd.Close() // and every client it opened
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
 	clients := make([]*clientv3.Client, instances)
 	for i := range clients {
-		cli, err := clientv3.New(cfg)
+		cli, err := etcd.Client()
 		if err != nil {
-			return fmt.Errorf("connect: %w", err)
+			return err
 		}
-		defer cli.Close()
 		clients[i] = cli
 	}
 	if err := cron(ctx, clients, ticks); err != nil {

@@ -18,15 +18,13 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/examples/internal/demo"
 	"github.com/etcdsync/etcdsync/semaphore"
 )
 
@@ -36,7 +34,7 @@ const (
 )
 
 func main() {
-	endpoints := flag.String("endpoints", os.Getenv("ETCD_ENDPOINTS"), "etcd endpoints, comma-separated (default: $ETCD_ENDPOINTS, else an embedded etcd)")
+	endpoints := demo.EndpointsFlag()
 	clients := flag.Int("clients", 4, "etcd clients, as if separate processes")
 	workers := flag.Int("workers", 16, "workers, spread over the clients")
 	limit := flag.Int("limit", 4, "jobs running at once, at most")
@@ -53,27 +51,21 @@ func run(endpoints string, nClients, nWorkers, limit, jobs int, work time.Durati
 	if nClients < 1 || nWorkers < 1 || limit < 1 || jobs < 1 {
 		return errors.New("-clients, -workers, -limit and -jobs must be at least 1")
 	}
-	cfg := clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
-	if endpoints == "" {
-		etcd, err := etcdtest.NewEmbedded(1)
-		if err != nil {
-			return err
-		}
-		defer etcd.Close()
-		cfg = etcd.ClientConfig()
-		fmt.Println("embedded etcd at", strings.Join(etcd.Endpoints(), ","))
+	etcd, err := demo.Start(endpoints)
+	if err != nil {
+		return err
 	}
+	defer etcd.Close() // and every client it opened
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
 	sems := make([]*semaphore.Semaphore, nClients)
 	clis := make([]*clientv3.Client, nClients)
 	for i := range sems {
-		cli, err := clientv3.New(cfg)
+		cli, err := etcd.Client()
 		if err != nil {
-			return fmt.Errorf("connect: %w", err)
+			return err
 		}
-		defer cli.Close()
 		if sems[i], err = semaphore.New(cli, semName, limit); err != nil {
 			return err
 		}
