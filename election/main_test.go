@@ -33,9 +33,7 @@ func newElection(t *testing.T, cli *clientv3.Client, name string, opts ...electi
 // keysOf counts the keys of name in etcd.
 func keysOf(t *testing.T, cli *clientv3.Client, name string) int64 {
 	t.Helper()
-	resp, err := cli.Get(testContext(t), core.NamePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
-	require.NoError(t, err)
-	return resp.Count
+	return etcdtest.CountKeys(t, cli, core.NamePrefix(name))
 }
 
 // awaitKeys returns once name has n keys, woken by watch events rather than polling.
@@ -46,9 +44,7 @@ func awaitKeys(t *testing.T, cli *clientv3.Client, name string, n int64) {
 
 // campaignAsync starts a Campaign and returns where its result arrives.
 func campaignAsync(ctx context.Context, e *election.Election, value string) <-chan error {
-	errc := make(chan error, 1)
-	go func() { errc <- e.Campaign(ctx, value) }()
-	return errc
+	return etcdtest.Async(func() error { return e.Campaign(ctx, value) })
 }
 
 // leaderLease is the lease of the name's first key.

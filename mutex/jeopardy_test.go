@@ -217,12 +217,7 @@ func newClient(t *testing.T) *clientv3.Client {
 // renewals: no hold may be declared lost. It soaks for 20 s, or for ETCDSYNC_SOAK (a
 // duration) when set: the figures in the README come from a soak of many minutes.
 func TestNoSpuriousLossOnAHealthyCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-member cluster")
-	}
-	c, err := etcdtest.NewEmbedded(3)
-	require.NoError(t, err)
-	defer c.Close()
+	c := etcdtest.LaggingCluster(t)
 	const ttl, clients = 2 * time.Second, 6
 	soak := 20 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("ETCDSYNC_SOAK")); err == nil {
@@ -230,8 +225,6 @@ func TestNoSpuriousLossOnAHealthyCluster(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), soak+time.Minute)
 	defer cancel()
-	stopWrites := etcdtest.BackgroundWrites(ctx, t, etcdtest.SpreadClient(t, c, 0), "soak-data/")
-	defer stopWrites()
 
 	end := time.Now().Add(soak)
 	var cycles, lost atomic.Int64

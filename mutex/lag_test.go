@@ -2,8 +2,6 @@ package mutex_test
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,22 +21,14 @@ import (
 // re-created before the snapshot. Taken as news, the first is a spurious ErrLost and the
 // second lets the waiter in while its predecessor holds.
 func TestExclusionWithClientsOnLaggingMembers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-member cluster")
-	}
-	c, err := etcdtest.NewEmbedded(3)
-	require.NoError(t, err)
-	defer c.Close()
+	c := etcdtest.LaggingCluster(t)
 
 	const clients, cycles = 6, 350 // per client: 2,100 lock cycles
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	stopWrites := etcdtest.BackgroundWrites(ctx, t, etcdtest.SpreadClient(t, c, 0), "lag-data/")
-	defer stopWrites()
-
 	var inside, overlaps, done atomic.Int64
-	var spurious sync.Map // error text -> count, for the failure message
+	var spurious etcdtest.Tally // Lock errors although nothing was lost
 	var wg sync.WaitGroup
 	for i := range clients {
 		m := newMutex(t, etcdtest.SpreadClient(t, c, i%c.Size()), "lag")
@@ -46,8 +36,7 @@ func TestExclusionWithClientsOnLaggingMembers(t *testing.T) {
 			for n := 0; n < cycles && ctx.Err() == nil; {
 				if err := m.Lock(ctx); err != nil {
 					if ctx.Err() == nil {
-						v, _ := spurious.LoadOrStore(err.Error(), new(atomic.Int64))
-						v.(*atomic.Int64).Add(1)
+						spurious.Add(err)
 					}
 					continue
 				}
@@ -66,12 +55,7 @@ func TestExclusionWithClientsOnLaggingMembers(t *testing.T) {
 	wg.Wait()
 	require.NoError(t, ctx.Err(), "out of time after %d cycles", done.Load())
 
-	var failures []string
-	spurious.Range(func(k, v any) bool {
-		failures = append(failures, k.(string)+" ×"+strconv.FormatInt(v.(*atomic.Int64).Load(), 10))
-		return true
-	})
 	assert.Zero(t, overlaps.Load(), "two holders at once, in %d cycles", done.Load())
-	assert.Empty(t, failures, "Lock failed although nothing was lost: %s", strings.Join(failures, "; "))
+	assert.Empty(t, spurious.String(), "Lock failed although nothing was lost: %s", spurious.String())
 	assert.Equal(t, int64(clients*cycles), done.Load())
 }

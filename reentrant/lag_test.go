@@ -3,8 +3,6 @@ package reentrant_test
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,22 +22,14 @@ import (
 // Taken as news, those let a new owner in while another holds, or end a hold for nothing:
 // the owning context would then be cancelled with ErrLost.
 func TestRecursiveExclusionWithClientsOnLaggingMembers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-member cluster")
-	}
-	c, err := etcdtest.NewEmbedded(3)
-	require.NoError(t, err)
-	defer c.Close()
+	c := etcdtest.LaggingCluster(t)
 
 	const clients, cycles, depth = 4, 100, 3
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	stopWrites := etcdtest.BackgroundWrites(ctx, t, etcdtest.SpreadClient(t, c, 0), "lag-data/")
-	defer stopWrites()
-
 	var inside, overlaps, done atomic.Int64
-	var spurious sync.Map // error text -> count, for the failure message
+	var spurious etcdtest.Tally // Lock errors although nothing was lost
 	var wg sync.WaitGroup
 	for i := range clients {
 		m := newMutex(t, etcdtest.SpreadClient(t, c, i%c.Size()), "lag")
@@ -47,8 +37,7 @@ func TestRecursiveExclusionWithClientsOnLaggingMembers(t *testing.T) {
 			for n := 0; n < cycles && ctx.Err() == nil; {
 				if err := lockRecursively(ctx, m, depth, &inside, &overlaps); err != nil {
 					if ctx.Err() == nil {
-						v, _ := spurious.LoadOrStore(err.Error(), new(atomic.Int64))
-						v.(*atomic.Int64).Add(1)
+						spurious.Add(err)
 					}
 					continue
 				}
@@ -60,13 +49,8 @@ func TestRecursiveExclusionWithClientsOnLaggingMembers(t *testing.T) {
 	wg.Wait()
 	require.NoError(t, ctx.Err(), "out of time after %d cycles", done.Load())
 
-	var failures []string
-	spurious.Range(func(k, v any) bool {
-		failures = append(failures, k.(string)+" ×"+strconv.FormatInt(v.(*atomic.Int64).Load(), 10))
-		return true
-	})
 	assert.Zero(t, overlaps.Load(), "two owners at once, in %d cycles", done.Load())
-	assert.Empty(t, failures, "a cycle failed although nothing was lost: %s", strings.Join(failures, "; "))
+	assert.Empty(t, spurious.String(), "a cycle failed although nothing was lost: %s", spurious.String())
 	assert.Equal(t, int64(clients*cycles), done.Load())
 }
 

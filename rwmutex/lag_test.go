@@ -20,18 +20,11 @@ import (
 // keys, and one writer. No writer may ever be inside beside anyone, and nothing may be
 // reported lost.
 func TestExclusionWithClientsOnLaggingMembers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-member cluster")
-	}
-	c, err := etcdtest.NewEmbedded(3)
-	require.NoError(t, err)
-	defer c.Close()
+	c := etcdtest.LaggingCluster(t)
 
 	const clients, readers, cycles = 4, 3, 60
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	stopWrites := etcdtest.BackgroundWrites(ctx, t, etcdtest.SpreadClient(t, c, 0), "lag-data/")
-	defer stopWrites()
 
 	var inReaders, inWriters, overlaps, reads, writes, sharedReads atomic.Int64
 	var wg sync.WaitGroup

@@ -33,9 +33,7 @@ func newRW(t *testing.T, cli *clientv3.Client, name string, opts ...rwmutex.Opti
 // keysOf counts the keys of name in etcd.
 func keysOf(t *testing.T, cli *clientv3.Client, name string) int64 {
 	t.Helper()
-	resp, err := cli.Get(testContext(t), core.NamePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
-	require.NoError(t, err)
-	return resp.Count
+	return etcdtest.CountKeys(t, cli, core.NamePrefix(name))
 }
 
 // awaitKeys returns once name has n keys, woken by watch events rather than polling.

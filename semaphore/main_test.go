@@ -36,9 +36,7 @@ func permitPrefix(name string) string { return core.NamePrefix(name) + "permit/"
 // permitsOf counts the permit keys of name in etcd, holders and waiters.
 func permitsOf(t *testing.T, cli *clientv3.Client, name string) int64 {
 	t.Helper()
-	resp, err := cli.Get(testContext(t), permitPrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
-	require.NoError(t, err)
-	return resp.Count
+	return etcdtest.CountKeys(t, cli, permitPrefix(name))
 }
 
 // awaitPermits returns once name has n permit keys, woken by watch events rather than polling.

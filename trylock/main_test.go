@@ -35,9 +35,7 @@ func newMutex(t *testing.T, cli *clientv3.Client, name string) *mutex.Mutex {
 // keysOf counts the keys of name in etcd.
 func keysOf(t *testing.T, cli *clientv3.Client, name string) int64 {
 	t.Helper()
-	resp, err := cli.Get(testContext(t), core.NamePrefix(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
-	require.NoError(t, err)
-	return resp.Count
+	return etcdtest.CountKeys(t, cli, core.NamePrefix(name))
 }
 
 // unchanged fails the test if anything was written to etcd since before, or if name has

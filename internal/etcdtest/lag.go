@@ -1,0 +1,54 @@
+package etcdtest
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// LaggingCluster starts an embedded 3-member cluster whose followers apply behind the
+// leader: a client spread over the members puts large values under "lag-data/" until the
+// test ends (BackgroundWrites). Waiters on clients spread over it see watches served by
+// members that trail the one that answered their Txn. It skips the test under -short;
+// everything it starts ends in t.Cleanup.
+func LaggingCluster(t *testing.T) *Cluster {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a 3-member cluster")
+	}
+	c, err := NewEmbedded(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	t.Cleanup(BackgroundWrites(ctx, t, SpreadClient(t, c, 0), "lag-data/"))
+	return c
+}
+
+// Tally counts errors by their text, for a failure message that lists each once.
+type Tally struct {
+	counts sync.Map // text -> *atomic.Int64
+}
+
+// Add counts err.
+func (t *Tally) Add(err error) {
+	v, _ := t.counts.LoadOrStore(err.Error(), new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+// String lists the errors counted, "text ×n" each, sorted; "" when there were none.
+func (t *Tally) String() string {
+	var lines []string
+	t.counts.Range(func(k, v any) bool {
+		lines = append(lines, k.(string)+" ×"+strconv.FormatInt(v.(*atomic.Int64).Load(), 10))
+		return true
+	})
+	sort.Strings(lines)
+	return strings.Join(lines, "; ")
+}
