@@ -72,9 +72,7 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 	if err == nil {
 		h.Done() // start the watch now: a loss from here on closes Done at once
 		if !h.Live() {
-			dctx, cancel := core.Detached(ctx)
-			_, _ = h.Release(dctx) // ends the hold; the key is gone or goes with its lease
-			cancel()
+			h.Abandon(ctx) // ends the hold; the key is gone, or goes now or with its lease
 			err = fmt.Errorf("%w: the leadership ended as it was won", ErrLost)
 		}
 	}

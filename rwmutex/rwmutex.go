@@ -202,9 +202,7 @@ func (rw *RWMutex) acquire(ctx context.Context, g *group) {
 	rw.dropGroup(g)
 	rw.mu.Unlock()
 	if err == nil { // every reader gave up meanwhile
-		dctx, cancel := core.Detached(ctx)
-		defer cancel()
-		_, _ = h.Release(dctx)
+		h.Abandon(ctx)
 	}
 }
 

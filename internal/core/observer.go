@@ -29,18 +29,18 @@ const pendingLimit = 128
 // what happened (a compaction took them), and the observer sends no RPC of its own.
 //
 // The view is exact at each revision it reflects: one linearizable read (at revision R)
-// and then the events after R, in order and once each. Events at or below R, which a
-// member that applies behind can replay, and events a resumed watch repeats are dropped.
+// and then the events after R, in order, once each and a whole revision at a time, so that
+// a head that went at the same revision as its successor is never reported.
 type Observer struct {
 	h    *hub
-	w    *waiter
+	o    *observer
 	once sync.Once
 }
 
 // WatchHead starts an observer of the name's head. Stop it when done.
 func (q *Queue) WatchHead() *Observer {
-	w := &waiter{prefix: q.prefix, slots: 1, wake: make(chan struct{}, 1), stale: true, obs: &headState{live: map[string]liveKey{}}}
-	return &Observer{h: join(hubKey{cli: q.cli, prefix: q.prefix, values: true}, w), w: w}
+	o := &observer{wake: make(chan struct{}, 1), rereading: true, live: map[string]liveKey{}}
+	return &Observer{h: join(hubKey{cli: q.cli, prefix: q.prefix, mode: values}, o), o: o}
 }
 
 // Next returns the next head: the first call the head at the observer's first read, later
@@ -50,7 +50,7 @@ func (q *Queue) WatchHead() *Observer {
 func (o *Observer) Next(ctx context.Context) (Head, error) {
 	for {
 		o.h.mu.Lock()
-		s := o.w.obs
+		s := o.o
 		if len(s.pending) > 0 {
 			hd := s.pending[0]
 			s.pending = s.pending[1:]
@@ -58,31 +58,36 @@ func (o *Observer) Next(ctx context.Context) (Head, error) {
 			o.h.mu.Unlock()
 			return hd, nil
 		}
-		err := o.w.err
+		err := s.err
 		o.h.mu.Unlock()
 		if err != nil {
 			return Head{}, err
 		}
 		select {
-		case <-o.w.wake:
+		case <-s.wake:
 		case <-ctx.Done():
 			return Head{}, ctx.Err()
 		}
 	}
 }
 
-// Stop ends the registration; only the first call counts. The last registration to leave
-// a hub stops its goroutine before Stop returns.
-func (o *Observer) Stop() { o.once.Do(func() { o.h.leave(o.w) }) }
+// Stop ends the registration; only the first call counts.
+func (o *Observer) Stop() { o.once.Do(func() { o.h.leave(o.o) }) }
 
 type liveKey struct {
 	created int64
 	value   string
 }
 
-// headState is an observer's view of the name, guarded by its hub's mutex: every live key,
-// and the heads not yet taken by Next.
-type headState struct {
+// observer is an Observer as its hub sees it: every live key of the name, and the heads not
+// yet taken by Next. Its fields are guarded by the hub's mutex.
+type observer struct {
+	wake      chan struct{}
+	snap      int64 // the revision of its last read: events at or below it are in the view
+	applied   int64 // the revision of the last event applied: a read older than it is stale
+	rereading bool
+	err       error
+
 	live    map[string]liveKey
 	last    Head // the head queued last
 	queued  bool // a head was queued: last is set
@@ -91,23 +96,52 @@ type headState struct {
 	took    bool
 }
 
-func (s *headState) put(key string, created int64, value string) {
-	s.live[key] = liveKey{created: created, value: value}
+func (o *observer) since() int64 { return o.snap }
+
+func (o *observer) stale() bool { return o.rereading && o.err == nil }
+
+// apply takes one revision's puts and deletes, then looks at the head once: what the
+// revision changed together is one change.
+func (o *observer) apply(rev int64, evs []event) {
+	if o.rereading || o.err != nil {
+		return
+	}
+	for _, e := range evs {
+		if e.put {
+			o.live[e.key] = liveKey{created: e.created, value: e.value}
+		} else {
+			delete(o.live, e.key)
+		}
+	}
+	o.applied = rev
+	o.update()
 }
 
-func (s *headState) remove(key string) { delete(s.live, key) }
+func (o *observer) missed() { o.rereading = true }
 
-func (s *headState) reset(kvs []*mvccpb.KeyValue) {
-	clear(s.live)
-	for _, kv := range kvs {
-		s.put(string(kv.Key), kv.CreateRevision, string(kv.Value))
+func (o *observer) fail(err error) {
+	if o.err == nil {
+		o.err = err
+		signal(o.wake)
 	}
 }
 
+func (o *observer) recount(kvs []*mvccpb.KeyValue, rev int64) {
+	if !o.stale() || rev < o.applied {
+		return
+	}
+	clear(o.live)
+	for _, kv := range kvs {
+		o.live[string(kv.Key)] = liveKey{created: kv.CreateRevision, value: string(kv.Value)}
+	}
+	o.snap, o.applied, o.rereading = rev, rev, false
+	o.update()
+}
+
 // head is the live key created first. Linear in the keys, which are the candidates.
-func (s *headState) head() Head {
+func (o *observer) head() Head {
 	var hd Head
-	for k, v := range s.live {
+	for k, v := range o.live {
 		if hd.Token == 0 || v.created < hd.Token {
 			hd = Head{Key: k, Value: v.value, Token: v.created}
 		}
@@ -115,38 +149,32 @@ func (s *headState) head() Head {
 	return hd
 }
 
-// update queues the head if it changed, and reports whether it did.
-func (s *headState) update() bool {
-	hd := s.head()
-	if s.queued && hd == s.last {
-		return false
+// update queues the head if it changed.
+func (o *observer) update() {
+	hd := o.head()
+	if o.queued && hd == o.last {
+		return
 	}
-	s.last, s.queued = hd, true
-	s.pending = append(s.pending, hd)
-	for len(s.pending) > pendingLimit || len(s.pending) > 0 && s.took && s.pending[0] == s.taken {
-		s.pending = s.pending[1:] // dropping the oldest must not make the reader see one twice
+	o.last, o.queued = hd, true
+	o.pending = append(o.pending, hd)
+	for len(o.pending) > pendingLimit || len(o.pending) > 0 && o.took && o.pending[0] == o.taken {
+		o.pending = o.pending[1:] // dropping the oldest must not make the reader see one twice
 	}
-	return true
+	signal(o.wake)
 }
 
 // Head reads the name's head, linearizably: the zero Head when the name has no key. One
 // Range, retried through leader changes until ctx ends.
 func (q *Queue) Head(ctx context.Context) (Head, error) {
-	var b backoff
-	for {
-		resp, err := q.cli.Get(clientv3.WithRequireLeader(ctx), q.prefix, clientv3.WithFirstCreate()...)
-		if err == nil {
-			if len(resp.Kvs) == 0 {
-				return Head{}, nil
-			}
-			kv := resp.Kvs[0]
-			return Head{Key: string(kv.Key), Value: string(kv.Value), Token: kv.CreateRevision}, nil
-		}
-		if !transient(err) || ctx.Err() != nil {
-			return Head{}, fmt.Errorf("read the first key of %s: %w", q.prefix, err)
-		}
-		if err := b.wait(ctx); err != nil {
-			return Head{}, err
-		}
+	resp, err := retry(ctx, func() (*clientv3.GetResponse, error) {
+		return q.cli.Get(clientv3.WithRequireLeader(ctx), q.prefix, clientv3.WithFirstCreate()...)
+	})
+	if err != nil {
+		return Head{}, fmt.Errorf("read the first key of %s: %w", q.prefix, err)
 	}
+	if len(resp.Kvs) == 0 {
+		return Head{}, nil
+	}
+	kv := resp.Kvs[0]
+	return Head{Key: string(kv.Key), Value: string(kv.Value), Token: kv.CreateRevision}, nil
 }

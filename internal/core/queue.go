@@ -35,7 +35,13 @@ func (q *Queue) WatchArrivals() *Queue {
 	return q
 }
 
-func (q *Queue) hubKey() hubKey { return hubKey{cli: q.cli, prefix: q.prefix, puts: q.arrivals} }
+func (q *Queue) hubKey() hubKey {
+	k := hubKey{cli: q.cli, prefix: q.prefix, mode: deletesOnly}
+	if q.arrivals {
+		k.mode = arrivals
+	}
+	return k
+}
 
 // Prefix is the key prefix of the queue's name.
 func (q *Queue) Prefix() string { return q.prefix }
@@ -50,7 +56,7 @@ type Spec struct {
 	Slots int    // it is served once fewer than Slots keys are ahead in Ahead
 	Value string // stored in the key
 	// Guard, if not empty, is ANDed into the If of every Txn that may write the key: when
-	// it fails, the acquisition writes nothing and returns ErrGuard (see guard.go).
+	// it fails, the acquisition writes nothing and returns ErrGuard (see try.go).
 	Guard []clientv3.Cmp
 }
 
@@ -58,7 +64,8 @@ type Spec struct {
 // not nil, learns the key before the wait. Uncontended it costs one Txn; a waiter adds one
 // watch and, when revisions moved between its Txn and its watch, one Range; once the last
 // predecessor's delete event arrives it returns with no further RPC. On failure, including
-// ctx ending, it deletes its key before returning.
+// ctx ending, it deletes its key before returning, or, if etcd cannot be reached within a
+// second, in the background (see janitor).
 func (q *Queue) Acquire(ctx context.Context, spec Spec, onKey func(string)) (*Hold, error) {
 	return q.AcquireNotify(ctx, spec, onKey, nil)
 }
@@ -66,32 +73,29 @@ func (q *Queue) Acquire(ctx context.Context, spec Spec, onKey func(string)) (*Ho
 // AcquireNotify is Acquire, and calls onQueued, if not nil, once the key is in etcd (its
 // place in line is taken), before the wait; not at all if the key could not be written.
 func (q *Queue) AcquireNotify(ctx context.Context, spec Spec, onKey func(string), onQueued func()) (*Hold, error) {
-	return q.withSlot(ctx, spec.Kind, func(sess *Session, slot *slot) (*Hold, error) {
-		key := slot.key()
+	return q.withSlot(ctx, spec.Kind, func(sess *Session, sl *slot) (*Hold, error) {
 		if onKey != nil {
-			onKey(key)
+			onKey(sl.key())
 		}
-		rev, seen, ahead, err := q.enqueue(ctx, sess, spec, key)
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, ErrGuard) {
-			return nil, err // nothing was written
+		e, err := q.enqueue(ctx, sess, spec, sl.key())
+		if e.rev == 0 {
+			q.abandon(ctx, sl, 0, e.unknown)
+			return nil, err
 		}
 		if err == nil && onQueued != nil {
 			onQueued()
 		}
-		if err == nil && ahead >= spec.Slots {
-			err = q.wait(ctx, sess, spec, key, rev, seen, ahead)
+		if err == nil && e.ahead >= spec.Slots {
+			err = q.wait(ctx, sess, spec, sl.key(), e)
 		}
-		if err != nil {
-			q.remove(ctx, key)
-			return nil, err
-		}
-		return newHold(q.cli, sess, slot, rev), nil
+		return q.grant(ctx, sess, sl, e.rev, err)
 	})
 }
 
-// withSlot runs attempt with a live session and a slot claimed on its lease, and frees the
-// slot unless attempt returns a hold, which then owns it. When the lease turns out to be gone
-// (the shared session expired while unused), it takes a new lease and runs attempt again.
+// withSlot runs attempt with a live session and a slot claimed on its lease; attempt owns
+// the slot from then on. When the lease turns out to be gone before anything was written
+// (the shared session expired while unused), it takes a new lease and runs attempt again,
+// unless Shutdown revoked it: an acquisition under way then fails, as Shutdown promises.
 func (q *Queue) withSlot(ctx context.Context, kind string, attempt func(*Session, *slot) (*Hold, error)) (*Hold, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // before any I/O, which would only have to be undone
@@ -101,16 +105,14 @@ func (q *Queue) withSlot(ctx context.Context, kind string, attempt func(*Session
 		if err != nil {
 			return nil, err
 		}
-		slot := claimSlot(q.prefix, kind, sess.Lease())
-		h, err := attempt(sess, slot)
-		if err == nil {
-			return h, nil
-		}
-		slot.free()
+		h, err := attempt(sess, claimSlot(q.prefix, kind, sess))
 		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			return nil, err
+			return h, err
 		}
-		if _, fixed := q.sessions.(fixedSession); fixed {
+		switch {
+		case sess.endedBy(errShutdown):
+			return nil, fmt.Errorf("%w: %w", ErrLost, errShutdown)
+		case sess.ka == nil:
 			// The caller's session outlived its lease (revoked: its Done closes only when
 			// the keep-alive notices). It cannot be replaced; trying again would spin.
 			return nil, fmt.Errorf("%w: the lease of the session given with WithSession is gone", ErrLost)
@@ -119,37 +121,95 @@ func (q *Queue) withSlot(ctx context.Context, kind string, attempt func(*Session
 	}
 }
 
-// enqueue writes key once, whatever the retries, and returns its create revision, the
-// revision its count reflects, and how many keys are ahead of it in spec.Ahead.
-func (q *Queue) enqueue(ctx context.Context, sess *Session, spec Spec, key string) (rev, seen int64, ahead int, err error) {
+// grant makes the hold of the key at rev that an acquisition wrote, unless it failed (err)
+// or its session ended meanwhile: a Txn sent after the session's local deadline may still
+// have been applied (a new etcd leader can extend a lease the old one was about to let go),
+// and a hold on a lease that may be gone is no hold. The key is then removed.
+func (q *Queue) grant(ctx context.Context, sess *Session, sl *slot, rev int64, err error) (*Hold, error) {
+	if err == nil {
+		err = sess.lostErr()
+	}
+	if err != nil {
+		q.abandon(ctx, sl, rev, false)
+		return nil, err
+	}
+	return newHold(q.cli, sess, sl, rev), nil
+}
+
+// abandon cleans up after an acquisition that did not become a hold: it removes the key
+// the acquisition wrote at create revision rev, and gives the slot back once the key is
+// known to be gone. rev is 0 when no answer said whether a key was written: with unknown,
+// one may have been, and may even be applied after the cleanup found nothing, so the
+// session is retired too (its lease is revoked once idle, taking such a key with it);
+// without, nothing was written. The first try is bounded by a second; what is not done
+// then is left to the janitor.
+func (q *Queue) abandon(ctx context.Context, sl *slot, rev int64, unknown bool) {
+	if rev == 0 && !unknown {
+		sl.free()
+		return
+	}
+	if rev == 0 {
+		q.sessions.Retire(sl.sess)
+	}
+	c := &keyCleanup{cli: q.cli, slot: sl, key: sl.key(), rev: rev}
+	dctx, cancel := detached(ctx, cleanupWait)
+	done := c.attempt(dctx)
+	cancel()
+	if !done {
+		janitorOf(q.cli).add(c)
+	}
+}
+
+// enqueued is what enqueue learned: the key's create revision (0 if none is known to have
+// been written), the revision its count reflects, and how many keys are ahead of it.
+type enqueued struct {
+	rev, snap int64
+	ahead     int
+	unknown   bool // with rev 0: a try got no answer, so the key may have been written
+}
+
+// enqueue writes key once, whatever the retries, and returns what it learned. With ctx
+// ended it returns ctx's error, and the key's revision if its Txn was applied.
+func (q *Queue) enqueue(ctx context.Context, sess *Session, spec Spec, key string) (enqueued, error) {
 	aheadRange := q.prefix + spec.Ahead
-	resp, err := commitWrite(ctx, q.cli, func(t clientv3.Txn) clientv3.Txn {
+	res, err := commitWrite(ctx, q.cli, func(t clientv3.Txn) clientv3.Txn {
 		return t.If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, spec.Guard...)...).
 			// Read before the put: every key there is ahead.
 			Then(clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithCountOnly()),
 				clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
-			// The key is there already (written by a try whose answer was lost, or left by a
-			// cleanup that could not reach etcd): it is this slot's, so take its place.
-			Else(clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+			// The key is there already (written by a try of this call whose answer was lost,
+			// or late): it is this slot's, so take its place, with this acquisition's value.
+			Else(takeOver(key, spec.Value, sess),
+				clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 	})
+	resp := res.resp
 	switch {
-	case err != nil && ctx.Err() != nil:
-		return 0, 0, 0, ctx.Err() // the key may be written: Acquire removes it
-	case err != nil:
-		return 0, 0, 0, fmt.Errorf("enqueue %s: %w", key, err)
+	case resp == nil && ctx.Err() != nil:
+		return enqueued{unknown: res.unknown}, ctx.Err()
+	case resp == nil:
+		return enqueued{unknown: res.unknown}, fmt.Errorf("enqueue %s: %w", key, err)
 	case resp.Succeeded:
-		rev = resp.Header.Revision
-		return rev, rev, int(resp.Responses[0].GetResponseRange().Count), nil
+		rev := resp.Header.Revision
+		return enqueued{rev: rev, snap: rev, ahead: int(resp.Responses[0].GetResponseRange().Count)}, err
 	}
-	own := resp.Responses[0].GetResponseRange().Kvs
-	if len(own) == 0 && len(spec.Guard) > 0 {
-		return 0, 0, 0, ErrGuard // the key is absent, so the guard failed
+	own := resp.Responses[1].GetResponseRange().Kvs
+	switch {
+	case len(own) == 0 && len(spec.Guard) > 0:
+		return enqueued{unknown: res.unknown}, ErrGuard // the key is absent, so the guard failed
+	case len(own) == 0:
+		return enqueued{unknown: res.unknown}, fmt.Errorf("%w: key %s vanished inside a Txn", ErrLost, key)
 	}
-	if len(own) == 0 {
-		return 0, 0, 0, fmt.Errorf("%w: key %s vanished between two tries of its write", ErrLost, key)
-	}
-	rev = own[0].CreateRevision
-	return rev, resp.Header.Revision, countAhead(resp.Responses[1].GetResponseRange().Kvs, rev), nil
+	rev := own[0].CreateRevision
+	return enqueued{rev: rev, snap: resp.Header.Revision, ahead: countAhead(resp.Responses[2].GetResponseRange().Kvs, rev)}, err
+}
+
+// takeOver is the op that, in the Else of an acquisition's Txn, writes the acquisition's
+// value into the slot's key if the key is there already, so that a key taken over never
+// keeps an older value (another owner, a stale proposal). It writes nothing otherwise.
+func takeOver(key, value string, sess *Session) clientv3.Op {
+	return clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "!=", 0)},
+		[]clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(sess.Lease()))}, nil)
 }
 
 // countAhead counts the keys created before rev.
@@ -165,90 +225,23 @@ func countAhead(kvs []*mvccpb.KeyValue, rev int64) int {
 
 // wait returns once fewer than spec.Slots keys are ahead of key, counting the deletes its
 // hub dispatches; ErrLost when its own key or session goes first. It sends no RPC itself.
-func (q *Queue) wait(ctx context.Context, sess *Session, spec Spec, key string, rev, seen int64, ahead int) error {
-	w := newWaiter(key, rev, seen, ahead, q.prefix+spec.Ahead, spec.Slots)
+func (q *Queue) wait(ctx context.Context, sess *Session, spec Spec, key string, e enqueued) error {
+	w := newQueueWaiter(key, e.rev, e.snap, e.ahead, q.prefix+spec.Ahead, spec.Slots)
 	h := join(q.hubKey(), w)
 	defer h.leave(w)
 	for {
 		h.mu.Lock()
-		served, err := w.served, w.err
+		done, err := w.outcome()
 		h.mu.Unlock()
-		switch {
-		case served:
-			return nil
-		case err != nil:
+		if done {
 			return err
 		}
 		select {
 		case <-w.wake:
 		case <-sess.Done():
-			return fmt.Errorf("%w: session expired while waiting", ErrLost)
+			return sess.lostErr()
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-}
-
-// TryAcquire takes a hold only if it would be served at once, having written nothing
-// otherwise. With spec.Slots <= 1 that is when no key is in spec.Ahead: one Txn, ErrLocked
-// when it fails. With more slots it is when fewer than spec.Slots keys are there (see
-// tryCounted): ErrNoPermits, after one read-only Txn, when they are all taken. Either way
-// ErrGuard when spec.Guard fails.
-func (q *Queue) TryAcquire(ctx context.Context, spec Spec) (*Hold, error) {
-	return q.withSlot(ctx, spec.Kind, func(sess *Session, slot *slot) (*Hold, error) {
-		if spec.Slots > 1 {
-			return q.tryCounted(ctx, sess, spec, slot)
-		}
-		return q.try(ctx, sess, spec, slot)
-	})
-}
-
-func (q *Queue) try(ctx context.Context, sess *Session, spec Spec, slot *slot) (*Hold, error) {
-	key, aheadRange := slot.key(), q.prefix+spec.Ahead
-	resp, err := commitWrite(ctx, q.cli, func(t clientv3.Txn) clientv3.Txn {
-		return t.If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(aheadRange), "=", 0).WithPrefix()}, spec.Guard...)...).
-			Then(clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
-			// The key may be there already: see enqueue.
-			Else(append([]clientv3.Op{clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithFirstCreate()...)}, checkGuard(spec)...)...)
-	})
-	switch {
-	case err != nil:
-		return nil, q.tryFailed(ctx, key, err)
-	case resp.Succeeded:
-		return newHold(q.cli, sess, slot, resp.Header.Revision), nil
-	}
-	own, first := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
-	if len(own) == 0 && !guardHeld(resp, 2) {
-		return nil, ErrGuard
-	}
-	if len(own) == 0 {
-		return nil, ErrLocked
-	}
-	if len(first) == 0 || first[0].CreateRevision >= own[0].CreateRevision {
-		return newHold(q.cli, sess, slot, own[0].CreateRevision), nil
-	}
-	q.remove(ctx, key) // ours, but behind another: a try does not wait
-	return nil, ErrLocked
-}
-
-// tryFailed removes the key of a try that failed or whose caller left (its Txn may have
-// written the key), unless the lease, and with it any key, is gone, and returns err:
-// ctx's error as it is, another wrapped.
-func (q *Queue) tryFailed(ctx context.Context, key string, err error) error {
-	if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		q.remove(ctx, key)
-	}
-	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return err
-	}
-	return fmt.Errorf("try %s: %w", key, err)
-}
-
-// remove deletes the key of a failed acquisition, on a detached context so that a
-// cancelled ctx still cleans up. The key is this acquisition's alone, so a plain delete is
-// safe; if etcd cannot be reached, the key goes when its lease does.
-func (q *Queue) remove(ctx context.Context, key string) {
-	dctx, cancel := detached(ctx)
-	defer cancel()
-	_, _ = q.cli.Delete(clientv3.WithRequireLeader(dctx), key)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -12,33 +14,60 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// cleanupTimeout bounds the detached context that removes the key of a cancelled or failed
-// acquisition: long enough to ride out a leader election, short enough to keep a cancelled
-// call prompt when etcd is unreachable (the key then goes with its lease).
-const cleanupTimeout = 5 * time.Second
+// tryTimeout bounds one try of an RPC that runs on a detached context: long enough to ride
+// out a leader election, short enough that a member that never answers is left for another.
+// A try that times out while the caller still has time is tried again.
+const tryTimeout = 5 * time.Second
 
-// detached returns a context that outlives ctx's cancellation by at most cleanupTimeout.
-//
-// A Txn that may write an acquisition's key runs on it, not on ctx: a Txn cancelled in
-// flight may still be applied by etcd after the client gave up, and then possibly after the
-// delete meant to undo it, which would leave a key that queues ahead of every later waiter
-// for as long as the shared lease lives. Waiting for its answer orders the delete after it;
-// a caller whose ctx ends meanwhile waits for that answer (a round trip, at most
-// cleanupTimeout when etcd is unreachable).
-func detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+// answerGrace is how long a Txn that may write a key is still awaited once the caller's ctx
+// has ended. Its answer says whether a key was written and at which revision, so that the
+// cleanup is fenced; past the grace, the outcome stays unknown (see Queue.abandon).
+const answerGrace = time.Second
+
+// cleanupWait bounds the cleanup a cancelled or failed call does before it returns; what is
+// not done by then is finished in the background (see janitor).
+const cleanupWait = time.Second
+
+// detached returns a context that outlives ctx's cancellation by at most d.
+func detached(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
 }
 
-// Detached is detached, for the public packages' own cleanups: a context that outlives
-// ctx's cancellation by at most 5 s.
-func Detached(ctx context.Context) (context.Context, context.CancelFunc) { return detached(ctx) }
+// Detached is a context that outlives ctx's cancellation by at most 5 s, for the public
+// packages' own cleanups.
+func Detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return detached(ctx, tryTimeout)
+}
+
+// tryContext is the context of one try of a Txn that may write a key: detached from ctx, so
+// that a try cancelled in flight is still answered (etcd may apply it after the client gave
+// up), bounded by tryTimeout, and by answerGrace once ctx has ended.
+func tryContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	tctx, cancel := detached(ctx, tryTimeout)
+	var mu sync.Mutex
+	var grace *time.Timer
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		grace = time.AfterFunc(answerGrace, cancel)
+		mu.Unlock()
+	})
+	return tctx, func() {
+		stop()
+		mu.Lock()
+		if grace != nil {
+			grace.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}
 
 // Every request of the core carries clientv3.WithRequireLeader: a member cut off from its
 // quorum then refuses it at once (no leader: Unavailable, so retried, and the client's
 // balancer sends the retry to another member) instead of holding it until its own timeout.
 
 // transient reports whether err says only that etcd could not answer now (no leader, a
-// leader change, a member out of reach), so the same request may be sent again.
+// leader change, a member out of reach or stopping), so the same request may be sent again.
 func transient(err error) bool {
 	if err == nil {
 		return false
@@ -48,14 +77,57 @@ func transient(err error) bool {
 		return ee.Code() == codes.Unavailable
 	}
 	if s, ok := status.FromError(err); ok {
-		// Internal comes from gRPC's transport, never from etcd: a connection garbled on
-		// its way (a reset stream, a protocol error), which a new connection gets past.
-		return s.Code() == codes.Unavailable || s.Code() == codes.Internal
+		switch s.Code() {
+		case codes.Unavailable:
+			return true
+		case codes.Internal:
+			// gRPC's transport, never etcd: a connection garbled on its way (a reset
+			// stream, a protocol error), which a new connection gets past.
+			return true
+		case codes.Unknown:
+			return unknownButTransient(s.Message())
+		}
 	}
-	return errors.Is(err, errWatchClosed)
+	return false
 }
 
-var errWatchClosed = errors.New("etcdsync: watch closed")
+// transientUnknown are the messages of errors that reach the client with code Unknown but
+// say only that a member could not answer now: a member hard-stopped under a request
+// ("raft: stopped"), and an HTTP/2 response garbled while a member restarts.
+var transientUnknown = []string{
+	"raft: stopped",
+	"etcdserver: server stopped",
+	"malformed header",
+	"unexpected HTTP status code received from server",
+}
+
+func unknownButTransient(msg string) bool {
+	for _, m := range transientUnknown {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// refused reports whether err is etcd's answer that it did not apply a request (no such
+// lease, permission denied, a request it will not take): anything else that is not a
+// success leaves it unknown whether a write was applied.
+func refused(err error) bool {
+	var ee rpctypes.EtcdError
+	if !errors.As(err, &ee) {
+		var ok bool
+		if ee, ok = rpctypes.Error(err).(rpctypes.EtcdError); !ok {
+			return false
+		}
+	}
+	switch ee.Code() {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.NotFound, codes.PermissionDenied,
+		codes.Unauthenticated, codes.ResourceExhausted, codes.OutOfRange, codes.AlreadyExists:
+		return true
+	}
+	return false
+}
 
 // retry calls call until it returns an error that is not transient (nil included) or ctx
 // ends, backing off between tries; it returns the last call's result, or ctx's error if
@@ -73,20 +145,44 @@ func retry[T any](ctx context.Context, call func() (T, error)) (T, error) {
 	}
 }
 
+// A writeResult is what became of a Txn that may write an acquisition's key.
+type writeResult struct {
+	resp *clientv3.TxnResponse // etcd's answer; nil if none came
+	// unknown: some try got no answer, so it may have been applied (resp is then the answer
+	// to a later try, or nil).
+	unknown bool
+}
+
 // commitWrite commits the Txn that build makes of a Txn that may write an acquisition's
-// key, retried through transient errors. Each try runs on a detached context, to its
-// answer (see detached). A Txn that was applied after ctx ended yields ctx's error: the
-// caller, which may hold a key it no longer wants, removes it.
-func commitWrite(ctx context.Context, cli *clientv3.Client, build func(clientv3.Txn) clientv3.Txn) (*clientv3.TxnResponse, error) {
-	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
-		tctx, cancel := detached(ctx)
-		defer cancel()
-		return build(cli.Txn(clientv3.WithRequireLeader(tctx))).Commit()
-	})
-	if err == nil && ctx.Err() != nil {
-		return nil, ctx.Err()
+// key, retried through transient errors and through tries that time out while ctx has time.
+// Each try runs on tryContext. It returns etcd's answer if one came, also when ctx ended
+// meanwhile (the caller, which may hold a key it no longer wants, removes it); else the
+// error, and whether a write may have been applied all the same.
+func commitWrite(ctx context.Context, cli *clientv3.Client, build func(clientv3.Txn) clientv3.Txn) (writeResult, error) {
+	var res writeResult
+	var b backoff
+	for {
+		tctx, cancel := tryContext(ctx)
+		resp, err := build(cli.Txn(clientv3.WithRequireLeader(tctx))).Commit()
+		tryEnded := tctx.Err() != nil
+		cancel()
+		if err == nil {
+			res.resp = resp
+			return res, nil
+		}
+		if !refused(err) {
+			res.unknown = true
+		}
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		if !transient(err) && !tryEnded {
+			return res, err
+		}
+		if err := b.wait(ctx); err != nil {
+			return res, err
+		}
 	}
-	return resp, err
 }
 
 // backoff spaces out retries after transient errors: 25 ms doubling to 1 s, with jitter.
@@ -102,9 +198,6 @@ func (b *backoff) wait(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
-
-// after returns a channel that yields after the next delay.
-func (b *backoff) after() <-chan time.Time { return time.After(b.step()) }
 
 func (b *backoff) step() time.Duration {
 	if b.next == 0 {

@@ -7,133 +7,99 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
-// A waiter is one queued acquisition as its hub sees it: how many keys are ahead of it, as
-// of which revision. Keys created later are behind it, so that number only falls: by one
+// A queueWaiter is one queued acquisition as its hub sees it: how many keys are ahead of it,
+// as of which revision. Keys created later are behind it, so that number only falls: by one
 // for each delete, after the snapshot, of a key created before the waiter's own. A delete's
 // create revision comes with the event (its previous value), so a waiter needs no list of
 // the keys ahead, only their number.
 //
 // Its fields are guarded by the hub's mutex; wake tells the waiting goroutine to look.
-type waiter struct {
+type queueWaiter struct {
 	key    string // its own key
 	rev    int64  // its key's create revision: its place in line
 	prefix string // where the keys that count against it live (the name prefix + Spec.Ahead)
 	slots  int    // it is served once fewer than slots keys are ahead
 	wake   chan struct{}
 
-	seen    int64      // the revision its count reflects
-	ahead   int        // keys in prefix created before rev and alive at seen
-	served  bool       // ahead < slots; for a sentry: a key arrived behind
-	behind  bool       // a sentry: it watches for keys in prefix created after rev (see Sentry)
-	release bool       // a release watch: served by any delete in prefix after seen (see ReleaseWatch)
-	err     error      // its key went: the wait is over, unserved
-	stale   bool       // the events cannot keep its count: the hub reads it again
-	obs     *headState // an observer: it tracks the name's live keys (see Observer)
+	snap  int64 // the revision its count reflects
+	ahead int   // keys in prefix created before rev and alive at snap
+	state waitState
+	err   error // its key went (or the name could not be read): the wait is over, unserved
 }
 
-func newWaiter(key string, rev, seen int64, ahead int, prefix string, slots int) *waiter {
-	return &waiter{key: key, rev: rev, prefix: prefix, slots: slots, wake: make(chan struct{}, 1), seen: seen, ahead: ahead, served: ahead < slots}
-}
+type waitState int
 
-// newReleaseWatch returns the waiter of a release watch on prefix, disarmed (served) until
-// ReleaseWatch.Arm gives it a revision to count from.
-func newReleaseWatch(prefix string) *waiter {
-	return &waiter{prefix: prefix, slots: 1, wake: make(chan struct{}, 1), served: true, release: true}
-}
+const (
+	counting  waitState = iota // the deletes it is dispatched keep its count
+	rereading                  // the events cannot keep its count: the hub reads the name
+	served                     // fewer than slots keys are ahead
+)
 
-// newSentry returns the waiter of a sentry for the hold of key at rev: it counts nothing
-// ahead, and is "served" once a key in prefix created after rev arrives.
-func newSentry(key string, rev int64, prefix string) *waiter {
-	return &waiter{key: key, rev: rev, prefix: prefix, slots: 1, wake: make(chan struct{}, 1), seen: rev, behind: true}
-}
-
-func (w *waiter) signal() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
+func newQueueWaiter(key string, rev, snap int64, ahead int, prefix string, slots int) *queueWaiter {
+	w := &queueWaiter{key: key, rev: rev, prefix: prefix, slots: slots, wake: make(chan struct{}, 1), snap: snap, ahead: ahead}
+	if ahead < slots {
+		w.state = served
 	}
+	return w
 }
 
-// apply counts one delete. A delete at or below seen is reflected already: a member that
-// applies behind the one that answered the waiter's Txn replays such deletes, among them
-// those of an earlier incarnation of the waiter's own (reused) key, or of a predecessor's
-// key that was created again before the snapshot. A stale waiter ignores every delete: the
-// read that will renew its count comes after it.
-//
-// A sentry counts arrivals instead: a new key in its prefix created after its own. A release
-// watch is served by the first delete of any key in its prefix.
-func (w *waiter) apply(e event) {
-	switch {
-	case w.served || w.err != nil || w.stale:
-	case e.rev <= w.seen:
-	case w.obs != nil:
-		w.seen = e.rev // a later read older than this would take the view back in time
-		if e.put {
-			w.obs.put(e.key, e.created, e.value)
-		} else {
-			w.obs.remove(e.key)
-		}
-		if w.obs.update() {
-			w.signal()
-		}
-	case w.release:
-		if !e.put && strings.HasPrefix(e.key, w.prefix) {
-			w.served = true
-			w.signal()
-		}
-	case e.put:
-		if w.behind && e.created > w.rev && strings.HasPrefix(e.key, w.prefix) {
-			w.served = true
-			w.signal()
-		}
-	case e.key == w.key:
-		w.fail(fmt.Errorf("%w: key %s deleted while waiting", ErrLost, w.key))
-	case w.behind: // other deletes do not concern a sentry
-	case e.created == 0:
-		w.stale = true // etcd could not say when the key was created
-	case e.created < w.rev && strings.HasPrefix(e.key, w.prefix):
-		w.ahead--
-		w.served = w.ahead < w.slots
-		if w.served {
-			w.signal()
-		}
-	}
-}
+func (w *queueWaiter) since() int64 { return w.snap }
 
-// missed says that the events can no longer tell what happened since seen: a waiter or a
-// sentry has its count read again (stale); a release watch cannot know whether a release
-// went by, so it takes it that one did (a spurious wake costs its owner one more try).
-func (w *waiter) missed() {
-	if !w.release {
-		w.stale = true
+func (w *queueWaiter) stale() bool { return w.state == rereading && w.err == nil }
+
+// apply counts the deletes of one revision. Its own key's delete is a loss whatever else
+// went at the same revision (a lease that ends takes a client's holder and its waiters
+// together): the waiter is not served on a key that is already gone. A waiter that is
+// re-reading still heeds its own key's delete, which needs no count.
+func (w *queueWaiter) apply(_ int64, evs []event) {
+	if w.err != nil {
 		return
 	}
-	if !w.served && w.err == nil {
-		w.served = true
-		w.signal()
+	gone, unknown := 0, false
+	for _, e := range evs {
+		switch {
+		case e.put:
+		case e.key == w.key:
+			w.fail(fmt.Errorf("%w: key %s deleted while waiting", ErrLost, w.key))
+			return
+		case !strings.HasPrefix(e.key, w.prefix):
+		case e.created == 0:
+			unknown = true // etcd could not say when the key was created
+		case e.created < w.rev:
+			gone++
+		}
+	}
+	switch {
+	case w.state != counting:
+	case unknown:
+		w.state = rereading
+	default:
+		w.ahead -= gone
+		if w.ahead < w.slots {
+			w.state = served
+			signal(w.wake)
+		}
 	}
 }
 
-func (w *waiter) fail(err error) {
-	if w.err == nil && !w.served {
+// missed has the waiter's count read again, unless it is served already.
+func (w *queueWaiter) missed() {
+	if w.state == counting {
+		w.state = rereading
+	}
+}
+
+func (w *queueWaiter) fail(err error) {
+	if w.err == nil {
 		w.err = err
-		w.signal()
+		signal(w.wake)
 	}
 }
 
 // recount renews a stale count from kvs, every key of the name read at revision rev. A read
 // older than the waiter's snapshot cannot: the waiter stays stale for the next read.
-func (w *waiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
-	if !w.stale || w.served || w.err != nil || rev < w.seen {
-		return
-	}
-	w.stale = false
-	if w.obs != nil {
-		w.seen = rev
-		w.obs.reset(kvs)
-		if w.obs.update() {
-			w.signal()
-		}
+func (w *queueWaiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
+	if !w.stale() || rev < w.snap {
 		return
 	}
 	own, n := false, 0
@@ -142,8 +108,7 @@ func (w *waiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
 		switch {
 		case k == w.key:
 			own = kv.CreateRevision == w.rev
-		case !strings.HasPrefix(k, w.prefix):
-		case w.behind && kv.CreateRevision > w.rev, !w.behind && kv.CreateRevision < w.rev:
+		case strings.HasPrefix(k, w.prefix) && kv.CreateRevision < w.rev:
 			n++
 		}
 	}
@@ -151,15 +116,22 @@ func (w *waiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
 		w.fail(fmt.Errorf("%w: key %s deleted while waiting", ErrLost, w.key))
 		return
 	}
-	if w.behind {
-		w.seen, w.served = rev, n > 0
-		if w.served {
-			w.signal()
-		}
-		return
+	w.snap, w.ahead, w.state = rev, n, counting
+	if n < w.slots {
+		w.state = served
+		signal(w.wake)
 	}
-	w.seen, w.ahead, w.served = rev, n, n < w.slots
-	if w.served {
-		w.signal()
+}
+
+// outcome is how the wait ended: served (nil), failed (its error), or not yet (done false).
+// The error comes first: a waiter whose key went is not served, even if it was counted
+// served a moment before.
+func (w *queueWaiter) outcome() (done bool, err error) {
+	switch {
+	case w.err != nil:
+		return true, w.err
+	case w.state == served:
+		return true, nil
 	}
+	return false, nil
 }

@@ -1,0 +1,114 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// watch starts the monitor unless it runs already or the hold has ended.
+func (h *Hold) watch() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopMonitor != nil || h.state == lost || h.state == over {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.stopMonitor, h.monitorDone = cancel, make(chan struct{})
+	go h.monitor(ctx)
+}
+
+// waitMonitor waits for the monitor, if one was started, to return. Not under h.mu, which
+// the monitor takes; call it once the hold has ended (end stops the monitor).
+func (h *Hold) waitMonitor() {
+	h.mu.Lock()
+	done := h.monitorDone
+	h.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// monitor watches the key from the revision after its creation, so no delete is missed
+// whenever the watch starts; it re-watches through leader changes until the hold ends. What
+// it sees it reports with observe, which ends a held hold at once and leaves a release under
+// way to weigh it; it then returns, as there is nothing left to watch.
+//
+// The session's end interrupts whatever the monitor waits for, also a Watch call, which
+// blocks until etcd answers: a session that ends at its local deadline is the news that
+// etcd cannot be reached, and the hold must end then, not once etcd answers again.
+func (h *Hold) monitor(ctx context.Context) {
+	defer close(h.monitorDone)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(h.sess.ctx, cancel)()
+	from := h.rev + 1
+	var b backoff
+	for {
+		next, loss := h.watchKey(ctx, from)
+		if loss == nil {
+			loss = h.sess.lostErr()
+		}
+		if loss != nil {
+			h.observe(loss)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		from = next
+		if b.wait(ctx) != nil {
+			return
+		}
+	}
+}
+
+// watchKey returns when the watch fails (with the revision to watch from next), the key is
+// gone or nothing can keep it (the loss), the session ends, or ctx ends.
+func (h *Hold) watchKey(ctx context.Context, from int64) (next int64, loss error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := h.cli.Watch(wctx, h.key, clientv3.WithRev(from), clientv3.WithFilterPut())
+	for {
+		select {
+		case wr, ok := <-wch:
+			switch {
+			case !ok:
+				return from, nil
+			case errors.Is(wr.Err(), rpctypes.ErrCompacted):
+				return h.checkKey(ctx, from)
+			case wr.Err() != nil:
+				return from, nil
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					return from, errKeyGone(h.key)
+				}
+			}
+			from = wr.Header.Revision + 1
+		case <-h.sess.Done():
+			return from, nil // see monitor
+		case <-h.cli.Ctx().Done():
+			// Nothing can keep or release the key through a closed client.
+			return from, fmt.Errorf("%w: %w", ErrLost, errClientClosed)
+		case <-ctx.Done():
+			return from, nil
+		}
+	}
+}
+
+// checkKey reads the key after a compaction took the history the watch needed.
+func (h *Hold) checkKey(ctx context.Context, from int64) (next int64, loss error) {
+	resp, err := h.cli.Get(clientv3.WithRequireLeader(ctx), h.key)
+	if err != nil {
+		return from, nil
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev {
+		return from, errKeyGone(h.key)
+	}
+	return resp.Header.Revision + 1, nil
+}

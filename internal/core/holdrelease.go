@@ -1,0 +1,144 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// releaseOutcome is what a release's fenced delete found.
+type releaseOutcome int
+
+const (
+	notDone       releaseOutcome = iota // no answer, or a refusal: the error says which
+	deleted                             // this release deleted the key
+	gone                                // the key was gone before any try of this release could delete it
+	goneMaybeOurs                       // gone, after a try of this release that got no answer
+)
+
+// Release deletes the key if it is still this hold's (a compare on its create revision, so
+// a late or retried release never deletes a newer hold's key) and ends the hold. One Txn,
+// retried through leader changes until ctx ends; with ctx already done it sends nothing.
+//
+// ended is true for exactly one call: the one that ended the hold, with a nil error or
+// ErrLost if the hold was lost first. Another call, during or after it, gets ErrNotLocked.
+// When the Txn cannot be done, the hold stays and the error says why; a failed Release is
+// forgotten, so if its delete was in fact applied, the hold is then reported lost (a
+// release reported as a loss, never a loss as a release). What a single call cannot tell
+// apart, it settles with the lease: a try without an answer, then the key gone, is this
+// release's own delete if the lease lives.
+func (h *Hold) Release(ctx context.Context) (ended bool, err error) {
+	h.mu.Lock()
+	switch h.state {
+	case lost:
+		h.state = over
+		err := h.err
+		h.mu.Unlock()
+		h.waitMonitor()
+		return true, err
+	case releasing, over:
+		h.mu.Unlock()
+		return false, ErrNotLocked
+	}
+	h.state, h.seen = releasing, nil
+	h.mu.Unlock()
+
+	out, unanswered, err := h.deleteFenced(ctx)
+	h.mu.Lock()
+	seen := h.seen
+	h.mu.Unlock()
+	var final error
+	switch {
+	case out == deleted:
+	case out == gone:
+		final = errKeyGone(h.key)
+	case out == goneMaybeOurs, seen != nil && errors.Is(seen, errKeyDeleted) && unanswered:
+		// The key went while a try of ours got no answer: ours if the lease lives (it did
+		// not go with the lease); an operator's delete in that moment counts as ours.
+		final = h.ownDelete(ctx)
+	case seen != nil:
+		final = seen // the session ended, or the key went while every try was refused
+	default:
+		h.mu.Lock()
+		h.state = held
+		h.mu.Unlock()
+		return false, fmt.Errorf("release %s: %w", h.key, err)
+	}
+	h.mu.Lock()
+	h.end(over, final)
+	h.mu.Unlock()
+	h.waitMonitor()
+	return true, final
+}
+
+// deleteFenced deletes the key if it is still the hold's. unanswered says that some try got
+// no answer, so it may have been applied.
+func (h *Hold) deleteFenced(ctx context.Context) (out releaseOutcome, unanswered bool, err error) {
+	var b backoff
+	for {
+		if err := ctx.Err(); err != nil {
+			return notDone, unanswered, err
+		}
+		tctx, cancel := tryContext(ctx)
+		resp, err := h.cli.Txn(clientv3.WithRequireLeader(tctx)).If(h.IsOwner()).Then(clientv3.OpDelete(h.key)).Commit()
+		tryEnded := tctx.Err() != nil
+		cancel()
+		switch {
+		case err == nil && resp.Succeeded:
+			return deleted, unanswered, nil
+		case err == nil && unanswered:
+			return goneMaybeOurs, true, nil
+		case err == nil:
+			return gone, false, nil
+		}
+		if !refused(err) {
+			unanswered = true
+		}
+		if ctx.Err() != nil || !transient(err) && !tryEnded {
+			return notDone, unanswered, err
+		}
+		if err := b.wait(ctx); err != nil {
+			return notDone, unanswered, err
+		}
+	}
+}
+
+// ownDelete settles a key that went while a delete of this hold's got no answer: nil (the
+// delete was ours) if the lease lives, else the loss. If etcd cannot say in time, a loss:
+// a release is then reported as a loss, never a loss as a release.
+func (h *Hold) ownDelete(ctx context.Context) error {
+	dctx, cancel := detached(ctx, cleanupWait)
+	defer cancel()
+	resp, err := retry(dctx, func() (*clientv3.LeaseTimeToLiveResponse, error) {
+		return h.cli.TimeToLive(clientv3.WithRequireLeader(dctx), h.sess.Lease())
+	})
+	if err == nil && resp.TTL > 0 {
+		return nil
+	}
+	return errKeyGone(h.key)
+}
+
+// Abandon ends the hold for an owner that gives it up and will not call Release again (a
+// group of readers whose every member left while it queued, a leadership found lost as it
+// was won): it tries Release for up to a second, and leaves the rest to the background,
+// which releases it once etcd answers. It never blocks for longer.
+func (h *Hold) Abandon(ctx context.Context) {
+	dctx, cancel := detached(ctx, cleanupWait)
+	ended, _ := h.Release(dctx)
+	cancel()
+	if !ended {
+		janitorOf(h.cli).add(holdRelease{h})
+	}
+}
+
+// holdRelease is the chore of releasing an abandoned hold.
+type holdRelease struct{ h *Hold }
+
+func (c holdRelease) attempt(ctx context.Context) bool {
+	ended, err := c.h.Release(ctx)
+	return ended || errors.Is(err, ErrNotLocked)
+}
+
+func (c holdRelease) drop() { c.h.observe(fmt.Errorf("%w: %w", ErrLost, errClientClosed)) }

@@ -1,0 +1,122 @@
+package core
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// hubLinger is how long a hub keeps its watch after its last subscriber leaves, so that a
+// client that waits again soon (a contended lock taken in a loop) finds the watch in place
+// and needs no read to cover the gap before a new watch starts.
+const hubLinger = 2 * time.Second
+
+// watchMode is what a hub's watch delivers, for the subscribers of its kind.
+type watchMode int
+
+const (
+	// deletesOnly: every delete, with the key's create revision (waiters, release watches).
+	deletesOnly watchMode = iota
+	// arrivals: deletes, and the creation of every key (a queue that WatchArrivals: its
+	// waiters and its sentries).
+	arrivals
+	// values: every put with its value, and every delete (observers).
+	values
+)
+
+type hubKey struct {
+	cli    *clientv3.Client
+	prefix string
+	mode   watchMode
+}
+
+// The registry of hubs: one per client, name and mode. Its lock is never held while a hub's
+// lock is awaited for long: a hub's lock guards only what is in memory, and no RPC or watch
+// creation runs under it.
+var (
+	hubsMu sync.Mutex
+	hubs   = map[hubKey]*hub{}
+)
+
+// join registers s with the hub of k, starting the hub (its goroutine and its watch) if
+// there is none. It never blocks on etcd.
+func join(k hubKey, s subscriber) *hub {
+	hubsMu.Lock()
+	h, ok := hubs[k]
+	if !ok {
+		h = newHub(k)
+		hubs[k] = h
+	}
+	h.mu.Lock()
+	hubsMu.Unlock()
+	h.subs[s] = struct{}{}
+	h.idleGen++ // a pending idle close no longer applies
+	if h.started {
+		h.catchUp(s)
+	}
+	read := s.stale()
+	h.mu.Unlock()
+	if read {
+		h.pokePump()
+	}
+	return h
+}
+
+// leave unregisters s. Once the last subscriber has left, the hub lingers, then closes.
+func (h *hub) leave(s subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.subs, s)
+	if len(h.subs) > 0 || h.closed {
+		return
+	}
+	h.idleGen++
+	gen := h.idleGen
+	time.AfterFunc(hubLinger, func() { h.closeIfIdle(gen) })
+}
+
+// closeIfIdle closes the hub unless a subscriber came since idle close gen was armed.
+func (h *hub) closeIfIdle(gen uint64) {
+	hubsMu.Lock()
+	h.mu.Lock()
+	idle := len(h.subs) == 0 && h.idleGen == gen && !h.closed
+	if idle {
+		h.unregister()
+	}
+	h.mu.Unlock()
+	hubsMu.Unlock()
+	if idle {
+		h.cancel() // the goroutine ends, and with it the watch
+	}
+}
+
+// unregister marks the hub closed and drops it from the registry, so that the next join
+// starts a new one. Under hubsMu and h.mu.
+func (h *hub) unregister() {
+	h.closed = true
+	if hubs[h.k] == h {
+		delete(hubs, h.k)
+	}
+}
+
+// shut closes the hub from its own goroutine (the client closed).
+func (h *hub) shut() {
+	hubsMu.Lock()
+	h.mu.Lock()
+	h.unregister()
+	h.mu.Unlock()
+	hubsMu.Unlock()
+}
+
+func newHub(k hubKey) *hub {
+	ctx, cancel := context.WithCancel(k.cli.Ctx())
+	h := &hub{k: k, ctx: ctx, cancel: cancel, exited: make(chan struct{}), poke: make(chan struct{}, 1),
+		subs: map[subscriber]struct{}{}}
+	go h.pump()
+	return h
+}
+
+// pokePump tells the hub's goroutine that a subscriber waits for a read.
+func (h *hub) pokePump() { signal(h.poke) }
