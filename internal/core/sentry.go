@@ -39,6 +39,13 @@ func (s *Sentry) Behind() bool {
 	return s.s.behind || s.s.err != nil
 }
 
+// Lost reports whether the hold's key was seen to go: the hold is lost.
+func (s *Sentry) Lost() bool {
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	return s.s.err != nil
+}
+
 // Stop ends the registration; only the first call counts.
 func (s *Sentry) Stop() { s.once.Do(func() { s.h.leave(s.s) }) }
 
