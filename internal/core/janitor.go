@@ -105,13 +105,11 @@ type keyCleanup struct {
 
 // attempt deletes the key, fenced on its create revision (read first if not known), so that
 // the delete can never take a later key of the same slot, however late etcd applies it.
+//
+// It deletes also on a session that ended: a session that ends at its local deadline has its
+// lease revoked, but etcd may have kept the lease (a new leader extends leases), and the
+// revoke may not get through for a while.
 func (c *keyCleanup) attempt(ctx context.Context) bool {
-	if c.slot.sess.ended() {
-		// Its lease is gone, or is being revoked (a session ends at its local deadline, and
-		// its keep-alive then revokes the lease): the key goes with it.
-		c.slot.free()
-		return true
-	}
 	if c.rev == 0 {
 		resp, err := c.cli.Get(clientv3.WithRequireLeader(ctx), c.key)
 		switch {
