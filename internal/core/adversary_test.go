@@ -58,7 +58,9 @@ func TestALeaseEndingTakesItsOwnWaiterWithItsHolder(t *testing.T) {
 		end  func(ctx context.Context, a, admin *clientv3.Client, lease clientv3.LeaseID) error
 	}{
 		{"revoked", exclusive, revokeLease},
-		{"shutdown", exclusive, func(ctx context.Context, a, _ *clientv3.Client, _ clientv3.LeaseID) error { return core.Shutdown(ctx, a) }},
+		{"shutdown", exclusive, func(ctx context.Context, a, _ *clientv3.Client, _ clientv3.LeaseID) error {
+			return core.Shutdown(ctx, a)
+		}},
 		{"permit revoked", permit, revokeLease},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

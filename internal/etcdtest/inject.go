@@ -63,7 +63,7 @@ type Rule struct {
 	Until <-chan struct{}
 	// Matched, if set, is called (outside the injector's lock) for every call that matches.
 	Matched func()
-	Times  int   // how many calls it applies to; 0 for every call until removed
+	Times   int // how many calls it applies to; 0 for every call until removed
 
 	hits int
 }
