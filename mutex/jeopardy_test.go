@@ -263,3 +263,83 @@ func TestNoSpuriousLossOnAHealthyCluster(t *testing.T) {
 	assert.Greater(t, cycles.Load(), int64(50), "too few cycles to say anything")
 	t.Logf("%v: %d lock cycles and %d holds of the whole soak with a %v TTL, %d lost", soak, cycles.Load(), clients, ttl, lost.Load())
 }
+
+// TestDoneClosesWhenTheSessionEndsDuringAFailedUnlock: a holder that asked for Done is cut
+// off and unlocks; its local deadline passes while the release gets no answer. The hold is
+// lost: Unlock says ErrLost and the Done taken before it closes (a waiter elsewhere will be
+// served once the lease expires), instead of the hold going back to held with nothing
+// watching it.
+func TestDoneClosesWhenTheSessionEndsDuringAFailedUnlock(t *testing.T) {
+	ctx := testContext(t)
+	const name = "cut-unlock"
+	cli, proxy := etcdtest.ProxiedClient(t, cluster, 0)
+	holder := newMutex(t, cli, name, mutex.WithTTL(2*time.Second))
+	require.NoError(t, holder.Lock(ctx))
+	done := holder.Done()
+	proxy.Blackhole()
+	defer proxy.Restore()
+	uctx, cancel := context.WithTimeout(ctx, 3*time.Second) // past the local deadline
+	defer cancel()
+	assert.ErrorIs(t, holder.Unlock(uctx), mutex.ErrLost)
+	etcdtest.Within(t, done, time.Second, "Done after the session ended during Unlock")
+	assert.ErrorIs(t, holder.Unlock(ctx), mutex.ErrNotLocked, "the hold has ended")
+}
+
+// TestAPartitionedFollowerCostsNoHold: a client spread over three members, the first of
+// them a follower that is then cut off from its peers. Renewals that reach it are refused at
+// once (it has no leader) or cut short, and go to another member: no hold of the client is
+// lost while the partition lasts, even with a 2 s TTL.
+func TestAPartitionedFollowerCostsNoHold(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-member cluster and holds through a 10 s partition")
+	}
+	c, err := etcdtest.NewEmbedded(3, etcdtest.WithPeerProxies())
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	leader, err := c.Leader(ctx)
+	require.NoError(t, err)
+	follower := (leader + 1) % 3
+	cli := etcdtest.SpreadClient(t, c, follower)
+	var holds []*mutex.Mutex
+	for i := range 4 {
+		m := newMutex(t, cli, fmt.Sprintf("partitioned-follower-%d", i), mutex.WithTTL(2*time.Second))
+		require.NoError(t, m.Lock(ctx))
+		holds = append(holds, m)
+	}
+	// Other traffic of the client, so that its renewals meet every member in turn.
+	busy := newMutex(t, cli, "partitioned-follower-busy", mutex.WithTTL(2*time.Second))
+	bctx, stopBusy := context.WithCancel(ctx)
+	var traffic sync.WaitGroup
+	traffic.Go(func() {
+		for bctx.Err() == nil {
+			if busy.TryLock(bctx) == nil {
+				_ = busy.Unlock(bctx)
+			}
+		}
+	})
+	defer func() { stopBusy(); traffic.Wait() }()
+	c.Partition(follower)
+	lost := make(chan int, len(holds))
+	for i, m := range holds {
+		go func() {
+			select {
+			case <-m.Done():
+				lost <- i
+			case <-ctx.Done():
+			}
+		}()
+	}
+	select {
+	case i := <-lost:
+		t.Errorf("hold %d lost while one follower of three was partitioned: %v", i, holds[i].Err())
+	case <-time.After(10 * time.Second):
+	}
+	c.Heal(follower)
+	for _, m := range holds {
+		if m.Err() == nil {
+			assert.NoError(t, m.Unlock(ctx))
+		}
+	}
+}

@@ -203,3 +203,28 @@ func unlockUntilThrough(t *testing.T, ctx context.Context, m *reentrant.Mutex, o
 		require.NoError(t, ctx.Err(), "the retried Unlock never got through: %v", err)
 	}
 }
+
+// TestAFailedLastUnlockIsNeverCreditedWithALaterDelete: the last Unlock is refused by etcd,
+// so the hold stays (count 1); an operator then deletes the key. That is a loss: the owning
+// context ends with ErrLost and the next Unlock says so, not nil as if the failed Unlock had
+// deleted it.
+func TestAFailedLastUnlockIsNeverCreditedWithALaterDelete(t *testing.T) {
+	ctx := testContext(t)
+	const name = "failed-unlock"
+	admin := cluster.Client(t)
+	inj := &etcdtest.Injector{}
+	m := newMutex(t, inj.Client(t, cluster), name)
+	octx, err := m.Lock(ctx)
+	require.NoError(t, err)
+
+	inj.Add(etcdtest.Rule{Method: "Txn", Match: etcdtest.TxnDeletesUnder(name + "/"), Action: etcdtest.Refuse, Times: 1})
+	require.Error(t, m.Unlock(octx))
+	require.Equal(t, 1, m.Count(octx), "a refused last Unlock keeps the hold")
+	require.NoError(t, octx.Err())
+
+	_, err = admin.Delete(ctx, name+"/", clientv3.WithPrefix())
+	require.NoError(t, err)
+	etcdtest.Within(t, octx.Done(), 10*time.Second, "the owning context once the key is deleted")
+	assert.Equal(t, reentrant.ErrLost, context.Cause(octx))
+	assert.ErrorIs(t, m.Unlock(octx), reentrant.ErrLost, "a loss reported as a release")
+}

@@ -394,3 +394,28 @@ func TestTransientErrors(t *testing.T) {
 		assert.False(t, core.Transient(err), "%v", err)
 	}
 }
+
+// TestTwoRenewalsWithoutAnswerCostNoHold: two renewals in a row reach a member that holds
+// them without an answer (a follower cut off from its leader, before it notices). Each try
+// is bounded well within the lease's margin and the next goes out at once, so the hold
+// outlives them, even with a 2 s TTL.
+func TestTwoRenewalsWithoutAnswerCostNoHold(t *testing.T) {
+	ctx := testContext(t)
+	const name = "silent-renewals"
+	inj := &etcdtest.Injector{}
+	cli := inj.Client(t, cluster)
+	h, err := queue(t, cli, name, core.WithTTL(2*time.Second)).Acquire(ctx, exclusive, nil)
+	require.NoError(t, err)
+	done := h.Done()
+	matched := make(chan struct{}, 2)
+	inj.Add(etcdtest.Rule{Method: "LeaseKeepAlive", Action: etcdtest.Lose, Times: 2, Matched: func() { matched <- struct{}{} }})
+	for range 2 {
+		etcdtest.Within(t, matched, 5*time.Second, "a renewal that gets no answer")
+	}
+	select {
+	case <-done:
+		t.Fatalf("the hold was lost after two renewals without an answer: %v", h.Err())
+	case <-time.After(4 * time.Second): // two TTLs: renewals after the silent ones went through
+	}
+	release(t, h)
+}
