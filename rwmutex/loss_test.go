@@ -36,7 +36,7 @@ func TestNoReaderOfALostHoldIsToldItsReadWasSound(t *testing.T) {
 	etcdtest.Within(t, done, 10*time.Second, "the handle learns its read hold was lost")
 
 	second := etcdtest.Async(func() error { return rw.RLock(ctx) }) // R2
-	time.Sleep(200 * time.Millisecond)                                  // R2 would have its own key by now
+	time.Sleep(200 * time.Millisecond)                              // R2 would have its own key by now
 	etcdtest.Pending(t, second, "a new reader while a reader of the lost hold is still in")
 	assert.ErrorIs(t, rw.TryRLock(ctx), rwmutex.ErrLocked)
 	assert.ErrorIs(t, rw.RUnlock(ctx), rwmutex.ErrLost, "R1")
