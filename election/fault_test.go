@@ -38,8 +38,14 @@ func (c *candidate) Unlock(ctx context.Context) error { return c.Resign(ctx) }
 // every member, and checks by fenced writes that there is never more than one leader, that
 // the history is linearizable, that a candidate leads soon after each fault heals, and that
 // no key is left. ETCDSYNC_SOAK=10m runs it for ten minutes.
-func TestFault(t *testing.T) {
-	faulttest.Suite(t, faulttest.Workload{
+func TestFault(t *testing.T) { faulttest.Suite(t, workload()) }
+
+// TestExplore runs candidates and observers under schedules of operations and faults drawn
+// from seeds (see faulttest.Explore). ETCDSYNC_EXPLORE=10m draws new seeds.
+func TestExplore(t *testing.T) { faulttest.Explore(t, workload()) }
+
+func workload() faulttest.Workload {
+	return faulttest.Workload{
 		Open: func(cli *clientv3.Client, name string) (faulttest.Locker, error) {
 			e, err := election.New(cli, name, election.WithTTL(faultTTL))
 			if err != nil {
@@ -52,7 +58,7 @@ func TestFault(t *testing.T) {
 		TTL:     faultTTL,
 		Slots:   1,
 		Lost:    election.ErrLost,
-	})
+	}
 }
 
 // observe follows the election called name through Observe until ctx ends. Its check

@@ -19,8 +19,16 @@ const faultTTL = 2 * time.Second
 // under waiters, the whole cluster restarted) on a 3-member cluster with clients on every
 // member, and checks the fenced register, exclusion, linearizability, liveness after each
 // fault and that no key is left. ETCDSYNC_SOAK=10m runs it for ten minutes.
-func TestFault(t *testing.T) {
-	faulttest.Suite(t, faulttest.Workload{
+func TestFault(t *testing.T) { faulttest.Suite(t, workload()) }
+
+// TestExplore runs the mutex under schedules of operations and faults drawn from seeds
+// (see faulttest.Explore): several handles per client, cancellations at random moments,
+// leases revoked under several holds and waiters, operators deleting keys, answers late or
+// lost, clients cut off beside healthy ones. ETCDSYNC_EXPLORE=10m draws new seeds.
+func TestExplore(t *testing.T) { faulttest.Explore(t, workload()) }
+
+func workload() faulttest.Workload {
+	return faulttest.Workload{
 		Open: func(cli *clientv3.Client, name string) (faulttest.Locker, error) {
 			return mutex.New(cli, name, mutex.WithTTL(faultTTL))
 		},
@@ -28,5 +36,5 @@ func TestFault(t *testing.T) {
 		TTL:    faultTTL,
 		Slots:  1,
 		Lost:   mutex.ErrLost,
-	})
+	}
 }

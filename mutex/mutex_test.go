@@ -575,6 +575,7 @@ func TestLockOnARevokedCallerSessionFailsAtOnce(t *testing.T) {
 
 	before := cnt.Counts()
 	assert.ErrorIs(t, m.Lock(ctx), mutex.ErrLost)
-	assert.Equal(t, int64(1), cnt.Counts().Sub(before)["Txn"], "Lock retried on a lease that is gone")
+	// One Txn, or none when the session's own keep-alive noticed first.
+	assert.LessOrEqual(t, cnt.Counts().Sub(before)["Txn"], int64(1), "Lock retried on a lease that is gone")
 	assert.Zero(t, keysOf(t, cluster.Client(t), "revoked-session"))
 }

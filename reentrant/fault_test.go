@@ -22,8 +22,14 @@ const faultTTL = 2 * time.Second
 // on every member, each hold taken and released recursively, and checks the fenced register,
 // exclusion, linearizability, liveness after each fault and that no key is left.
 // ETCDSYNC_SOAK=10m runs it for ten minutes.
-func TestFault(t *testing.T) {
-	faulttest.Suite(t, faulttest.Workload{
+func TestFault(t *testing.T) { faulttest.Suite(t, workload()) }
+
+// TestExplore runs recursive holds under schedules of operations and faults drawn from
+// seeds (see faulttest.Explore). ETCDSYNC_EXPLORE=10m draws new seeds.
+func TestExplore(t *testing.T) { faulttest.Explore(t, workload()) }
+
+func workload() faulttest.Workload {
+	return faulttest.Workload{
 		Open: func(cli *clientv3.Client, name string) (faulttest.Locker, error) {
 			m, err := reentrant.New(cli, name, reentrant.WithTTL(faultTTL))
 			if err != nil {
@@ -35,7 +41,7 @@ func TestFault(t *testing.T) {
 		TTL:    faultTTL,
 		Slots:  1,
 		Lost:   reentrant.ErrLost,
-	})
+	}
 }
 
 // faultDepth is how deep a worker of the fault suite locks for each hold.
@@ -59,6 +65,20 @@ func (l *recursiveLocker) Lock(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return l.deepen(octx)
+}
+
+// TryLock is Lock with a TryLock for the first level.
+func (l *recursiveLocker) TryLock(ctx context.Context) error {
+	octx, err := l.m.TryLock(ctx)
+	if err != nil {
+		return err
+	}
+	return l.deepen(octx)
+}
+
+// deepen takes the levels after the first of the hold that octx owns.
+func (l *recursiveLocker) deepen(octx context.Context) error {
 	l.owner, l.due = octx, 1
 	for l.due < faultDepth {
 		// The harness cancels ctx, and so octx, once Lock returns: its holds outlive it.

@@ -19,16 +19,22 @@ const faultTTL = 2 * time.Second
 // doubled, no two at once, linearizable), readers sharing handles two goroutines each
 // (never beside a writer), liveness of both after each fault, no key left.
 // ETCDSYNC_SOAK=10m runs it for ten minutes.
-func TestFault(t *testing.T) {
+func TestFault(t *testing.T) { faulttest.Suite(t, workload()) }
+
+// TestExplore runs writers and readers under schedules of operations and faults drawn from
+// seeds (see faulttest.Explore). ETCDSYNC_EXPLORE=10m draws new seeds.
+func TestExplore(t *testing.T) { faulttest.Explore(t, workload()) }
+
+func workload() faulttest.Workload {
 	open := func(cli *clientv3.Client, name string) (*rwmutex.RWMutex, error) {
 		return rwmutex.New(cli, name, rwmutex.WithTTL(faultTTL))
 	}
-	faulttest.Suite(t, faulttest.Workload{
+	return faulttest.Workload{
 		Open:       func(cli *clientv3.Client, name string) (faulttest.Locker, error) { return open(cli, name) },
 		OpenReader: func(cli *clientv3.Client, name string) (faulttest.Reader, error) { return open(cli, name) },
 		Prefix:     core.NamePrefix,
 		TTL:        faultTTL,
 		Slots:      1,
 		Lost:       rwmutex.ErrLost,
-	})
+	}
 }

@@ -24,8 +24,14 @@ const (
 // member, and checks the fenced register (no increment lost or doubled), that never more
 // than the limit hold at once, linearizability, liveness after each fault and that no
 // permit key is left. ETCDSYNC_SOAK=10m runs it for ten minutes.
-func TestFault(t *testing.T) {
-	faulttest.Suite(t, faulttest.Workload{
+func TestFault(t *testing.T) { faulttest.Suite(t, workload()) }
+
+// TestExplore runs permits under schedules of operations and faults drawn from seeds (see
+// faulttest.Explore). ETCDSYNC_EXPLORE=10m draws new seeds.
+func TestExplore(t *testing.T) { faulttest.Explore(t, workload()) }
+
+func workload() faulttest.Workload {
+	return faulttest.Workload{
 		Open: func(cli *clientv3.Client, name string) (faulttest.Locker, error) {
 			s, err := semaphore.New(cli, name, faultLimit, semaphore.WithTTL(faultTTL))
 			return &permitLocker{s: s}, err
@@ -35,7 +41,7 @@ func TestFault(t *testing.T) {
 		TTL:    faultTTL,
 		Slots:  faultLimit,
 		Lost:   semaphore.ErrLost,
-	})
+	}
 }
 
 // permitLocker is a semaphore as the harness's Locker: Lock takes a permit and keeps it,
@@ -56,6 +62,22 @@ func (l *permitLocker) Lock(ctx context.Context) error {
 	l.mu.Unlock()
 	return nil
 }
+
+// TryLock takes a permit only if one is free and nobody waits.
+func (l *permitLocker) TryLock(ctx context.Context) error {
+	p, err := l.s.TryAcquire(ctx)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.p = p
+	l.mu.Unlock()
+	return nil
+}
+
+// Done and Err are the permit's.
+func (l *permitLocker) Done() <-chan struct{} { return l.permit().Done() }
+func (l *permitLocker) Err() error            { return l.permit().Err() }
 
 func (l *permitLocker) permit() *semaphore.Permit {
 	l.mu.Lock()

@@ -139,17 +139,18 @@ func (q *Queue) grant(ctx context.Context, sess *Session, sl *slot, rev int64, e
 // abandon cleans up after an acquisition that did not become a hold: it removes the key
 // the acquisition wrote at create revision rev, and gives the slot back once the key is
 // known to be gone. rev is 0 when no answer said whether a key was written: with unknown,
-// one may have been, and may even be applied after the cleanup found nothing, so the
-// session is retired too (its lease is revoked once idle, taking such a key with it);
-// without, nothing was written. The first try is bounded by a second; what is not done
-// then is left to the janitor.
+// one may have been; without, nothing was. The first try is bounded by a second; what is
+// not done then is left to the janitor.
+//
+// A write that got no answer may even be applied after the cleanup, or after the hold a
+// later try of it made is released: it then creates the key anew, on a lease the session
+// keeps renewing. So an acquisition whose write had a try without an answer retires its
+// session at once: the next acquisitions take a new lease, and the old
+// one is revoked once no slot is claimed on it, taking such a key with it.
 func (q *Queue) abandon(ctx context.Context, sl *slot, rev int64, unknown bool) {
 	if rev == 0 && !unknown {
 		sl.free()
 		return
-	}
-	if rev == 0 {
-		q.sessions.Retire(sl.sess)
 	}
 	c := &keyCleanup{cli: q.cli, slot: sl, key: sl.key(), rev: rev}
 	dctx, cancel := detached(ctx, cleanupWait)
@@ -182,6 +183,9 @@ func (q *Queue) enqueue(ctx context.Context, sess *Session, spec Spec, key strin
 			Else(takeOver(key, spec.Value, sess),
 				clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 	})
+	if res.unknown {
+		q.sessions.Retire(sess) // see abandon
+	}
 	resp := res.resp
 	switch {
 	case resp == nil && ctx.Err() != nil:

@@ -39,6 +39,9 @@ func (q *Queue) try(ctx context.Context, sess *Session, spec Spec, sl *slot) (*H
 			Else(append([]clientv3.Op{takeOver(key, spec.Value, sess), clientv3.OpGet(key),
 				clientv3.OpGet(aheadRange, clientv3.WithFirstCreate()...)}, checkGuard(spec)...)...)
 	})
+	if res.unknown {
+		q.sessions.Retire(sess) // see Queue.abandon
+	}
 	resp := res.resp
 	switch {
 	case resp == nil:
@@ -154,6 +157,9 @@ func (q *Queue) putIfUnchanged(ctx context.Context, sess *Session, spec Spec, sl
 			Else(append([]clientv3.Op{takeOver(key, spec.Value, sess), clientv3.OpGet(key),
 				clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly())}, checkGuard(spec)...)...)
 	})
+	if res.unknown {
+		q.sessions.Retire(sess) // see Queue.abandon
+	}
 	resp := res.resp
 	switch {
 	case resp == nil:

@@ -86,6 +86,13 @@ func (inj *Injector) Add(r Rule) (remove func()) {
 	}
 }
 
+// Clear removes every rule.
+func (inj *Injector) Clear() {
+	inj.mu.Lock()
+	inj.rules = nil
+	inj.mu.Unlock()
+}
+
 // match returns the rule that applies to a call, counting it, or nil.
 func (inj *Injector) match(method string, req any) *Rule {
 	inj.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -184,6 +186,14 @@ func linearizability(ops []Op, landed map[int64]bool, slots, workers int, dir st
 		if err := porcupine.VisualizePath(model, info, path); err == nil {
 			msg += "; visualization in " + path
 		}
+		var b strings.Builder
+		for _, op := range ops {
+			fmt.Fprintln(&b, op)
+		}
+		path = filepath.Join(dir, "history.txt")
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err == nil {
+			msg += "; history in " + path
+		}
 	}
 	return msg + "\nthe first operations that no linearization reaches:\n" + stuckAt(info, history)
 }
@@ -218,15 +228,55 @@ func stuckAt(info porcupine.LinearizationInfo, history []porcupine.Operation) st
 // TTL. It lists the keys if any remain after twice that.
 func (r *Run) keysLeft(ctx context.Context, ops []Op) string {
 	prefix := r.w.Prefix(r.name)
+	left, err := r.awaitNoKeys(ctx, prefix)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("keys left under %q: %v", prefix, err)
+	case len(left) == 0:
+		return ""
+	}
+	var b strings.Builder
+	for _, kv := range left {
+		fmt.Fprintf(&b, "\n\t%s (create revision %d, lease %x): %s", kv.Key, kv.CreateRevision, kv.Lease, tokenFate(ops, kv.CreateRevision, r.w.OpenReader != nil))
+	}
+	if failed := r.hist.FailedLocks(); len(failed) > 0 {
+		fmt.Fprintf(&b, "\n\t%d Lock and RLock calls failed, the last ones:", len(failed))
+		for _, op := range failed[max(0, len(failed)-5):] {
+			fmt.Fprintf(&b, "\n\t\t%v", op)
+		}
+	}
+	return fmt.Sprintf("%d keys left under %q after every worker released and a lease could expire:%s", len(left), prefix, b.String())
+}
+
+// awaitEmpty is keysLeft for a prefix outside the history: "" once it is empty, else what
+// is left.
+func (r *Run) awaitEmpty(ctx context.Context, prefix string) string {
+	left, err := r.awaitNoKeys(ctx, prefix)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("keys left under %q: %v", prefix, err)
+	case len(left) == 0:
+		return ""
+	}
+	var b strings.Builder
+	for _, kv := range left {
+		fmt.Fprintf(&b, "\n\t%s (create revision %d, lease %x)", kv.Key, kv.CreateRevision, kv.Lease)
+	}
+	return fmt.Sprintf("%d keys left under %q after every worker released and a lease could expire:%s", len(left), prefix, b.String())
+}
+
+// awaitNoKeys waits, woken by a watch, up to twice the TTL and 5 s for prefix to be empty,
+// and returns the keys left then.
+func (r *Run) awaitNoKeys(ctx context.Context, prefix string) ([]*mvccpb.KeyValue, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*r.w.TTL+5*time.Second)
 	defer cancel()
 	for {
 		resp, err := r.env.Admin.Get(ctx, prefix, clientv3.WithPrefix())
 		if err != nil {
-			return fmt.Sprintf("keys left under %q: %v", prefix, err)
+			return nil, err
 		}
 		if len(resp.Kvs) == 0 {
-			return ""
+			return nil, nil
 		}
 		wctx, stopWatch := context.WithCancel(ctx)
 		wch := r.env.Admin.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
@@ -235,17 +285,7 @@ func (r *Run) keysLeft(ctx context.Context, ops []Op) string {
 			stopWatch()
 		case <-ctx.Done():
 			stopWatch()
-			var b strings.Builder
-			for _, kv := range resp.Kvs {
-				fmt.Fprintf(&b, "\n\t%s (create revision %d, lease %x): %s", kv.Key, kv.CreateRevision, kv.Lease, tokenFate(ops, kv.CreateRevision, r.w.OpenReader != nil))
-			}
-			if failed := r.hist.FailedLocks(); len(failed) > 0 {
-				fmt.Fprintf(&b, "\n\t%d Lock and RLock calls failed, the last ones:", len(failed))
-				for _, op := range failed[max(0, len(failed)-5):] {
-					fmt.Fprintf(&b, "\n\t\t%v", op)
-				}
-			}
-			return fmt.Sprintf("%d keys left under %q after every worker released and a lease could expire:%s", len(resp.Kvs), prefix, b.String())
+			return resp.Kvs, nil
 		}
 	}
 }

@@ -38,6 +38,7 @@ type Client struct {
 	*clientv3.Client
 	Member  int // index of the member it talks to, or talks to first when Spread
 	Spread  bool
+	Inj     *etcdtest.Injector // disturbs its RPCs: without rules it lets every call through
 	proxies []*etcdtest.Proxy
 }
 
@@ -66,7 +67,7 @@ func (e *Env) SpreadClient(t testing.TB, member int) *Client {
 
 func (e *Env) client(t testing.TB, member int, members []int) *Client {
 	t.Helper()
-	c := &Client{Member: member}
+	c := &Client{Member: member, Inj: &etcdtest.Injector{}}
 	closeProxies := func() {
 		for _, p := range c.proxies {
 			p.Close()
@@ -90,6 +91,7 @@ func (e *Env) client(t testing.TB, member int, members []int) *Client {
 		cfg.Endpoints = append(cfg.Endpoints, u.String())
 	}
 	cfg.DialKeepAliveTime, cfg.DialKeepAliveTimeout = time.Second, time.Second
+	cfg.DialOptions = append(cfg.DialOptions, c.Inj.DialOptions()...)
 	cfg.DialOptions = append(cfg.DialOptions, grpc.WithConnectParams(grpc.ConnectParams{
 		// A connection attempt made while black-holed hangs until this timeout: keep it
 		// short so the client reconnects soon after the traffic is restored.
@@ -102,6 +104,7 @@ func (e *Env) client(t testing.TB, member int, members []int) *Client {
 		t.Fatalf("faulttest: client of members %v: %v", members, err)
 	}
 	t.Cleanup(func() {
+		c.Inj.Settle()
 		cli.Close()
 		closeProxies()
 	})

@@ -29,13 +29,13 @@ type reader struct {
 func (r *Run) openReaders(t testing.TB) {
 	t.Helper()
 	for h := range readerHandles {
-		cli := r.env.workerClient(t, workers+h)
+		cli := r.env.workerClient(t, len(r.workers)+h)
 		rd, err := r.w.OpenReader(cli.Client, r.name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for range readersPerHandle {
-			r.readers = append(r.readers, &reader{id: workers + len(r.readers), cli: cli, rd: rd})
+			r.readers = append(r.readers, &reader{id: len(r.workers) + len(r.readers), cli: cli, rd: rd})
 		}
 	}
 }

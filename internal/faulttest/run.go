@@ -58,6 +58,18 @@ type worker struct {
 // Start runs w on env under the lock name until Stop, which t.Cleanup also calls.
 func (env *Env) Start(t testing.TB, w Workload, name string) *Run {
 	t.Helper()
+	r := env.newRun(t, w, name)
+	for i := range workers {
+		cli := env.workerClient(t, i)
+		r.addWorker(t, cli)
+	}
+	r.launch(t, r.work)
+	return r
+}
+
+// newRun prepares a run of w on env under the lock name, with no worker yet.
+func (env *Env) newRun(t testing.TB, w Workload, name string) *Run {
+	t.Helper()
 	if err := w.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -66,28 +78,38 @@ func (env *Env) Start(t testing.TB, w Workload, name string) *Run {
 	if prefix := w.Prefix(name); strings.HasPrefix(r.data, prefix) {
 		t.Fatalf("faulttest: the data %q would queue under the lock's prefix %q", r.data, prefix)
 	}
-	for i := range workers {
-		cli := env.workerClient(t, i)
-		lk, err := w.Open(cli.Client, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.workers = append(r.workers, &worker{id: i, cli: cli, lk: lk})
+	return r
+}
+
+// addWorker opens a handle on the run's lock over cli for a new worker.
+func (r *Run) addWorker(t testing.TB, cli *Client) *worker {
+	t.Helper()
+	lk, err := r.w.Open(cli.Client, r.name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if w.OpenReader != nil {
+	wk := &worker{id: len(r.workers), cli: cli, lk: lk}
+	r.workers = append(r.workers, wk)
+	return wk
+}
+
+// launch starts the workers on work, the readers (if the workload has any, on clients of
+// their own) and the background writes; Stop ends them, and t.Cleanup calls Stop.
+func (r *Run) launch(t testing.TB, work func(context.Context, *worker)) {
+	t.Helper()
+	if r.w.OpenReader != nil {
 		r.openReaders(t)
 	}
 	lockCtx, cancel := context.WithCancel(context.Background())
 	r.stopLocks = cancel
 	for _, wk := range r.workers {
-		r.wg.Go(func() { r.work(lockCtx, wk) })
+		r.wg.Go(func() { work(lockCtx, wk) })
 	}
 	for _, rd := range r.readers {
 		r.wg.Go(func() { r.read(lockCtx, rd) })
 	}
 	r.wg.Go(r.noise)
 	t.Cleanup(r.Stop)
-	return r
 }
 
 // workerClient returns a new client for the worker numbered i: half of them pinned to a
