@@ -12,10 +12,9 @@ import (
 type releaseOutcome int
 
 const (
-	notDone       releaseOutcome = iota // no answer, or a refusal: the error says which
-	deleted                             // this release deleted the key
-	gone                                // the key was gone before any try of this release could delete it
-	goneMaybeOurs                       // gone, after a try of this release that got no answer
+	notDone releaseOutcome = iota // no answer, or a refusal: the error says which
+	deleted                       // this release deleted the key
+	gone                          // a try found the key gone
 )
 
 // Release deletes the key if it is still this hold's (a compare on its create revision, so
@@ -25,10 +24,12 @@ const (
 // ended is true for exactly one call: the one that ended the hold, with a nil error or
 // ErrLost if the hold was lost first. Another call, during or after it, gets ErrNotLocked.
 // When the Txn cannot be done, the hold stays and the error says why; a failed Release is
-// forgotten, so if its delete was in fact applied, the hold is then reported lost (a
-// release reported as a loss, never a loss as a release). What a single call cannot tell
-// apart, it settles with the lease: a try without an answer, then the key gone, is this
-// release's own delete if the lease lives.
+// forgotten, so if its delete was in fact applied, the hold is then reported lost.
+//
+// Nil means this release's delete was seen to apply. When a try got no answer and the next
+// found the key gone, the release cannot tell its own delete from another's (an operator's
+// delete, the lease's expiry, before the release was called): it reports ErrLost. A release
+// is reported as a loss then, never a loss as a release.
 func (h *Hold) Release(ctx context.Context) (ended bool, err error) {
 	h.mu.Lock()
 	switch h.state {
@@ -45,7 +46,7 @@ func (h *Hold) Release(ctx context.Context) (ended bool, err error) {
 	h.state, h.seen = releasing, nil
 	h.mu.Unlock()
 
-	out, unanswered, err := h.deleteFenced(ctx)
+	out, err := h.deleteFenced(ctx)
 	h.mu.Lock()
 	seen := h.seen
 	h.mu.Unlock()
@@ -54,12 +55,8 @@ func (h *Hold) Release(ctx context.Context) (ended bool, err error) {
 	case out == deleted:
 	case out == gone:
 		final = errKeyGone(h.key)
-	case out == goneMaybeOurs, seen != nil && errors.Is(seen, errKeyDeleted) && unanswered:
-		// The key went while a try of ours got no answer: ours if the lease lives (it did
-		// not go with the lease); an operator's delete in that moment counts as ours.
-		final = h.ownDelete(ctx)
 	case seen != nil:
-		final = seen // the session ended, or the key went while every try was refused
+		final = seen // the session ended, or the key went, while the delete got no answer
 	default:
 		h.mu.Lock()
 		h.state = held
@@ -73,13 +70,14 @@ func (h *Hold) Release(ctx context.Context) (ended bool, err error) {
 	return true, final
 }
 
-// deleteFenced deletes the key if it is still the hold's. unanswered says that some try got
-// no answer, so it may have been applied.
-func (h *Hold) deleteFenced(ctx context.Context) (out releaseOutcome, unanswered bool, err error) {
+// deleteFenced deletes the key if it is still the hold's: deleted if a try was seen to
+// delete it, gone if a try found it gone (perhaps deleted by an earlier try of this call
+// that got no answer), notDone with the error if none could tell.
+func (h *Hold) deleteFenced(ctx context.Context) (releaseOutcome, error) {
 	var b backoff
 	for {
 		if err := ctx.Err(); err != nil {
-			return notDone, unanswered, err
+			return notDone, err
 		}
 		tctx, cancel := tryContext(ctx)
 		resp, err := h.cli.Txn(clientv3.WithRequireLeader(tctx)).If(h.IsOwner()).Then(clientv3.OpDelete(h.key)).Commit()
@@ -87,37 +85,16 @@ func (h *Hold) deleteFenced(ctx context.Context) (out releaseOutcome, unanswered
 		cancel()
 		switch {
 		case err == nil && resp.Succeeded:
-			return deleted, unanswered, nil
-		case err == nil && unanswered:
-			return goneMaybeOurs, true, nil
+			return deleted, nil
 		case err == nil:
-			return gone, false, nil
-		}
-		if !refused(err) {
-			unanswered = true
-		}
-		if ctx.Err() != nil || !transient(err) && !tryEnded {
-			return notDone, unanswered, err
+			return gone, nil
+		case ctx.Err() != nil || !transient(err) && !tryEnded:
+			return notDone, err
 		}
 		if err := b.wait(ctx); err != nil {
-			return notDone, unanswered, err
+			return notDone, err
 		}
 	}
-}
-
-// ownDelete settles a key that went while a delete of this hold's got no answer: nil (the
-// delete was ours) if the lease lives, else the loss. If etcd cannot say in time, a loss:
-// a release is then reported as a loss, never a loss as a release.
-func (h *Hold) ownDelete(ctx context.Context) error {
-	dctx, cancel := detached(ctx, cleanupWait)
-	defer cancel()
-	resp, err := retry(dctx, func() (*clientv3.LeaseTimeToLiveResponse, error) {
-		return h.cli.TimeToLive(clientv3.WithRequireLeader(dctx), h.sess.Lease())
-	})
-	if err == nil && resp.TTL > 0 {
-		return nil
-	}
-	return errKeyGone(h.key)
 }
 
 // Abandon ends the hold for an owner that gives it up and will not call Release again (a
