@@ -59,7 +59,7 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 			continue
 		}
 		if err := fs.Set(name, v); err != nil {
-			return usagef("%s=%q: %v", envName(name), v, err)
+			return usagef("%s=%q is not a valid --%s: %v", envName(name), v, name, err)
 		}
 	}
 	return nil
