@@ -224,11 +224,11 @@ func golden(t *testing.T, name, got string) {
 // and the tokens T1, T2, ... in the order etcd created them, shows TTLs as <ttl>, and this
 // host, pid and the times of now as HOST, PID, SINCE.
 type normalizer struct {
-	leases         *strings.Replacer
-	tokens         map[string]string
-	host           string
-	pid            string
-	uuid, stamp    *regexp.Regexp
+	leases      *strings.Replacer
+	tokens      map[string]string
+	host        string
+	pid         string
+	uuid, stamp *regexp.Regexp
 }
 
 func newNormalizer(t *testing.T, cli *clientv3.Client, names []string) *normalizer {
