@@ -99,6 +99,7 @@ func (c *holdCommand) run(a *app) (int, error) {
 		return 0, err
 	}
 	defer cli.Close()
+	defer c.shutdown(a, cli)
 	acq, err := c.acquirer(cli)
 	if err != nil {
 		return 0, err
@@ -106,7 +107,7 @@ func (c *holdCommand) run(a *app) (int, error) {
 	if err := c.conn.probe(cli, c.keyPrefix()); err != nil {
 		return 0, err
 	}
-	h, err := c.acquire(a, cli, acq, sigc)
+	h, err := c.acquire(a, acq, sigc)
 	if err != nil {
 		return 0, err
 	}
@@ -116,7 +117,7 @@ func (c *holdCommand) run(a *app) (int, error) {
 	} else {
 		code, err = c.runCommand(a, h, sigc)
 	}
-	if rerr := c.release(a, cli, h); rerr != nil && err == nil {
+	if rerr := c.release(a, h); rerr != nil && err == nil {
 		a.warnf("%v", rerr)
 	}
 	return code, err
@@ -124,12 +125,13 @@ func (c *holdCommand) run(a *app) (int, error) {
 
 // acquire waits for the hold (or tries once) until --timeout or a signal. A wait cut short
 // leaves no key: the primitives delete their key before they return.
-func (c *holdCommand) acquire(a *app, cli *clientv3.Client, acq acquirer, sigc <-chan os.Signal) (hold, error) {
+func (c *holdCommand) acquire(a *app, acq acquirer, sigc <-chan os.Signal) (hold, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	if c.timeout > 0 {
-		ctx, cancel = context.WithTimeout(context.Background(), c.timeout)
-	}
 	defer cancel()
+	if c.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
 	type result struct {
 		h   hold
 		err error
@@ -152,7 +154,7 @@ func (c *holdCommand) acquire(a *app, cli *clientv3.Client, acq acquirer, sigc <
 	case sig := <-sigc:
 		cancel()
 		if r = <-resc; r.err == nil {
-			_ = c.release(a, cli, r.h)
+			_ = c.release(a, r.h)
 		}
 		return nil, failf(exitSignal+signum(sig), "%s while waiting for %s", signame(sig), c.what())
 	}
@@ -285,16 +287,12 @@ func timerC(t *time.Timer) <-chan time.Time {
 	return t.C
 }
 
-// release ends the hold, then revokes the client's lease so that nothing of this process
-// stays in etcd, each within --command-timeout. It returns why the release failed, if it
-// did; a loss reported here was already reported, or came after the command ended.
-func (c *holdCommand) release(a *app, cli *clientv3.Client, h hold) error {
+// release ends the hold within --command-timeout. It returns why it failed, if it did; a
+// loss reported here was reported before, or came after the command ended.
+func (c *holdCommand) release(a *app, h hold) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.conn.commandTimeout)
 	defer cancel()
 	err := h.release(ctx)
-	if serr := mutex.Shutdown(ctx, cli); serr != nil {
-		a.logf("%s: lease not revoked: %v", c.what(), serr)
-	}
 	switch {
 	case err == nil:
 		a.logf("%s: released", c.what())
@@ -306,13 +304,26 @@ func (c *holdCommand) release(a *app, cli *clientv3.Client, h hold) error {
 	}
 }
 
+// shutdown revokes the client's lease, within --command-timeout, so that nothing of this
+// process stays in etcd: no key, also of a wait that failed, and no lease.
+func (c *holdCommand) shutdown(a *app, cli *clientv3.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.conn.commandTimeout)
+	defer cancel()
+	if err := mutex.Shutdown(ctx, cli); err != nil {
+		a.logf("%s: lease not revoked (it expires in %v): %v", c.what(), c.ttl, err)
+	}
+}
+
 // startError is why the command could not start, with the status env(1) and sh give.
 func startError(name string, err error) error {
 	switch {
 	case errors.Is(err, exec.ErrNotFound), errors.Is(err, exec.ErrDot), errors.Is(err, fs.ErrNotExist):
 		return failf(exitNotFound, "%s: command not found", name)
 	default:
-		return failf(exitCannotRun, "cannot run %s: %v", name, errors.Unwrap(err))
+		if inner := errors.Unwrap(err); inner != nil {
+			err = inner // the errno, without "fork/exec" and the path again
+		}
+		return failf(exitCannotRun, "cannot run %s: %v", name, err)
 	}
 }
 
