@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"strings"
 	"time"
 
@@ -119,7 +118,7 @@ func (c *connection) open() (*clientv3.Client, error) {
 	}
 	cli, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, failf(exitEtcd, "cannot connect to etcd at %s: %v", c.endpoints, err)
+		return nil, failf(exitEtcd, "etcd at %s: %v", c.endpoints, err)
 	}
 	return cli, nil
 }
@@ -131,11 +130,11 @@ func (c *connection) probe(cli *clientv3.Client, prefix string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.dialTimeout)
 	defer cancel()
 	_, err := cli.Get(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("no answer within %v", c.dialTimeout)
-	}
-	if err != nil {
-		return failf(exitEtcd, "cannot reach etcd at %s: %v", c.endpoints, err)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return failf(exitEtcd, "no answer from etcd at %s within %v", c.endpoints, c.dialTimeout)
+	case err != nil:
+		return failf(exitEtcd, "etcd at %s: read %s: %v", c.endpoints, prefix, err)
 	}
 	return nil
 }

@@ -44,6 +44,8 @@ func TestCommand(t *testing.T) {
 		{"BadInputIsOneLineAndWritesNothing", testBadInput},
 		{"HelpOfEverySubcommand", testHelp},
 		{"UnreachableEtcdIsExit69", testUnreachableEtcd},
+		{"LoginAsEtcdctlDoes", testLogin},
+		{"TLSAsEtcdctlDoes", testTLS},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -91,7 +91,7 @@ func (c *statusCommand) run(a *app) (int, error) {
 		defer cancel()
 		snap, err := readSnapshot(ctx, cli, c.prefix, c.names, c.kind)
 		if err != nil {
-			return 0, failf(exitEtcd, "%v", err)
+			return 0, failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
 		}
 		return 0, c.print(a.stdout, snap)
 	}
@@ -141,7 +141,7 @@ func (c *statusCommand) follow(ctx context.Context, cli *clientv3.Client, w io.W
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case err != nil:
-			return failf(exitEtcd, "%v", err)
+			return failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
 		case last == nil || !sameQueues(last, snap):
 			if err := c.printChange(w, snap); err != nil {
 				return err
