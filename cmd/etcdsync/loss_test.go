@@ -135,7 +135,9 @@ func blackHoledRun(t *testing.T, h *harness, name string) timeline {
 	signalled := logTime(t, holder, "sent SIGTERM to process group")
 	started := logTime(t, successor, ": starting ")
 	require.True(t, signalled.Before(started), "SIGTERM at %v, the successor's command started at %v", signalled, started)
-	return timeline{cutToLoss: lost.Sub(cut), lossToSignal: signalled.Sub(lost), signalToSuccessor: started.Sub(signalled)}
+	tl := timeline{cutToLoss: lost.Sub(cut), lossToSignal: signalled.Sub(lost), signalToSuccessor: started.Sub(signalled)}
+	t.Logf("black hole -> lost %v, lost -> SIGTERM %v, SIGTERM -> successor starts %v", tl.cutToLoss, tl.lossToSignal, tl.signalToSuccessor)
+	return tl
 }
 
 // logTime is the time of p's first --verbose line that contains what.
