@@ -15,8 +15,8 @@ var holdHelp = map[string]struct{ synopsis, about, example string }{
 		"lock [flags] NAME [-- CMD [ARGS...]]",
 		`Runs CMD while holding the lock NAME: one holder at a time across every host, served
 first come, first served. Exits with CMD's status. Without CMD, holds the lock until
-interrupted and prints its key and fencing token. Shares etcd's layout: etcdctl lock
-and Go's etcdsync/mutex and etcd concurrency.Mutex on the same name exclude it.`,
+interrupted and prints its key and fencing token. On a name without '/' and '%',
+etcdctl lock, Go's etcdsync/mutex and etcd's concurrency.Mutex exclude it too.`,
 		`# the nightly report runs on one host at a time; the others wait their turn
 etcdsync lock --endpoints 10.0.0.1:2379 nightly-report -- /usr/local/bin/report --all
 # skip this run if another host has it (exit 75), like flock -n
@@ -42,7 +42,8 @@ etcdsync sem -n 4 thumbnailers -- ./make-thumbnails --batch 100`,
 		"elect [--value V] [flags] NAME [-- CMD [ARGS...]]",
 		`Runs CMD once this candidate leads the election NAME: one leader at a time; the
 others wait in line and the next takes over when the leader's CMD exits or its hold is
-lost. Shares etcd's layout: etcdctl elect and concurrency.Election see the same leader.`,
+lost. On a name without '/' and '%', etcdctl elect and etcd's concurrency.Election
+see the same leader.`,
 		`# one active billing worker among the replicas; a standby takes over when it stops
 etcdsync elect --value "$(hostname):8080" billing-leader -- ./billing-worker`,
 	},
@@ -61,7 +62,7 @@ func (c *holdCommand) define() *subcommand {
 	}
 	fs.DurationVar(&c.ttl, "ttl", mutex.DefaultTTL, "lease TTL: how long others wait for this hold if etcdsync dies or loses etcd")
 	fs.StringVar(&c.prefix, "prefix", "", "put the name's keys under this `prefix`, which ends with '/'")
-	fs.DurationVar(&c.timeout, "timeout", 0, "give up waiting after this long (exit 124); 0 waits for ever")
+	fs.DurationVar(&c.timeout, "timeout", 0, "give up waiting after this long (exit 124); 0 waits forever")
 	fs.BoolVar(&c.try, "try", false, "one try: exit 75 at once if the name is busy, having written nothing")
 	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after SIGTERM to the command's process group, SIGKILL after this long")
 	fs.BoolVar(&c.shell, "shell", false, "run CMD ARGS... joined by spaces with /bin/sh -c")
