@@ -1,3 +1,5 @@
+//go:build unix
+
 // Etcdsync runs a command under a lock, a read lock, a semaphore permit or leadership held
 // in etcd, and shows who holds each name and who waits for it.
 //
@@ -26,4 +28,7 @@
 // etcd is reached as etcdctl reaches it: --endpoints, --cacert, --cert, --key, --user,
 // --password, --dial-timeout, --command-timeout, --insecure-skip-tls-verify, or the
 // ETCDCTL_* variable of each. `etcdsync help COMMAND` shows a command's flags and an example.
+//
+// etcdsync runs on Unix systems (process groups and their signals); on Linux it is a child
+// subreaper, so that it waits for every process of its command's group.
 package main
