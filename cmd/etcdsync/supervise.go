@@ -35,6 +35,8 @@ func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal) (int, er
 	select {
 	case <-h.Done():
 		return 0, failf(exitLost, "%s lost before the command started: %v", c.what(), h.Err())
+	case sig := <-sigc:
+		return 0, failf(exitSignal+signum(sig), "%s before the command started", signame(sig))
 	default:
 	}
 	a.logf("%s: starting %q", c.what(), argv)
