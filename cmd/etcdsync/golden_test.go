@@ -42,6 +42,8 @@ func golden(t *testing.T, name, got string) {
 // host, pid and the times of now as HOST, PID, SINCE.
 type normalizer struct {
 	leases      *strings.Replacer
+	leasePairs  []string // hex, name, ...
+	seen        map[clientv3.LeaseID]bool
 	tokens      map[string]string
 	host        string
 	pid         string
@@ -49,30 +51,45 @@ type normalizer struct {
 }
 
 func newNormalizer(t *testing.T, cli *clientv3.Client, names []string) *normalizer {
-	var all []*keyInfo
-	for _, n := range names {
-		all = append(all, keysOf(t, cli, "", n)...)
-	}
-	slices.SortFunc(all, func(a, b *keyInfo) int { return int(a.rev - b.rev) })
-	var leases []string
-	tokens := map[string]string{}
-	seen := map[clientv3.LeaseID]bool{}
-	for i, k := range all {
-		tokens[strconv.FormatInt(k.rev, 10)] = fmt.Sprintf("T%d", i+1)
-		if k.lease != 0 && !seen[k.lease] {
-			seen[k.lease] = true
-			leases = append(leases, fmt.Sprintf("%x", int64(k.lease)), fmt.Sprintf("L%d", len(seen)))
-		}
-	}
 	host, _ := os.Hostname()
-	return &normalizer{
-		leases: strings.NewReplacer(leases...),
-		tokens: tokens,
+	n := &normalizer{
+		tokens: map[string]string{},
+		seen:   map[clientv3.LeaseID]bool{},
 		host:   host,
 		pid:    strconv.Itoa(os.Getpid()),
 		uuid:   regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`),
 		stamp:  regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`),
 	}
+	var all []*keyInfo
+	for _, name := range names {
+		all = append(all, keysOf(t, cli, "", name)...)
+	}
+	n.name(all)
+	return n
+}
+
+// add names the tokens and leases of the keys under prefix too.
+func (n *normalizer) add(t *testing.T, cli *clientv3.Client, prefix string) {
+	resp, err := cli.Get(testContext(t), prefix, clientv3.WithPrefix())
+	require.NoError(t, err)
+	var all []*keyInfo
+	for _, kv := range resp.Kvs {
+		all = append(all, &keyInfo{key: string(kv.Key), rev: kv.CreateRevision, lease: clientv3.LeaseID(kv.Lease)})
+	}
+	n.name(all)
+}
+
+// name gives the keys' tokens and new leases the next names, in the order etcd created them.
+func (n *normalizer) name(keys []*keyInfo) {
+	slices.SortFunc(keys, func(a, b *keyInfo) int { return int(a.rev - b.rev) })
+	for _, k := range keys {
+		n.tokens[strconv.FormatInt(k.rev, 10)] = fmt.Sprintf("T%d", len(n.tokens)+1)
+		if k.lease != 0 && !n.seen[k.lease] {
+			n.seen[k.lease] = true
+			n.leasePairs = append(n.leasePairs, fmt.Sprintf("%x", int64(k.lease)), fmt.Sprintf("L%d", len(n.seen)))
+		}
+	}
+	n.leases = strings.NewReplacer(n.leasePairs...)
 }
 
 // token is the name of a token, or "T?" for one that no key of the names had.

@@ -180,8 +180,16 @@ func testStatusGolden(t *testing.T, h *harness) {
 		require.NoError(t, err)
 	}
 
+	// Names found under a prefix: "a" and "b/c", not the stray key that belongs to no name.
+	const under = "status-prefix/"
+	for _, key := range []string{under + "a/" + core.KindRead + "1", under + "b%2Fc/1", under + "b%2Fc/2", under + "stray"} {
+		_, err := cli.Put(testContext(t), key, "", clientv3.WithLease(lease.ID))
+		require.NoError(t, err)
+	}
+
 	names := []string{lockName, rwName, semName, ownersName, emptyName}
 	norm := newNormalizer(t, cli, append(names, electName))
+	norm.add(t, cli, under)
 	for _, tc := range []struct {
 		golden string
 		args   []string
@@ -189,6 +197,7 @@ func testStatusGolden(t *testing.T, h *harness) {
 		{"status.txt", append([]string{"status"}, names...)},
 		{"status-election.txt", []string{"status", "--kind", "election", electName}},
 		{"status.json", append([]string{"status", "--json"}, append(names, electName)...)},
+		{"status-prefix.txt", []string{"status", "--prefix", under}},
 	} {
 		run := h.run(t, environ(), tc.args...)
 		require.Equal(t, 0, run.code, run.stderr.text())
