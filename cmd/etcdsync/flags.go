@@ -12,7 +12,6 @@ import (
 
 // subcommand is one of etcdsync's commands: its flags, and the help that --help prints.
 type subcommand struct {
-	name     string
 	synopsis string // the usage line after "etcdsync "
 	about    string // what it does, a paragraph
 	example  string // shell lines, each with a comment
@@ -25,7 +24,7 @@ func newSubcommand(name, synopsis, about, example string) *subcommand {
 	fs := flag.NewFlagSet("etcdsync "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	return &subcommand{name: name, synopsis: synopsis, about: about, example: example, flags: fs}
+	return &subcommand{synopsis: synopsis, about: about, example: example, flags: fs}
 }
 
 // parse parses args, flags and operands mixed ("NAME --ttl 5s" as well as "--ttl 5s NAME"),

@@ -83,6 +83,7 @@ func testUnreachableEtcd(t *testing.T, h *harness) {
 	for _, args := range [][]string{
 		{"lock", "--endpoints", "127.0.0.1:1", "--dial-timeout", "300ms", "cmd-unreachable", "--", "true"},
 		{"status", "--endpoints", "127.0.0.1:1", "--command-timeout", "300ms", "cmd-unreachable"},
+		{"status", "--watch", "--endpoints", "127.0.0.1:1", "--command-timeout", "300ms", "cmd-unreachable"},
 	} {
 		p := h.run(t, environ(), args...)
 		assert.Equal(t, exitEtcd, p.code, "%q: %s", args, p.stderr.text())

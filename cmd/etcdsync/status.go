@@ -67,13 +67,7 @@ const maxOpsPerTxn = 100
 // readSnapshot reads the names (or every name under prefix if names is empty) at one
 // revision, then the TTL of each distinct lease: one LeaseTimeToLive per lease.
 func readSnapshot(ctx context.Context, cli *clientv3.Client, prefix string, names []string, exclusive string) (*snapshot, error) {
-	ranges := []string{prefix}
-	if len(names) > 0 {
-		ranges = ranges[:0]
-		for _, n := range names {
-			ranges = append(ranges, prefix+core.NamePrefix(n))
-		}
-	}
+	ranges := rangesOf(prefix, names)
 	var rev int64
 	kvsOf := make([][]*mvccpb.KeyValue, 0, len(ranges))
 	for chunk := range slices.Chunk(ranges, maxOpsPerTxn) {
@@ -108,6 +102,18 @@ func readSnapshot(ctx context.Context, cli *clientv3.Client, prefix string, name
 		return nil, err
 	}
 	return snap, nil
+}
+
+// rangesOf is what status reads: the key prefix of each name, or all of prefix without names.
+func rangesOf(prefix string, names []string) []string {
+	if len(names) == 0 {
+		return []string{prefix}
+	}
+	ranges := make([]string, len(names))
+	for i, n := range names {
+		ranges[i] = prefix + core.NamePrefix(n)
+	}
+	return ranges
 }
 
 // discover finds the names under prefix: each key prefix + escaped name + "/" + the rest

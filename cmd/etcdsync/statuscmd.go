@@ -116,20 +116,18 @@ func (c *statusCommand) follow(ctx context.Context, cli *clientv3.Client, w io.W
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ranges := []string{c.prefix}
-	if len(c.names) > 0 {
-		ranges = ranges[:0]
-		for _, n := range c.names {
-			ranges = append(ranges, c.prefix+core.NamePrefix(n))
-		}
-	}
+	ranges := rangesOf(c.prefix, c.names)
 	ready := make(chan struct{}, len(ranges))
 	for _, r := range ranges {
 		wg.Go(func() { watchRange(ctx, cli, r, ready, changed) })
 	}
+	timeout := time.NewTimer(c.conn.commandTimeout)
+	defer timeout.Stop()
 	for range ranges {
 		select {
 		case <-ready:
+		case <-timeout.C:
+			return failf(exitEtcd, "no answer from etcd at %s within %v", c.conn.endpoints, c.conn.commandTimeout)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
