@@ -45,9 +45,12 @@ func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal) (int, er
 		return 0, startError(argv[0], err)
 	}
 	a.logf("%s: command started: pid and process group %d", c.what(), g.pid)
-	lost := c.supervise(a, h, g, sigc)
-	if lost {
+	lost, ended := c.supervise(a, h, g, sigc)
+	switch {
+	case lost:
 		return 0, failf(exitLost, "%s lost while the command ran (%v): the command was stopped", c.what(), h.Err())
+	case !ended: // it outlived SIGKILL: as good as killed, and reported
+		return exitSignal + int(syscall.SIGKILL), nil
 	}
 	return exitStatus(g.status), nil
 }
@@ -55,8 +58,9 @@ func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal) (int, er
 // supervise passes signals on to the command's group until the group is gone, and stops
 // the group, all of it at once, when the hold is lost or the command exits leaving
 // processes behind: SIGTERM (and SIGCONT, for stopped ones), SIGKILL after --grace. It
-// reports whether the hold was lost while the group lived.
-func (c *holdCommand) supervise(a *app, h hold, g *group, sigc <-chan os.Signal) (lost bool) {
+// reports whether the hold was lost while the group lived, and whether the command ended
+// (g.status says how); it did unless it outlived SIGKILL by killWait.
+func (c *holdCommand) supervise(a *app, h hold, g *group, sigc <-chan os.Signal) (lost, ended bool) {
 	done, exited := h.Done(), g.exited
 	var kill, giveUp *time.Timer
 	defer func() {
@@ -90,7 +94,7 @@ func (c *holdCommand) supervise(a *app, h hold, g *group, sigc <-chan os.Signal)
 			a.logf("%s: command exited: %s", c.what(), describeStatus(g.status))
 			select {
 			case <-g.empty:
-				return lost
+				return lost, true
 			default:
 				a.logf("%s: the command left processes in its group", c.what())
 				stop()
@@ -101,13 +105,13 @@ func (c *holdCommand) supervise(a *app, h hold, g *group, sigc <-chan os.Signal)
 			giveUp = time.NewTimer(killWait)
 		case <-timerC(giveUp):
 			a.warnf("processes of group %d still there %v after SIGKILL; leaving them", g.pid, killWait)
-			return lost
+			return lost, exited == nil
 		case <-g.empty:
 			if exited != nil { // the command's exit and the group's end came at once
 				a.logf("%s: command exited: %s", c.what(), describeStatus(g.status))
 			}
 			a.logf("%s: process group %d is gone", c.what(), g.pid)
-			return lost
+			return lost, true
 		}
 	}
 }
