@@ -1,0 +1,142 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// connection holds the flags that say how to reach etcd, named as etcdctl names them, so
+// that an etcdctl set-up (its flags or its ETCDCTL_* environment) works as it is.
+type connection struct {
+	endpoints          string
+	dialTimeout        time.Duration
+	commandTimeout     time.Duration
+	cacert, cert, key  string
+	user, password     string
+	insecureSkipVerify bool
+}
+
+// register adds the connection flags to fs.
+func (c *connection) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.endpoints, "endpoints", "127.0.0.1:2379", "etcd's client `URLs`, comma-separated ($ETCDCTL_ENDPOINTS)")
+	fs.DurationVar(&c.dialTimeout, "dial-timeout", 2*time.Second, "how long to try to reach etcd at start ($ETCDCTL_DIAL_TIMEOUT)")
+	fs.DurationVar(&c.commandTimeout, "command-timeout", 5*time.Second, "bound of each request that does not wait its turn: a release, a status read ($ETCDCTL_COMMAND_TIMEOUT)")
+	fs.StringVar(&c.cacert, "cacert", "", "verify etcd's certificate with this CA `file` ($ETCDCTL_CACERT)")
+	fs.StringVar(&c.cert, "cert", "", "present this client certificate `file` ($ETCDCTL_CERT)")
+	fs.StringVar(&c.key, "key", "", "the private key `file` of --cert ($ETCDCTL_KEY)")
+	fs.StringVar(&c.user, "user", "", "log in as `user[:password]` ($ETCDCTL_USER)")
+	fs.StringVar(&c.password, "password", "", "the password of --user, if not given there ($ETCDCTL_PASSWORD)")
+	fs.BoolVar(&c.insecureSkipVerify, "insecure-skip-tls-verify", false, "do not verify etcd's certificate ($ETCDCTL_INSECURE_SKIP_TLS_VERIFY)")
+}
+
+// connectionFlags are the flags that take their default from an ETCDCTL_* variable.
+var connectionFlags = []string{
+	"endpoints", "dial-timeout", "command-timeout", "cacert", "cert", "key", "user", "password",
+	"insecure-skip-tls-verify",
+}
+
+// envName is the etcdctl environment variable of flag: ETCDCTL_ and its name in capitals,
+// '-' as '_'.
+func envName(flag string) string {
+	return "ETCDCTL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// applyEnv sets every connection flag that the command line did not set from its ETCDCTL_*
+// variable, if that is set and not empty: as with etcdctl, a flag overrides its variable.
+func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	set := setFlags(fs)
+	for _, name := range connectionFlags {
+		v := getenv(envName(name))
+		if set[name] || v == "" {
+			continue
+		}
+		if err := fs.Set(name, v); err != nil {
+			return usagef("%s=%q is not a valid --%s: %v", envName(name), v, name, err)
+		}
+	}
+	return nil
+}
+
+// config is the client configuration the flags describe.
+func (c *connection) config() (clientv3.Config, error) {
+	cfg := clientv3.Config{
+		DialTimeout: c.dialTimeout,
+		Logger:      zap.NewNop(),
+	}
+	for ep := range strings.SplitSeq(c.endpoints, ",") {
+		if ep = strings.TrimSpace(ep); ep != "" {
+			cfg.Endpoints = append(cfg.Endpoints, ep)
+		}
+	}
+	switch {
+	case len(cfg.Endpoints) == 0:
+		return cfg, usagef("--endpoints names no endpoint")
+	case c.dialTimeout <= 0:
+		return cfg, usagef("--dial-timeout %v is not positive", c.dialTimeout)
+	case c.commandTimeout <= 0:
+		return cfg, usagef("--command-timeout %v is not positive", c.commandTimeout)
+	case (c.cert == "") != (c.key == ""):
+		return cfg, usagef("--cert and --key go together")
+	}
+	if c.user != "" {
+		name, password, hasPassword := strings.Cut(c.user, ":")
+		if !hasPassword {
+			password = c.password
+		}
+		if name == "" || password == "" {
+			return cfg, usagef("--user %q needs a name and a password (user:password, --password or $ETCDCTL_PASSWORD)", name)
+		}
+		cfg.Username, cfg.Password = name, password
+	}
+	secure := c.cacert != "" || c.cert != "" || c.insecureSkipVerify
+	for _, ep := range cfg.Endpoints {
+		secure = secure || strings.HasPrefix(ep, "https://") || strings.HasPrefix(ep, "unixs://")
+	}
+	if secure {
+		info := transport.TLSInfo{CertFile: c.cert, KeyFile: c.key, TrustedCAFile: c.cacert, InsecureSkipVerify: c.insecureSkipVerify}
+		tlsCfg, err := info.ClientConfig()
+		if err != nil {
+			return cfg, usagef("TLS: %v", err)
+		}
+		cfg.TLS = tlsCfg
+	}
+	return cfg, nil
+}
+
+// open opens a client. It does no I/O, unless --user asks it to log in.
+func (c *connection) open() (*clientv3.Client, error) {
+	cfg, err := c.config()
+	if err != nil {
+		return nil, err
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, failf(exitEtcd, "etcd at %s: %v", c.endpoints, err)
+	}
+	return cli, nil
+}
+
+// probe makes sure etcd answers within --dial-timeout, with one Range that counts the keys
+// under prefix (one the user may read), so that an unreachable etcd or a refused login or
+// permission fails now, with exit 69, rather than as a wait that never ends.
+func (c *connection) probe(cli *clientv3.Client, prefix string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.dialTimeout)
+	defer cancel()
+	_, err := cli.Get(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return failf(exitEtcd, "no answer from etcd at %s within %v", c.endpoints, c.dialTimeout)
+	case err != nil:
+		return failf(exitEtcd, "etcd at %s: read %s: %v", c.endpoints, prefix, err)
+	}
+	return nil
+}

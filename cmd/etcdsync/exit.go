@@ -1,0 +1,62 @@
+//go:build unix
+
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// The command's own exit statuses. Every other status is the command's it ran: its exit
+// status, or 128+N when it died of signal N. The codes follow the tools users know: sysexits
+// for usage, unavailable and try-again-later, timeout(1) for 124, env(1) and sh for 126
+// and 127.
+const (
+	exitOK        = 0
+	exitUsage     = 64  // EX_USAGE: a bad flag, argument, name, or a -n other than etcd's limit
+	exitEtcd      = 69  // EX_UNAVAILABLE: etcd unreachable or refusing (TLS, auth, permission)
+	exitBusy      = 75  // EX_TEMPFAIL: --try found the name busy
+	exitTimeout   = 124 // --timeout passed before the hold was granted, as timeout(1)
+	exitLost      = 125 // the hold was lost while the command ran: it was stopped
+	exitCannotRun = 126 // the command was found but could not be run
+	exitNotFound  = 127 // the command was not found
+	exitSignal    = 128 // + N: interrupted by signal N before the command ran
+)
+
+// failure is an error that ends the command with code, reported as one line.
+type failure struct {
+	code int
+	err  error
+}
+
+func (f *failure) Error() string { return f.err.Error() }
+func (f *failure) Unwrap() error { return f.err }
+
+// fail wraps err to end the command with code.
+func fail(code int, err error) error { return &failure{code: code, err: err} }
+
+// failf is fail with a formatted error.
+func failf(code int, format string, args ...any) error {
+	return &failure{code: code, err: fmt.Errorf(format, args...)}
+}
+
+// usagef is a usage error: exit 64.
+func usagef(format string, args ...any) error { return failf(exitUsage, format, args...) }
+
+// exitCode is the status err ends the command with: its failure's code, else exitEtcd (the
+// errors that carry no code come from etcd or the client).
+func exitCode(err error) int {
+	var f *failure
+	if errors.As(err, &f) {
+		return f.code
+	}
+	return exitEtcd
+}
+
+// oneLine makes msg one line, so that every error is one line on stderr: a multi-line error
+// (errors.Join) has its lines joined with "; ".
+func oneLine(msg string) string {
+	lines := strings.FieldsFunc(msg, func(r rune) bool { return r == '\n' || r == '\r' })
+	return strings.Join(lines, "; ")
+}

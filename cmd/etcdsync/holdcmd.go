@@ -1,0 +1,124 @@
+//go:build unix
+
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/mutex"
+)
+
+// The help of the hold commands: what each does, and an example.
+var holdHelp = map[string]struct{ synopsis, about, example string }{
+	"lock": {
+		"lock [flags] NAME [-- CMD [ARGS...]]",
+		`Runs CMD while holding the lock NAME: one holder at a time across every host, served
+first come, first served. Exits with CMD's status. Without CMD, holds the lock until
+interrupted and prints its key and fencing token. On a name without '/' and '%',
+etcdctl lock, Go's etcdsync/mutex and etcd's concurrency.Mutex exclude it too.`,
+		`# the nightly report runs on one host at a time; the others wait their turn
+etcdsync lock --endpoints 10.0.0.1:2379 nightly-report -- /usr/local/bin/report --all
+# skip this run if another host has it (exit 75), like flock -n
+etcdsync lock --try nightly-report -- /usr/local/bin/report`,
+	},
+	"rlock": {
+		"rlock [flags] NAME [-- CMD [ARGS...]]",
+		`Runs CMD while holding a read lock of NAME: many readers at once, but never while a
+writer (Go's etcdsync/rwmutex Lock on NAME) holds it; a reader that comes after a waiting
+writer waits behind it. ETCDSYNC_TOKEN is the create revision of the read key.`,
+		`# back up the configuration while no writer changes it
+etcdsync rlock pricing-config -- etcdctl get --prefix pricing/ --write-out=json`,
+	},
+	"sem": {
+		"sem -n N [flags] NAME [-- CMD [ARGS...]]",
+		`Runs CMD while holding one of N permits of NAME: at most N commands at once across
+every host, served first come, first served. Every user of NAME must give the same N:
+etcd records it at first use (exit 64 for another N; delete NAME/limit to change it).`,
+		`# at most 4 thumbnailers at once, on however many hosts
+etcdsync sem -n 4 thumbnailers -- ./make-thumbnails --batch 100`,
+	},
+	"elect": {
+		"elect [--value V] [flags] NAME [-- CMD [ARGS...]]",
+		`Runs CMD once this candidate leads the election NAME: one leader at a time; the
+others wait in line and the next takes over when the leader's CMD exits or its hold is
+lost. On a name without '/' and '%', etcdctl elect and etcd's concurrency.Election
+see the same leader.`,
+		`# one active billing worker among the replicas; a standby takes over when it stops
+etcdsync elect --value "$(hostname):8080" billing-leader -- ./billing-worker`,
+	},
+}
+
+// define registers the flags of the hold command.
+func (c *holdCommand) define() *subcommand {
+	h := holdHelp[c.verb]
+	sub := newSubcommand(c.verb, h.synopsis, h.about, h.example)
+	fs := sub.flags
+	if c.verb == "sem" {
+		fs.IntVar(&c.limit, "n", 0, "how many may hold at once (required)")
+	}
+	if c.verb == "elect" {
+		fs.StringVar(&c.value, "value", "", "the candidate's value, what observers see of the leader (default \"host=HOST pid=PID since=TIME\")")
+	}
+	fs.DurationVar(&c.ttl, "ttl", mutex.DefaultTTL, "lease TTL: how long others wait for this hold if etcdsync dies or loses etcd")
+	fs.StringVar(&c.prefix, "prefix", "", "put the name's keys under this `prefix`, which ends with '/'")
+	fs.DurationVar(&c.timeout, "timeout", 0, "give up waiting after this long (exit 124); 0 waits forever")
+	fs.BoolVar(&c.try, "try", false, "one try: exit 75 at once if the name is busy, having written nothing")
+	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after SIGTERM to the command's process group, SIGKILL after this long")
+	fs.BoolVar(&c.shell, "shell", false, "run CMD ARGS... joined by spaces with /bin/sh -c")
+	fs.BoolVar(&c.verbose, "verbose", false, "log every step to stderr, with times")
+	c.conn.register(fs)
+	return sub
+}
+
+// parse reads NAME, the command after it, the flags and ETCDCTL_* variables, and checks
+// what can be checked without etcd.
+func (c *holdCommand) parse(sub *subcommand, args []string, a *app) error {
+	operands, rest, err := sub.parse(args, 1)
+	if err != nil {
+		return err
+	}
+	if err := applyEnv(sub.flags, a.getenv); err != nil {
+		return err
+	}
+	a.verbose = c.verbose
+	set := setFlags(sub.flags)
+	switch {
+	case len(operands) == 0:
+		return usagef("NAME missing (etcdsync %s --help)", c.verb)
+	case c.verb == "sem" && !set["n"]:
+		return usagef("-n N missing: how many may hold at once")
+	case c.timeout < 0:
+		return usagef("--timeout %v is negative", c.timeout)
+	case c.grace < 0:
+		return usagef("--grace %v is negative", c.grace)
+	case c.try && set["timeout"]:
+		return usagef("--try and --timeout exclude each other: --try does not wait at all")
+	case c.try && c.verb == "elect":
+		return usagef("--try: an election has no try; use --timeout")
+	case c.shell && len(rest) == 0:
+		return usagef("--shell without a command")
+	}
+	c.name = operands[0]
+	if err := core.ValidateName(c.name); err != nil {
+		return usagef("%v", err)
+	}
+	if len(rest) > 0 {
+		c.command = rest
+	}
+	if c.verb == "elect" && !set["value"] {
+		c.value = ownerValue()
+	}
+	return nil
+}
+
+// ownerValue describes this process as etcdsync's keys do: "host=H pid=P since=T".
+func ownerValue() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return fmt.Sprintf("host=%s pid=%d since=%s", host, os.Getpid(), time.Now().UTC().Format(time.RFC3339))
+}

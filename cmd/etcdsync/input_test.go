@@ -1,0 +1,92 @@
+//go:build unix
+
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// testBadInput: bad flags, arguments, names and variables end with 64 and one line on stderr
+// that names the problem, and write nothing to etcd.
+func testBadInput(t *testing.T, h *harness) {
+	const name = "cmd-bad-input"
+	cases := []struct {
+		args   []string
+		env    []string
+		stderr string // what the one line says
+	}{
+		{[]string{}, nil, "etcdsync: no command"},
+		{[]string{"unlock", name}, nil, `etcdsync: no command "unlock"`},
+		{[]string{"lock"}, nil, "etcdsync lock: NAME missing"},
+		{[]string{"lock", "--bogus", name}, nil, "etcdsync lock: flag provided but not defined: -bogus"},
+		{[]string{"lock", "--ttl", "soon", name}, nil, `etcdsync lock: invalid value "soon" for flag -ttl`},
+		{[]string{"lock", "--ttl", "500ms", name, "--", "true"}, nil, "etcdsync lock: mutex \"cmd-bad-input\": etcdsync: invalid option: TTL 500ms is under 1s"},
+		{[]string{"lock", "--prefix", "app", name, "--", "true"}, nil, `does not end with '/'`},
+		{[]string{"lock", "", "--", "true"}, nil, "etcdsync lock: etcdsync: invalid name: empty"},
+		{[]string{"lock", strings.Repeat("n", 513), "--", "true"}, nil, "etcdsync lock: etcdsync: invalid name: 513 bytes, more than 512"},
+		{[]string{"lock", "\xff", "--", "true"}, nil, "is not valid UTF-8"},
+		{[]string{"lock", "--timeout", "-1s", name}, nil, "etcdsync lock: --timeout -1s is negative"},
+		{[]string{"lock", "--try", "--timeout", "1s", name}, nil, "etcdsync lock: --try and --timeout exclude each other"},
+		{[]string{"lock", "--shell", name}, nil, "etcdsync lock: --shell without a command"},
+		{[]string{"lock", "--user", "bob", name}, nil, `etcdsync lock: --user "bob" needs a name and a password`},
+		{[]string{"lock", "--cert", "c.pem", name}, nil, "etcdsync lock: --cert and --key go together"},
+		{[]string{"lock", name}, []string{"ETCDCTL_DIAL_TIMEOUT=soon"}, `etcdsync lock: ETCDCTL_DIAL_TIMEOUT="soon" is not a valid --dial-timeout`},
+		{[]string{"sem", name, "--", "true"}, nil, "etcdsync sem: -n N missing"},
+		{[]string{"sem", "-n", "0", name, "--", "true"}, nil, "etcdsync sem: semaphore \"cmd-bad-input\": etcdsync: invalid option"},
+		{[]string{"sem", "-n", "many", name}, nil, `etcdsync sem: invalid value "many" for flag -n`},
+		{[]string{"elect", "--try", name}, nil, "etcdsync elect: --try: an election has no try"},
+		{[]string{"rlock", "--value", "v", name}, nil, "etcdsync rlock: flag provided but not defined: -value"},
+		{[]string{"status"}, nil, "etcdsync status: NAME or --prefix needed"},
+		{[]string{"status", "--prefix", "app"}, nil, `etcdsync status: --prefix "app" does not end with '/'`},
+		{[]string{"status", "--kind", "mutex", name}, nil, `etcdsync status: --kind "mutex": lock or election`},
+		{[]string{"status", name, ""}, nil, "etcdsync status: etcdsync: invalid name: empty"},
+	}
+	cli := cluster.Client(t)
+	for _, tc := range cases {
+		p := h.run(t, environ(tc.env...), tc.args...)
+		assert.Equal(t, exitUsage, p.code, "%q: %s", tc.args, p.stderr.text())
+		assertOneLine(t, p.stderr.text(), "etcdsync")
+		assert.Contains(t, p.stderr.text(), tc.stderr, "%q", tc.args)
+		assert.Empty(t, p.stdout.text(), "%q", tc.args)
+	}
+	nothingLeft(t, cli, "", name)
+	nothingLeft(t, cli, "app/", name)
+}
+
+// testHelp: --help on every subcommand, and `help SUBCOMMAND`, shows its usage, an example
+// and its flags on stdout, with exit 0.
+func testHelp(t *testing.T, h *harness) {
+	for _, sub := range []string{"lock", "rlock", "sem", "elect", "status"} {
+		for _, args := range [][]string{{sub, "--help"}, {"help", sub}} {
+			p := h.run(t, environ(), args...)
+			assert.Equal(t, 0, p.code, "%q", args)
+			out := p.stdout.text()
+			assert.True(t, strings.HasPrefix(out, "Usage: etcdsync "+sub), "%q:\n%s", args, out)
+			for _, want := range []string{"Example:\n  # ", "\nFlags:\n", "--endpoints URLs"} {
+				assert.Contains(t, out, want, "%q", args)
+			}
+			assert.Empty(t, p.stderr.text())
+		}
+	}
+	for _, args := range [][]string{{"--help"}, {"help"}} {
+		p := h.run(t, environ(), args...)
+		assert.Equal(t, 0, p.code)
+		assert.Contains(t, p.stdout.text(), "Exit status:")
+	}
+}
+
+// testUnreachableEtcd: an etcd that does not answer within --dial-timeout is exit 69, one line.
+func testUnreachableEtcd(t *testing.T, h *harness) {
+	for _, args := range [][]string{
+		{"lock", "--endpoints", "127.0.0.1:1", "--dial-timeout", "300ms", "cmd-unreachable", "--", "true"},
+		{"status", "--endpoints", "127.0.0.1:1", "--command-timeout", "300ms", "cmd-unreachable"},
+		{"status", "--watch", "--endpoints", "127.0.0.1:1", "--command-timeout", "300ms", "cmd-unreachable"},
+	} {
+		p := h.run(t, environ(), args...)
+		assert.Equal(t, exitEtcd, p.code, "%q: %s", args, p.stderr.text())
+		assertOneLine(t, p.stderr.text(), "etcdsync "+args[0]+": ")
+	}
+}

@@ -1,0 +1,135 @@
+//go:build unix
+
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], &app{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}))
+}
+
+// app is where the command writes and what it reads of its environment.
+type app struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	command        string // "etcdsync lock": the prefix of every message
+	verbose        bool   // --verbose: log every step to stderr, with times
+}
+
+// logf logs a step of the command with --verbose: a time (UTC, nanoseconds), etcdsync's pid
+// and what happened.
+func (a *app) logf(format string, args ...any) {
+	if a.verbose {
+		fmt.Fprintf(a.stderr, "%s %s[%d]: %s\n", time.Now().UTC().Format(time.RFC3339Nano), a.command, os.Getpid(), fmt.Sprintf(format, args...))
+	}
+}
+
+// warnf reports a problem that does not change the exit status, on one line.
+func (a *app) warnf(format string, args ...any) {
+	fmt.Fprintf(a.stderr, "%s: warning: %s\n", a.command, oneLine(fmt.Sprintf(format, args...)))
+}
+
+// command is a subcommand parsed into its flags, ready to run.
+type command interface {
+	// define registers the command's flags and returns its subcommand.
+	define() *subcommand
+	// parse reads the command line (after the subcommand's name) and the environment.
+	parse(sub *subcommand, args []string, a *app) error
+	// run runs it and returns the exit status, or an error that says which and why.
+	run(a *app) (int, error)
+}
+
+// newCommand is the command verb, or nil.
+func newCommand(verb string) command {
+	switch verb {
+	case "lock", "rlock", "sem", "elect":
+		return &holdCommand{verb: verb}
+	case "status":
+		return &statusCommand{}
+	}
+	return nil
+}
+
+// run runs the command line args (without the program name) and returns the exit status.
+// Every error is one line on stderr.
+func run(args []string, a *app) int {
+	a.command = "etcdsync"
+	if len(args) == 0 {
+		fmt.Fprintln(a.stderr, "etcdsync: no command: lock, rlock, sem, elect or status (etcdsync --help)")
+		return exitUsage
+	}
+	verb, args := args[0], args[1:]
+	switch verb {
+	case "-h", "-help", "--help", "help":
+		if len(args) == 1 {
+			if c := newCommand(args[0]); c != nil {
+				c.define().printHelp(a.stdout)
+				return exitOK
+			}
+		}
+		printHelp(a.stdout)
+		return exitOK
+	}
+	c := newCommand(verb)
+	if c == nil {
+		fmt.Fprintf(a.stderr, "etcdsync: no command %q: lock, rlock, sem, elect or status (etcdsync --help)\n", verb)
+		return exitUsage
+	}
+	a.command = "etcdsync " + verb
+	sub := c.define()
+	err := c.parse(sub, args, a)
+	if errors.Is(err, flag.ErrHelp) {
+		sub.printHelp(a.stdout)
+		return exitOK
+	}
+	code := 0
+	if err == nil {
+		code, err = c.run(a)
+	}
+	if err != nil {
+		fmt.Fprintf(a.stderr, "%s: %s\n", a.command, oneLine(err.Error()))
+		return exitCode(err)
+	}
+	return code
+}
+
+// printHelp writes etcdsync's own help.
+func printHelp(w io.Writer) {
+	fmt.Fprint(w, `etcdsync runs a command under a distributed lock, read lock, semaphore permit or
+leadership held in etcd, and shows who holds and who waits.
+
+Usage:
+  etcdsync lock   [flags] NAME [-- CMD [ARGS...]]   one at a time
+  etcdsync rlock  [flags] NAME [-- CMD [ARGS...]]   many readers, no rwmutex writer
+  etcdsync sem -n N [flags] NAME [-- CMD [ARGS...]] N at a time
+  etcdsync elect  [--value V] [flags] NAME [-- CMD [ARGS...]]  only the leader
+  etcdsync status [--prefix P] [--json] [--watch] [NAME...]
+  etcdsync help COMMAND                             flags and an example
+
+Holders are served first come, first served. The command runs in a process group of its
+own with ETCDSYNC_NAME, ETCDSYNC_KEY and ETCDSYNC_TOKEN (the fencing token) in its
+environment. If the hold is lost, the whole group gets SIGTERM at once, SIGKILL after
+--grace. SIGINT, SIGTERM and SIGHUP are passed on to it. Without a command, etcdsync
+holds until interrupted.
+
+Exit status: the command's own (128+N if it died of signal N), or
+  64   usage: a bad flag, argument or name
+  69   etcd could not be reached, or refused (TLS, login, permission)
+  75   --try: the name is busy
+  124  --timeout passed before the hold was granted
+  125  the hold was lost while the command ran; it was stopped
+  126  the command could not be run
+  127  the command was not found
+  128+N  interrupted by signal N while waiting
+
+etcd is reached as etcdctl reaches it: --endpoints, --cacert, --cert, --key, --user,
+--password, --dial-timeout, or ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ... in the environment.
+`)
+}

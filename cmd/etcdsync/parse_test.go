@@ -1,0 +1,162 @@
+//go:build unix
+
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// TestFlagsAndOperandsMix: flags may come before and after NAME; what follows NAME's flags
+// (after "--" or from the first operand on) is the command, its own flags untouched.
+func TestFlagsAndOperandsMix(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		name    string
+		command []string
+		ttl     string
+	}{
+		{[]string{"n"}, "n", nil, "1m0s"},
+		{[]string{"--ttl", "5s", "n"}, "n", nil, "5s"},
+		{[]string{"n", "--ttl", "5s"}, "n", nil, "5s"},
+		{[]string{"n", "--ttl", "5s", "--", "ls", "-l"}, "n", []string{"ls", "-l"}, "5s"},
+		{[]string{"n", "ls", "--ttl", "5s"}, "n", []string{"ls", "--ttl", "5s"}, "1m0s"},
+		{[]string{"-ttl=5s", "n", "--", "--ttl"}, "n", []string{"--ttl"}, "5s"},
+		{[]string{"--", "-n", "ls"}, "-n", []string{"ls"}, "1m0s"},
+		{[]string{"n", "--"}, "n", nil, "1m0s"},
+	} {
+		c := &holdCommand{verb: "lock"}
+		sub := c.define()
+		err := c.parse(sub, tc.args, &app{getenv: func(string) string { return "" }})
+		require.NoError(t, err, "%q", tc.args)
+		assert.Equal(t, tc.name, c.name, "%q", tc.args)
+		assert.Equal(t, tc.command, c.command, "%q", tc.args)
+		assert.Equal(t, tc.ttl, c.ttl.String(), "%q", tc.args)
+	}
+}
+
+// TestStatusTakesNamesAndFlagsMixed: status's names may come around its flags.
+func TestStatusTakesNamesAndFlagsMixed(t *testing.T) {
+	c := &statusCommand{}
+	sub := c.define()
+	require.NoError(t, c.parse(sub, []string{"a", "--json", "b", "--kind", "election", "--", "--c"}, &app{getenv: func(string) string { return "" }}))
+	assert.Equal(t, []string{"a", "b", "--c"}, c.names)
+	assert.True(t, c.json)
+	assert.Equal(t, kindCandidate, c.kind)
+}
+
+// TestEtcdctlVariablesAreDefaultsOfTheFlags: ETCDCTL_* set the connection flags the command
+// line leaves unset; a flag wins over its variable.
+func TestEtcdctlVariablesAreDefaultsOfTheFlags(t *testing.T) {
+	env := map[string]string{
+		"ETCDCTL_ENDPOINTS":    "https://e1:2379,https://e2:2379",
+		"ETCDCTL_USER":         "bob:secret",
+		"ETCDCTL_DIAL_TIMEOUT": "7s",
+		"ETCDCTL_CACERT":       "/nonexistent/ca.pem",
+	}
+	c := &holdCommand{verb: "lock"}
+	sub := c.define()
+	require.NoError(t, c.parse(sub, []string{"--dial-timeout", "3s", "n"}, &app{getenv: func(k string) string { return env[k] }}))
+	assert.Equal(t, "https://e1:2379,https://e2:2379", c.conn.endpoints)
+	assert.Equal(t, "3s", c.conn.dialTimeout.String())
+	assert.Equal(t, "/nonexistent/ca.pem", c.conn.cacert)
+	c.conn.cacert = "" // no file to read: the rest of the configuration
+	cfg, err := c.conn.config()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"https://e1:2379", "https://e2:2379"}, cfg.Endpoints)
+	assert.Equal(t, "bob", cfg.Username)
+	assert.Equal(t, "secret", cfg.Password)
+	assert.NotNil(t, cfg.TLS, "https endpoints use TLS")
+}
+
+// TestOwnerFields: the owner is the value's key=value fields when it has a host, pid or
+// since; anything else names no owner.
+func TestOwnerFields(t *testing.T) {
+	for value, want := range map[string]map[string]string{
+		"host=web-3 pid=4711 since=2026-11-24T07:00:00Z": {"host": "web-3", "pid": "4711", "since": "2026-11-24T07:00:00Z"},
+		"host=H pid=P owner=abc":                         {"host": "H", "pid": "P", "owner": "abc"},
+		"pid=12":                                         {"pid": "12"},
+		"  since=x   extra words ":                       {"since": "x"},
+		"":                                               nil,
+		"leader-1":                                       nil,
+		"owner=abc url=http://x/?a=b":                    nil,
+	} {
+		assert.Equal(t, want, parseOwner(value), "%q", value)
+	}
+	assert.Equal(t, "web-3 pid 4711 since T", ownerText(map[string]string{"host": "web-3", "pid": "4711", "since": "T"}))
+	assert.Equal(t, "unknown", ownerText(nil))
+}
+
+// TestNamesRoundTrip: the names status finds under a prefix are the names whose keys they are.
+func TestNamesRoundTrip(t *testing.T) {
+	for _, name := range []string{"a", "a/b", "a%2Fb", "%", "100%/x", "ü/%25"} {
+		escaped := strings.TrimSuffix(core.NamePrefix(name), "/")
+		assert.Equal(t, name, unescapeName(escaped))
+		got := discover("p/", []*mvccpb.KeyValue{{Key: []byte("p/" + escaped + "/k"), CreateRevision: 1}, {Key: []byte("p/stray"), CreateRevision: 2}}, kindLock)
+		require.Len(t, got, 1)
+		assert.Equal(t, name, got[0].Name)
+	}
+}
+
+// TestWhoHoldsFollowsThePrimitivesRules: an exclusive key holds when first; a read key when
+// no write key is ahead; a permit when fewer than the limit are ahead; a limit record is the
+// limit, not a holder.
+func TestWhoHoldsFollowsThePrimitivesRules(t *testing.T) {
+	kvs := func(keys ...string) []*mvccpb.KeyValue {
+		var out []*mvccpb.KeyValue
+		for i, k := range keys {
+			kv := &mvccpb.KeyValue{Key: []byte("n/" + k), CreateRevision: int64(10 + i), Lease: 0x1f}
+			if k == core.RecordLimit {
+				kv.Value, kv.Lease = []byte("2"), 0
+			}
+			out = append(out, kv)
+		}
+		return out
+	}
+	states := func(ns nameStatus) string {
+		var s []string
+		for _, e := range ns.Queue {
+			s = append(s, fmt.Sprintf("%d:%s:%s", e.Position, e.Kind, e.State))
+		}
+		return strings.Join(s, " ")
+	}
+	for _, tc := range []struct {
+		keys      []string
+		exclusive string
+		primitive string
+		want      string
+	}{
+		{[]string{"a", "b", "c"}, kindLock, "lock", "1:lock:holds 2:lock:waits 3:lock:waits"},
+		{[]string{"a", "b"}, kindCandidate, "election", "1:candidate:leads 2:candidate:waits"},
+		{[]string{"read/a", "read/b", "write/c", "read/d", "write/e"}, kindLock, "rwmutex",
+			"1:read:holds 2:read:holds 3:write:waits 4:read:waits 5:write:waits"},
+		{[]string{"write/a", "read/b"}, kindLock, "rwmutex", "1:write:holds 2:read:waits"},
+		{[]string{"limit", "permit/a", "permit/b", "permit/c"}, kindLock, "semaphore",
+			"1:permit:holds 2:permit:holds 3:permit:waits"},
+		{[]string{"permit/a"}, kindLock, "semaphore", "1:permit:unknown"},
+		{[]string{"limit"}, kindLock, "semaphore", ""},
+		{nil, kindLock, "", ""},
+	} {
+		ns := queueOf("n", "n/", kvs(tc.keys...), tc.exclusive)
+		assert.Equal(t, tc.primitive, ns.Primitive, "%q", tc.keys)
+		assert.Equal(t, tc.want, states(ns), "%q", tc.keys)
+		for _, e := range ns.Queue {
+			assert.Equal(t, "1f", e.Lease)
+		}
+	}
+}
+
+// TestShellQuote: the lines printed without a command can be given to a POSIX shell.
+func TestShellQuote(t *testing.T) {
+	assert.Equal(t, "nightly/6d4_0", shellQuote("nightly/6d4_0"))
+	assert.Equal(t, "'a b'", shellQuote("a b"))
+	assert.Equal(t, `'it'\''s'`, shellQuote("it's"))
+	assert.Equal(t, "''", shellQuote(""))
+}

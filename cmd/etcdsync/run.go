@@ -1,0 +1,221 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/election"
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/mutex"
+	"github.com/etcdsync/etcdsync/rwmutex"
+	"github.com/etcdsync/etcdsync/semaphore"
+)
+
+// holdCommand is lock, rlock, sem or elect, parsed.
+type holdCommand struct {
+	verb    string   // lock, rlock, sem, elect
+	name    string   // the name to hold
+	command []string // what to run; nil to hold until interrupted
+
+	conn    connection
+	ttl     time.Duration
+	prefix  string
+	timeout time.Duration
+	grace   time.Duration
+	try     bool
+	shell   bool
+	verbose bool
+	limit   int    // sem -n
+	value   string // elect --value
+}
+
+// what names the thing held, for messages: `lock "nightly"`.
+func (c *holdCommand) what() string {
+	noun := map[string]string{"lock": "lock", "rlock": "read lock", "sem": "semaphore", "elect": "election"}[c.verb]
+	return fmt.Sprintf("%s %q", noun, c.name)
+}
+
+// keyPrefix is where the name's keys live.
+func (c *holdCommand) keyPrefix() string { return c.prefix + core.NamePrefix(c.name) }
+
+// acquirer makes the primitive; its constructor validates the name and options, with no I/O.
+func (c *holdCommand) acquirer(cli *clientv3.Client) (acquirer, error) {
+	// The options of every package are interchangeable.
+	opts := []mutex.Option{mutex.WithTTL(c.ttl)}
+	if c.prefix != "" {
+		opts = append(opts, mutex.WithPrefix(c.prefix))
+	}
+	var a acquirer
+	var err error
+	switch c.verb {
+	case "lock":
+		var m *mutex.Mutex
+		m, err = mutex.New(cli, c.name, opts...)
+		a = lock{m}
+	case "rlock":
+		var rw *rwmutex.RWMutex
+		rw, err = rwmutex.New(cli, c.name, opts...)
+		a = readLock{rw: rw, cli: cli, timeout: c.conn.commandTimeout}
+	case "sem":
+		var s *semaphore.Semaphore
+		s, err = semaphore.New(cli, c.name, c.limit, opts...)
+		a = permits{s}
+	case "elect":
+		var e *election.Election
+		e, err = election.New(cli, c.name, opts...)
+		a = candidate{e: e, value: c.value}
+	}
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	return a, nil
+}
+
+// run acquires, runs the command (or waits for a signal), releases, and returns the exit
+// status: the command's, or one of etcdsync's own with the error that says why.
+func (c *holdCommand) run(a *app) (int, error) {
+	// From here on a signal is ours to handle: it cancels the wait, or goes to the command.
+	sigc := make(chan os.Signal, 8)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigc)
+
+	cli, err := c.conn.open()
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	defer c.shutdown(a, cli)
+	acq, err := c.acquirer(cli)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.conn.probe(cli, c.keyPrefix()); err != nil {
+		return 0, err
+	}
+	h, err := c.acquire(a, acq, sigc)
+	if err != nil {
+		return 0, err
+	}
+	var code int
+	if c.command == nil {
+		code, err = c.holdUntilSignalled(a, h, sigc)
+	} else {
+		code, err = c.runCommand(a, h, sigc)
+	}
+	if rerr := c.release(a, h); rerr != nil && err == nil {
+		a.warnf("%v", rerr)
+	}
+	return code, err
+}
+
+// acquire waits for the hold (or tries once) until --timeout or a signal. A wait cut short
+// leaves no key: the primitives delete their key before they return.
+func (c *holdCommand) acquire(a *app, acq acquirer, sigc <-chan os.Signal) (hold, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if c.timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	type result struct {
+		h   hold
+		err error
+	}
+	resc := make(chan result, 1)
+	start := time.Now()
+	a.logf("%s: waiting (ttl %v)", c.what(), c.ttl)
+	go func() {
+		var r result
+		if c.try {
+			r.h, r.err = acq.try(ctx)
+		} else {
+			r.h, r.err = acq.acquire(ctx)
+		}
+		resc <- r
+	}()
+	var r result
+	select {
+	case r = <-resc:
+	case sig := <-sigc:
+		cancel()
+		if r = <-resc; r.err == nil {
+			_ = c.release(a, r.h)
+		}
+		return nil, failf(exitSignal+signum(sig), "%s while waiting for %s", signame(sig), c.what())
+	}
+	switch err := r.err; {
+	case err == nil:
+	case errors.Is(err, errBusy):
+		return nil, failf(exitBusy, "%s is busy", c.what())
+	case c.timeout > 0 && errors.Is(err, context.DeadlineExceeded):
+		return nil, failf(exitTimeout, "%s not acquired within %v", c.what(), c.timeout)
+	case errors.Is(err, semaphore.ErrLimitMismatch):
+		return nil, usagef("-n %d: %v", c.limit, err)
+	default:
+		return nil, fail(exitEtcd, err)
+	}
+	h := r.h
+	h.Done() // watch the hold from now on, so that a loss is known at once
+	a.logf("%s: acquired after %v: key %s, token %d", c.what(), time.Since(start).Round(time.Millisecond), h.Key(), h.Token())
+	return h, nil
+}
+
+// holdUntilSignalled prints the key and the token and holds until a signal (exit 0) or a loss.
+func (c *holdCommand) holdUntilSignalled(a *app, h hold, sigc <-chan os.Signal) (int, error) {
+	fmt.Fprintf(a.stdout, "ETCDSYNC_NAME=%s\nETCDSYNC_KEY=%s\nETCDSYNC_TOKEN=%d\n", shellQuote(c.name), shellQuote(h.Key()), h.Token())
+	select {
+	case <-h.Done():
+		return 0, failf(exitLost, "%s lost: %v", c.what(), h.Err())
+	case sig := <-sigc:
+		a.logf("%s: releasing on %s", c.what(), signame(sig))
+		return exitOK, nil
+	}
+}
+
+// release ends the hold within --command-timeout. It returns why it failed, if it did; a
+// loss reported here was reported before, or came after the command ended.
+func (c *holdCommand) release(a *app, h hold) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.conn.commandTimeout)
+	defer cancel()
+	err := h.release(ctx)
+	switch {
+	case err == nil:
+		a.logf("%s: released", c.what())
+		return nil
+	case errors.Is(err, mutex.ErrLost):
+		return fmt.Errorf("%s was lost as it was released: %w", c.what(), err)
+	default:
+		return fmt.Errorf("%s not released (its key goes when its lease expires, within %v): %w", c.what(), c.ttl, err)
+	}
+}
+
+// shutdown revokes the client's lease, within --command-timeout, so that nothing of this
+// process stays in etcd: no key, also of a wait that failed, and no lease.
+func (c *holdCommand) shutdown(a *app, cli *clientv3.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.conn.commandTimeout)
+	defer cancel()
+	if err := mutex.Shutdown(ctx, cli); err != nil {
+		a.logf("%s: lease not revoked (it expires in %v): %v", c.what(), c.ttl, err)
+	}
+}
+
+// shellQuote quotes s for a POSIX shell, unless it needs no quotes.
+func shellQuote(s string) string {
+	safe := s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:%@+=,", r))
+	}) < 0
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,271 @@
+//go:build unix
+
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// snapshot is what status shows: the queue of every name at one revision.
+type snapshot struct {
+	Revision int64        `json:"revision"`
+	Names    []nameStatus `json:"names"`
+}
+
+// nameStatus is the queue of one name, in the order its holders are served.
+type nameStatus struct {
+	Name      string  `json:"name"`
+	Prefix    string  `json:"prefix"`          // where its keys live
+	Primitive string  `json:"primitive"`       // lock, election, rwmutex, semaphore; "" without keys
+	Limit     *int    `json:"limit,omitempty"` // a semaphore's, from its limit record
+	Queue     []entry `json:"queue"`
+}
+
+// entry is one holder or waiter: one key.
+type entry struct {
+	Position int               `json:"position"` // 1 is served first
+	Kind     string            `json:"kind"`     // read, write, permit, candidate or lock
+	State    string            `json:"state"`    // holds, leads (a candidate that holds), waits, unknown
+	Key      string            `json:"key"`
+	Token    int64             `json:"token"`           // the key's create revision
+	Lease    string            `json:"lease,omitempty"` // hex, as in the key
+	TTL      *int64            `json:"ttl,omitempty"`   // seconds the lease has left; -1 expired; absent if unknown
+	Owner    map[string]string `json:"owner"`           // the value's key=value fields; null if it names no owner
+	Value    string            `json:"value"`
+
+	lease clientv3.LeaseID
+}
+
+// The kinds of key under a name, and their states.
+const (
+	kindRead      = "read"
+	kindWrite     = "write"
+	kindPermit    = "permit"
+	kindLock      = "lock"
+	kindCandidate = "candidate"
+
+	stateHolds   = "holds"
+	stateLeads   = "leads"
+	stateWaits   = "waits"
+	stateUnknown = "unknown"
+)
+
+// maxOpsPerTxn is how many ranges status reads in one Txn: etcd refuses a Txn of more than
+// its --max-txn-ops (128 by default); more names are read at the first Txn's revision.
+const maxOpsPerTxn = 100
+
+// readSnapshot reads the names (or every name under prefix if names is empty) at one
+// revision, then the TTL of each distinct lease: one LeaseTimeToLive per lease.
+func readSnapshot(ctx context.Context, cli *clientv3.Client, prefix string, names []string, exclusive string) (*snapshot, error) {
+	ranges := rangesOf(prefix, names)
+	var rev int64
+	kvsOf := make([][]*mvccpb.KeyValue, 0, len(ranges))
+	for chunk := range slices.Chunk(ranges, maxOpsPerTxn) {
+		ops := make([]clientv3.Op, len(chunk))
+		for i, r := range chunk {
+			opts := []clientv3.OpOption{clientv3.WithPrefix()}
+			if rev != 0 {
+				opts = append(opts, clientv3.WithRev(rev))
+			}
+			ops[i] = clientv3.OpGet(r, opts...)
+		}
+		resp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", strings.Join(chunk, ", "), err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, r := range resp.Responses {
+			kvsOf = append(kvsOf, r.GetResponseRange().Kvs)
+		}
+	}
+	snap := &snapshot{Revision: rev}
+	if len(names) > 0 {
+		for i, n := range names {
+			snap.Names = append(snap.Names, queueOf(n, ranges[i], kvsOf[i], exclusive))
+		}
+	} else {
+		snap.Names = discover(prefix, kvsOf[0], exclusive)
+	}
+	if err := readTTLs(ctx, cli, snap); err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
+
+// rangesOf is what status reads: the key prefix of each name, or all of prefix without names.
+func rangesOf(prefix string, names []string) []string {
+	if len(names) == 0 {
+		return []string{prefix}
+	}
+	ranges := make([]string, len(names))
+	for i, n := range names {
+		ranges[i] = prefix + core.NamePrefix(n)
+	}
+	return ranges
+}
+
+// discover finds the names under prefix: each key prefix + escaped name + "/" + the rest
+// belongs to the name; keys without a '/' after the prefix belong to none and are skipped.
+func discover(prefix string, kvs []*mvccpb.KeyValue, exclusive string) []nameStatus {
+	byEscaped := map[string][]*mvccpb.KeyValue{}
+	var order []string
+	for _, kv := range kvs {
+		escaped, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
+		if !ok {
+			continue
+		}
+		if _, seen := byEscaped[escaped]; !seen {
+			order = append(order, escaped)
+		}
+		byEscaped[escaped] = append(byEscaped[escaped], kv)
+	}
+	var out []nameStatus
+	for _, escaped := range order {
+		out = append(out, queueOf(unescapeName(escaped), prefix+escaped+"/", byEscaped[escaped], exclusive))
+	}
+	return out
+}
+
+// unescapeName undoes core.NamePrefix's escapes of '%' and '/'.
+func unescapeName(escaped string) string {
+	return strings.NewReplacer("%2F", "/", "%25", "%").Replace(escaped)
+}
+
+// queueOf orders the keys of one name by create revision and decides who holds, by the
+// rules of the primitives: an exclusive key (lock, candidate, write) holds when no key is
+// ahead of it; a read key when no write or exclusive key is; a permit when fewer permits
+// than the limit are.
+func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) nameStatus {
+	ns := nameStatus{Name: name, Prefix: keyPrefix, Queue: []entry{}}
+	kinds := map[string]bool{}
+	for _, kv := range kvs {
+		rest := strings.TrimPrefix(string(kv.Key), keyPrefix)
+		if rest == core.RecordLimit {
+			if limit, err := strconv.Atoi(string(kv.Value)); err == nil {
+				ns.Limit = &limit
+			}
+			kinds[kindPermit] = true
+			continue
+		}
+		kind := exclusive
+		switch {
+		case strings.HasPrefix(rest, core.KindRead):
+			kind = kindRead
+		case strings.HasPrefix(rest, core.KindWrite):
+			kind = kindWrite
+		case strings.HasPrefix(rest, core.KindPermit):
+			kind = kindPermit
+		}
+		kinds[kind] = true
+		ns.Queue = append(ns.Queue, entry{
+			Kind:  kind,
+			Key:   string(kv.Key),
+			Token: kv.CreateRevision,
+			Value: string(kv.Value),
+			Owner: parseOwner(string(kv.Value)),
+			lease: clientv3.LeaseID(kv.Lease),
+		})
+	}
+	switch {
+	case kinds[kindRead] || kinds[kindWrite]:
+		ns.Primitive = "rwmutex"
+	case kinds[kindPermit]:
+		ns.Primitive = "semaphore"
+	case kinds[kindCandidate]:
+		ns.Primitive = "election"
+	case kinds[kindLock]:
+		ns.Primitive = "lock"
+	}
+	slices.SortFunc(ns.Queue, func(a, b entry) int {
+		return cmp.Or(cmp.Compare(a.Token, b.Token), strings.Compare(a.Key, b.Key))
+	})
+	permitsAhead, exclusiveAhead := 0, false
+	for i := range ns.Queue {
+		e := &ns.Queue[i]
+		e.Position = i + 1
+		if e.lease != 0 {
+			e.Lease = fmt.Sprintf("%x", int64(e.lease))
+		}
+		holds := false
+		switch e.Kind {
+		case kindRead:
+			holds = !exclusiveAhead
+		case kindPermit:
+			if ns.Limit == nil {
+				e.State = stateUnknown
+			}
+			holds = ns.Limit != nil && permitsAhead < *ns.Limit
+			permitsAhead++
+		default:
+			holds = i == 0
+			exclusiveAhead = true
+		}
+		switch {
+		case e.State != "":
+		case holds && e.Kind == kindCandidate:
+			e.State = stateLeads
+		case holds:
+			e.State = stateHolds
+		default:
+			e.State = stateWaits
+		}
+	}
+	return ns
+}
+
+// readTTLs fills in the TTL each key's lease has left: one LeaseTimeToLive per lease. A lease
+// etcd will not tell about (a permission) has no TTL shown; it is no error.
+func readTTLs(ctx context.Context, cli *clientv3.Client, snap *snapshot) error {
+	ttls := map[clientv3.LeaseID]*int64{}
+	for i := range snap.Names {
+		for j := range snap.Names[i].Queue {
+			e := &snap.Names[i].Queue[j]
+			if e.lease == 0 {
+				continue
+			}
+			ttl, seen := ttls[e.lease]
+			if !seen {
+				resp, err := cli.TimeToLive(clientv3.WithRequireLeader(ctx), e.lease)
+				if ctx.Err() != nil {
+					return fmt.Errorf("read the TTL of lease %x: %w", int64(e.lease), ctx.Err())
+				}
+				if err == nil {
+					ttl = &resp.TTL
+				}
+				ttls[e.lease] = ttl
+			}
+			e.TTL = ttl
+		}
+	}
+	return nil
+}
+
+// parseOwner reads the owner a key's value describes: space-separated key=value fields, of
+// which host, pid and since name the owner ("host=web-3 pid=4711 since=2026-11-24T07:00:00Z",
+// perhaps with more, such as owner=<uuid>). nil if the value has none of those three.
+func parseOwner(value string) map[string]string {
+	fields := map[string]string{}
+	for f := range strings.FieldsSeq(value) {
+		if k, v, ok := strings.Cut(f, "="); ok && k != "" {
+			fields[k] = v
+		}
+	}
+	for _, k := range []string{"host", "pid", "since"} {
+		if _, ok := fields[k]; ok {
+			return fields
+		}
+	}
+	return nil
+}

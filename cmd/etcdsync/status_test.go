@@ -1,0 +1,250 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/etcdsync/etcdsync/election"
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/mutex"
+	"github.com/etcdsync/etcdsync/reentrant"
+	"github.com/etcdsync/etcdsync/rwmutex"
+	"github.com/etcdsync/etcdsync/semaphore"
+)
+
+// queueing holds and waits on names, in a known order, with the primitives themselves and
+// with etcd's own concurrency package, each acquisition on a client (and so a lease) of its
+// own; it takes back every hold and wait at cleanup.
+type queueing struct {
+	t      *testing.T
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	releases []func(context.Context) error
+	clients  []*clientv3.Client
+}
+
+func newQueueing(t *testing.T) *queueing {
+	ctx, cancel := context.WithCancel(context.Background())
+	q := &queueing{t: t, ctx: ctx, cancel: cancel}
+	t.Cleanup(func() {
+		q.cancel() // the waits give up, deleting their keys
+		q.wg.Wait()
+		for _, release := range slices.Backward(q.releases) {
+			assert.NoError(t, release(context.Background()))
+		}
+		for _, cli := range q.clients {
+			cli.Close()
+		}
+	})
+	return q
+}
+
+// enqueue starts acquire on a fresh client and returns once the name has n keys: held, or
+// waiting in line. release, if acquire got the hold, gives it back at cleanup.
+func (q *queueing) enqueue(prefix string, n int64, acquire func(ctx context.Context, cli *clientv3.Client) (release func(context.Context) error, err error)) {
+	cli, err := cluster.NewClient()
+	require.NoError(q.t, err)
+	q.clients = append(q.clients, cli)
+	q.wg.Go(func() {
+		release, err := acquire(q.ctx, cli)
+		if err != nil {
+			if q.ctx.Err() == nil {
+				q.t.Errorf("acquire under %s: %v", prefix, err)
+			}
+			return
+		}
+		q.mu.Lock()
+		q.releases = append(q.releases, release)
+		q.mu.Unlock()
+	})
+	etcdtest.AwaitKeys(q.t, cli, prefix, n)
+}
+
+// testStatusGolden queues holders and waiters on a name of every kind, and compares the
+// text and JSON of `etcdsync status` with testdata/status*, volatile fields normalized
+// (leases, tokens, TTLs, this host and pid, times of now). Run with -update to rewrite them.
+func testStatusGolden(t *testing.T, h *harness) {
+	q := newQueueing(t)
+	const lockName, rwName, semName, electName = "status-lock", "status-rw", "status-sem", "status-elect"
+	const ownersName, emptyName = "status/owners%", "status-empty"
+
+	p := core.NamePrefix(lockName)
+	q.enqueue(p, 1, func(ctx context.Context, cli *clientv3.Client) (func(context.Context) error, error) {
+		m, err := mutex.New(cli, lockName)
+		if err != nil {
+			return nil, err
+		}
+		return m.Unlock, m.Lock(ctx)
+	})
+	q.enqueue(p, 2, func(ctx context.Context, cli *clientv3.Client) (func(context.Context) error, error) {
+		m, err := reentrant.New(cli, lockName)
+		if err != nil {
+			return nil, err
+		}
+		owning, err := m.Lock(ctx)
+		return func(context.Context) error { return m.Unlock(owning) }, err
+	})
+	q.enqueue(p, 3, func(ctx context.Context, cli *clientv3.Client) (func(context.Context) error, error) {
+		s, err := concurrency.NewSession(cli)
+		if err != nil {
+			return nil, err
+		}
+		m := concurrency.NewMutex(s, lockName) // etcd's own: keys "<name>/<lease hex>"
+		if err := m.Lock(ctx); err != nil {
+			s.Close()
+			return nil, err
+		}
+		return func(ctx context.Context) error { m.Unlock(ctx); return s.Close() }, nil
+	})
+
+	p = core.NamePrefix(rwName)
+	for i, write := range []bool{false, false, true, false} { // two readers hold, a writer and a reader wait
+		q.enqueue(p, int64(i+1), func(ctx context.Context, cli *clientv3.Client) (func(context.Context) error, error) {
+			rw, err := rwmutex.New(cli, rwName)
+			if err != nil {
+				return nil, err
+			}
+			if write {
+				return rw.Unlock, rw.Lock(ctx)
+			}
+			return rw.RUnlock, rw.RLock(ctx)
+		})
+	}
+
+	p = core.NamePrefix(semName)
+	for i := range 3 { // a limit of 2: two hold, one waits
+		q.enqueue(p, int64(i+2), func(ctx context.Context, cli *clientv3.Client) (func(context.Context) error, error) {
+			s, err := semaphore.New(cli, semName, 2)
+			if err != nil {
+				return nil, err
+			}
+			permit, err := s.Acquire(ctx)
+			return permit.Release, err
+		})
+	}
+
+	p = core.NamePrefix(electName)
+	for i, value := range []string{"alpha", "beta"} {
+		q.enqueue(p, int64(i+1), func(ctx context.Context, cli *clientv3.Client) (func(context.Context) error, error) {
+			e, err := election.New(cli, electName)
+			if err != nil {
+				return nil, err
+			}
+			return e.Resign, e.Campaign(ctx, value)
+		})
+	}
+	q.enqueue(p, 3, func(ctx context.Context, cli *clientv3.Client) (func(context.Context) error, error) {
+		s, err := concurrency.NewSession(cli)
+		if err != nil {
+			return nil, err
+		}
+		e := concurrency.NewElection(s, electName) // etcd's own
+		if err := e.Campaign(ctx, "gamma"); err != nil {
+			s.Close()
+			return nil, err
+		}
+		return func(ctx context.Context) error { e.Resign(ctx); return s.Close() }, nil
+	})
+
+	// Keys of the layout with owners in their values, as etcdsync writes them, and without.
+	cli := cluster.Client(t)
+	lease, err := cli.Grant(testContext(t), 60)
+	require.NoError(t, err)
+	t.Cleanup(func() { cli.Revoke(context.Background(), lease.ID) })
+	p = core.NamePrefix(ownersName)
+	for i, value := range []string{
+		"host=web-3 pid=4711 since=2001-02-03T04:05:06Z owner=5b0e6c1e-7a43-4f55-9d42-3c0b8f0f3f1a",
+		"host=web-4",
+		"pid=12 since=2001-02-03T04:05:07Z",
+		"a value that names no owner",
+	} {
+		_, err := cli.Put(testContext(t), fmt.Sprintf("%s%x_%d", p, int64(lease.ID), i), value, clientv3.WithLease(lease.ID))
+		require.NoError(t, err)
+	}
+
+	// Names found under a prefix: "a" and "b/c", not the stray key that belongs to no name.
+	const under = "status-prefix/"
+	for _, key := range []string{under + "a/" + core.KindRead + "1", under + "b%2Fc/1", under + "b%2Fc/2", under + "stray"} {
+		_, err := cli.Put(testContext(t), key, "", clientv3.WithLease(lease.ID))
+		require.NoError(t, err)
+	}
+
+	names := []string{lockName, rwName, semName, ownersName, emptyName}
+	norm := newNormalizer(t, cli, append(names, electName))
+	norm.add(t, cli, under)
+	for _, tc := range []struct {
+		golden string
+		args   []string
+	}{
+		{"status.txt", append([]string{"status"}, names...)},
+		{"status-election.txt", []string{"status", "--kind", "election", electName}},
+		{"status.json", append([]string{"status", "--json"}, append(names, electName)...)},
+		{"status-prefix.txt", []string{"status", "--prefix", under}},
+	} {
+		run := h.run(t, environ(), tc.args...)
+		require.Equal(t, 0, run.code, run.stderr.text())
+		got := norm.text(run.stdout.text())
+		if strings.HasSuffix(tc.golden, ".json") {
+			got = norm.json(run.stdout.text())
+		}
+		golden(t, tc.golden, got)
+	}
+}
+
+// testStatusWatchFollowsChanges: `status --watch --json` writes a line at every change of the
+// queue, and ends with 0 on SIGINT.
+func testStatusWatch(t *testing.T, h *harness) {
+	const name = "cmd-status-watch"
+	cli := cluster.Client(t)
+	p := h.start(t, environ(), "status", "--watch", "--json", name)
+	await := func(what string, ok func(queue []entry) bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var snap snapshot
+			line := p.stdout.next(t, time.Until(deadline))
+			require.NoError(t, json.Unmarshal([]byte(line), &snap), line)
+			require.Len(t, snap.Names, 1)
+			if ok(snap.Names[0].Queue) {
+				return
+			}
+		}
+	}
+	await("nobody", func(q []entry) bool { return len(q) == 0 })
+	holder, err := mutex.New(cli, name)
+	require.NoError(t, err)
+	require.NoError(t, holder.Lock(testContext(t)))
+	await("a holder", func(q []entry) bool { return len(q) == 1 && q[0].State == stateHolds })
+
+	waiter, err := mutex.New(cluster.Client(t), name)
+	require.NoError(t, err)
+	waited := etcdtest.Async(func() error { return waiter.Lock(testContext(t)) })
+	await("a holder and a waiter", func(q []entry) bool { return len(q) == 2 && q[1].State == stateWaits })
+	require.NoError(t, holder.Unlock(testContext(t)))
+	require.NoError(t, etcdtest.Within(t, waited, 30*time.Second, "the waiter"))
+	await("the waiter holds", func(q []entry) bool { return len(q) == 1 && q[0].Key == waiter.Key() })
+	require.NoError(t, waiter.Unlock(testContext(t)))
+	await("nobody again", func(q []entry) bool { return len(q) == 0 })
+
+	p.signal(syscall.SIGINT)
+	assert.Equal(t, 0, p.wait(30*time.Second), p.stderr.text())
+	nothingLeft(t, cli, "", name)
+}

@@ -1,0 +1,317 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/signal"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// statusCommand is `etcdsync status`, parsed.
+type statusCommand struct {
+	names  []string
+	prefix string
+	json   bool
+	watch  bool
+	kind   string // what to call the keys directly under a name: lock or election
+	conn   connection
+}
+
+func (c *statusCommand) define() *subcommand {
+	sub := newSubcommand("status", "status [flags] [NAME...]",
+		`Shows every holder and waiter of each NAME, in the order they are served: its kind
+(read, write, permit, candidate or lock), position, state (holds, leads, waits), key,
+token (the key's create revision), lease and the TTL it has left, and its owner (host,
+pid and since when) if the key's value names one, else "unknown". Works on the names
+of every etcdsync primitive and of etcd's own concurrency.Mutex, Election and etcdctl.
+Without NAME, shows every name under --prefix.`,
+		`# who runs the nightly report, and who waits for it
+etcdsync status nightly-report
+# every name under app/, for a script, and again at every change
+etcdsync status --prefix app/ --json --watch`)
+	fs := sub.flags
+	fs.StringVar(&c.prefix, "prefix", "", "the names' keys are under this `prefix` (ends with '/'); without NAME, show every name under it")
+	fs.BoolVar(&c.json, "json", false, "write JSON: one document, or one line per change with --watch")
+	fs.BoolVar(&c.watch, "watch", false, "show it again at every change, until interrupted")
+	fs.StringVar(&c.kind, "kind", kindLock, "what the keys directly under a name are: lock (mutex, reentrant) or election")
+	c.conn.register(fs)
+	return sub
+}
+
+func (c *statusCommand) parse(sub *subcommand, args []string, a *app) error {
+	names, _, err := sub.parse(args, -1)
+	if err != nil {
+		return err
+	}
+	if err := applyEnv(sub.flags, a.getenv); err != nil {
+		return err
+	}
+	c.names = names
+	switch c.kind {
+	case kindLock:
+	case "election", kindCandidate:
+		c.kind = kindCandidate
+	default:
+		return usagef("--kind %q: lock or election", c.kind)
+	}
+	if c.prefix != "" && !strings.HasSuffix(c.prefix, "/") {
+		return usagef("--prefix %q does not end with '/'", c.prefix)
+	}
+	if len(names) == 0 && c.prefix == "" {
+		return usagef("NAME or --prefix needed (etcdsync status --help)")
+	}
+	for _, n := range names {
+		if err := core.ValidateName(n); err != nil {
+			return usagef("%v", err)
+		}
+	}
+	return nil
+}
+
+// run shows the status once, or at every change until a signal with --watch.
+func (c *statusCommand) run(a *app) (int, error) {
+	cli, err := c.conn.open()
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	if !c.watch {
+		ctx, cancel := context.WithTimeout(context.Background(), c.conn.commandTimeout)
+		defer cancel()
+		snap, err := readSnapshot(ctx, cli, c.prefix, c.names, c.kind)
+		if err != nil {
+			return 0, failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
+		}
+		return 0, c.print(a.stdout, snap)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	err = c.follow(ctx, cli, a.stdout)
+	if ctx.Err() != nil {
+		return exitOK, nil // interrupted: the way --watch ends
+	}
+	return 0, err
+}
+
+// follow prints the status, then again after every change of the names' keys. It opens
+// its watches before it reads, so that no change between the read and the watch is missed;
+// a change that arrives while it reads makes it read again. A watch that fails (etcd
+// compacted its history, a member went away) is opened again, from the present.
+func (c *statusCommand) follow(ctx context.Context, cli *clientv3.Client, w io.Writer) error {
+	changed := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ranges := rangesOf(c.prefix, c.names)
+	ready := make(chan struct{}, len(ranges))
+	for _, r := range ranges {
+		wg.Go(func() { watchRange(ctx, cli, r, ready, changed) })
+	}
+	timeout := time.NewTimer(c.conn.commandTimeout)
+	defer timeout.Stop()
+	for range ranges {
+		select {
+		case <-ready:
+		case <-timeout.C:
+			return failf(exitEtcd, "no answer from etcd at %s within %v", c.conn.endpoints, c.conn.commandTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var last *snapshot
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, c.conn.commandTimeout)
+		snap, err := readSnapshot(rctx, cli, c.prefix, c.names, c.kind)
+		rcancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			return failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
+		case last == nil || !sameQueues(last, snap):
+			if err := c.printChange(w, snap); err != nil {
+				return err
+			}
+			last = snap
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// watchRange signals changed at every change under prefix until ctx ends, and ready once
+// its first watch is in place.
+func watchRange(ctx context.Context, cli *clientv3.Client, prefix string, ready, changed chan<- struct{}) {
+	first := true
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for resp := range cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) {
+			if resp.Created && first {
+				first = false
+				ready <- struct{}{}
+			}
+			if len(resp.Events) > 0 || resp.Err() != nil {
+				select {
+				case changed <- struct{}{}:
+				default: // a read is due already
+				}
+			}
+			if resp.Err() != nil {
+				break
+			}
+		}
+		cancel()
+		pause(ctx, 100*time.Millisecond) // no tight loop while etcd is away
+	}
+}
+
+// pause returns after d or once ctx ends.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// sameQueues reports whether two snapshots show the same holders and waiters, whatever the
+// TTLs they read: --watch prints only what changed.
+func sameQueues(a, b *snapshot) bool {
+	strip := func(s *snapshot) []nameStatus {
+		out := make([]nameStatus, len(s.Names))
+		for i, n := range s.Names {
+			n.Queue = append([]entry(nil), n.Queue...)
+			for j := range n.Queue {
+				n.Queue[j].TTL = nil
+			}
+			out[i] = n
+		}
+		return out
+	}
+	return reflect.DeepEqual(strip(a), strip(b))
+}
+
+// printChange prints a snapshot of --watch: a JSON line, or the text after a line with the
+// revision and the time.
+func (c *statusCommand) printChange(w io.Writer, snap *snapshot) error {
+	if !c.json {
+		if _, err := fmt.Fprintf(w, "--- revision %d at %s\n", snap.Revision, time.Now().UTC().Format(time.RFC3339)); err != nil {
+			return err
+		}
+	}
+	return c.print(w, snap)
+}
+
+// print writes a snapshot: as JSON, or as text, a paragraph per name.
+func (c *statusCommand) print(w io.Writer, snap *snapshot) error {
+	if c.json {
+		enc := json.NewEncoder(w)
+		if !c.watch {
+			enc.SetIndent("", "  ")
+		}
+		return enc.Encode(snap)
+	}
+	var b strings.Builder
+	for i, ns := range snap.Names {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		writeName(&b, ns)
+	}
+	if len(snap.Names) == 0 {
+		fmt.Fprintf(&b, "no name under %q\n", c.prefix)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeName writes one name's paragraph: a title, then its queue as a table.
+func writeName(b *strings.Builder, ns nameStatus) {
+	title := ns.Primitive
+	if ns.Primitive == "semaphore" {
+		title = "semaphore, limit unknown"
+		if ns.Limit != nil {
+			title = fmt.Sprintf("semaphore of %d", *ns.Limit)
+		}
+	}
+	holding, waiting := 0, 0
+	for _, e := range ns.Queue {
+		if e.State == stateHolds || e.State == stateLeads {
+			holding++
+		} else {
+			waiting++
+		}
+	}
+	switch {
+	case len(ns.Queue) == 0 && title == "":
+		fmt.Fprintf(b, "%s: nobody holds or waits\n", ns.Name)
+		return
+	case len(ns.Queue) == 0:
+		fmt.Fprintf(b, "%s: %s, nobody holds or waits\n", ns.Name, title)
+		return
+	case ns.Primitive == "election":
+		fmt.Fprintf(b, "%s: %s, %d leading, %d waiting\n", ns.Name, title, holding, waiting)
+	default:
+		fmt.Fprintf(b, "%s: %s, %d holding, %d waiting\n", ns.Name, title, holding, waiting)
+	}
+	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  POS\tKIND\tSTATE\tKEY\tTOKEN\tLEASE\tTTL\tOWNER")
+	for _, e := range ns.Queue {
+		lease := e.Lease
+		if lease == "" {
+			lease = "-"
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Position, e.Kind, e.State, e.Key, e.Token, lease, ttlText(e), ownerText(e.Owner))
+	}
+	tw.Flush()
+}
+
+// ttlText shows what the lease has left: "57s", "expired", "-" without a lease, "?" unknown.
+func ttlText(e entry) string {
+	switch {
+	case e.Lease == "":
+		return "-"
+	case e.TTL == nil:
+		return "?"
+	case *e.TTL < 0:
+		return "expired"
+	}
+	return fmt.Sprintf("%ds", *e.TTL)
+}
+
+// ownerText shows an owner: "web-3 pid 4711 since 2026-11-24T07:00:00Z", with the parts the
+// value has, or "unknown".
+func ownerText(owner map[string]string) string {
+	var parts []string
+	if h, ok := owner["host"]; ok {
+		parts = append(parts, h)
+	}
+	if p, ok := owner["pid"]; ok {
+		parts = append(parts, "pid "+p)
+	}
+	if s, ok := owner["since"]; ok {
+		parts = append(parts, "since "+s)
+	}
+	if len(parts) == 0 {
+		return "unknown"
+	}
+	return strings.Join(parts, " ")
+}

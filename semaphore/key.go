@@ -1,0 +1,10 @@
+package semaphore
+
+// Key is the permit's key in etcd, "<name>/permit/<lease hex>_<n>" under the name's prefix;
+// "" once released, and for a nil Permit.
+func (p *Permit) Key() string {
+	if h := p.hold(); h != nil {
+		return h.Key()
+	}
+	return ""
+}
