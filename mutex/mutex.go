@@ -23,8 +23,6 @@ type Mutex struct {
 	waiting string // key of the acquisition under way
 }
 
-var spec = core.Spec{Slots: 1}
-
 // New returns a Mutex on name over cli. It does no I/O. A bad name returns ErrInvalidName,
 // a bad option or a nil client ErrInvalidOption, both wrapped with the detail.
 func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
@@ -60,7 +58,7 @@ func (m *Mutex) Lock(ctx context.Context) error {
 	case <-ctx.Done():
 		return m.errorf("lock", ctx.Err())
 	}
-	h, err := m.q.Acquire(ctx, spec, m.setWaiting)
+	h, err := m.q.Acquire(ctx, core.Spec{Slots: 1, Value: core.OwnerValue("")}, m.setWaiting)
 	m.mu.Lock()
 	m.waiting, m.hold = "", h
 	m.mu.Unlock()
@@ -79,7 +77,7 @@ func (m *Mutex) TryLock(ctx context.Context) error {
 	default:
 		return m.errorf("try lock", ErrLocked)
 	}
-	h, err := m.q.TryAcquire(ctx, spec)
+	h, err := m.q.TryAcquire(ctx, core.Spec{Slots: 1, Value: core.OwnerValue("")})
 	if err != nil {
 		<-m.turn
 		return m.errorf("try lock", err)

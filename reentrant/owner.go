@@ -3,7 +3,6 @@ package reentrant
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -117,14 +116,6 @@ func endCause(err error) error {
 	return context.Canceled
 }
 
-// processID names this process in the value of every key it writes.
-var processID = sync.OnceValue(func() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown"
-	}
-	return fmt.Sprintf("host=%s pid=%d", host, os.Getpid())
-})
-
-// ownerValue is the value of a new owner's key: who holds the lock, for `etcdctl get`.
-func ownerValue() string { return processID() + " owner=" + uuid.NewString() }
+// ownerValue is the value of a new owner's key: who holds the lock, since when and as which
+// owner, for `etcdctl get` and `etcdsync status`.
+func ownerValue() string { return core.OwnerValue("owner=" + uuid.NewString()) }

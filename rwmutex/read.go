@@ -167,7 +167,7 @@ func (rw *RWMutex) acquire(ctx context.Context, g *group) {
 	var queued sync.Once
 	markQueued := func() { queued.Do(func() { close(g.queued) }) }
 	defer markQueued()
-	h, err := rw.q.AcquireNotify(ctx, readSpec, nil, markQueued)
+	h, err := rw.q.AcquireNotify(ctx, readSpec(), nil, markQueued)
 	rw.mu.Lock()
 	if err == nil && g.waiting > 0 {
 		g.hold, g.members, g.waiting = h, g.waiting, 0
@@ -239,7 +239,7 @@ func (rw *RWMutex) TryRLock(ctx context.Context) error {
 		return nil
 	}
 	rw.mu.Unlock()
-	h, err := rw.q.TryAcquire(ctx, readSpec)
+	h, err := rw.q.TryAcquire(ctx, readSpec())
 	if err != nil {
 		return rw.errorf("try rlock", err)
 	}

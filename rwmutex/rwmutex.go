@@ -17,12 +17,13 @@ const (
 	writeKind = core.KindWrite
 )
 
-var (
-	// A reader is served once no write key is ahead of it.
-	readSpec = core.Spec{Kind: readKind, Ahead: writeKind, Slots: 1}
-	// A writer is served once no key at all is ahead of it.
-	writeSpec = core.Spec{Kind: writeKind, Slots: 1}
-)
+// readSpec is a reader's: served once no write key is ahead of it.
+func readSpec() core.Spec {
+	return core.Spec{Kind: readKind, Ahead: writeKind, Slots: 1, Value: core.OwnerValue("")}
+}
+
+// writeSpec is a writer's: served once no key at all is ahead of it.
+func writeSpec() core.Spec { return core.Spec{Kind: writeKind, Slots: 1, Value: core.OwnerValue("")} }
 
 // RWMutex is a distributed readers/writer lock on one name. Many readers hold it at once,
 // a writer alone, in FIFO order of arrival in etcd: a reader that comes after a waiting

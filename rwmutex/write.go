@@ -47,7 +47,7 @@ func (rw *RWMutex) Lock(ctx context.Context) error {
 	var h *core.Hold
 	err := ctx.Err()
 	if err == nil {
-		h, err = rw.q.Acquire(ctx, writeSpec, nil)
+		h, err = rw.q.Acquire(ctx, writeSpec(), nil)
 	}
 	rw.mu.Lock()
 	rw.wpending, rw.write = nil, h
@@ -80,7 +80,7 @@ func (rw *RWMutex) TryLock(ctx context.Context) error {
 		<-rw.turn
 		return rw.errorf("try lock", ErrLocked)
 	}
-	h, err := rw.q.TryAcquire(ctx, writeSpec)
+	h, err := rw.q.TryAcquire(ctx, writeSpec())
 	if err != nil {
 		<-rw.turn
 		return rw.errorf("try lock", err)

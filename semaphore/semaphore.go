@@ -67,6 +67,13 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 	}, nil
 }
 
+// specNow is the spec of an acquisition starting now: its key's value says who and since when.
+func (s *Semaphore) specNow() core.Spec {
+	spec := s.spec
+	spec.Value = core.OwnerValue("")
+	return spec
+}
+
 // Limit is the number of permits, as given to New.
 func (s *Semaphore) Limit() int { return s.limit }
 
@@ -77,7 +84,7 @@ func (s *Semaphore) Limit() int { return s.limit }
 // on its client's watch. If ctx ends first it returns ctx's error, wrapped, after
 // deleting its key. ErrLost means the session's lease expired while waiting.
 func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
-	h, err := s.take(ctx, func(ctx context.Context) (*core.Hold, error) { return s.q.Acquire(ctx, s.spec, nil) })
+	h, err := s.take(ctx, func(ctx context.Context) (*core.Hold, error) { return s.q.Acquire(ctx, s.specNow(), nil) })
 	if err != nil {
 		return nil, s.errorf("acquire", err)
 	}
@@ -88,7 +95,7 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
 // ErrNoPermits having written nothing. It records the limit as Acquire does. When no
 // permit is free it costs one read-only Txn; when one is, that and the Txn that takes it.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) {
-	h, err := s.take(ctx, func(ctx context.Context) (*core.Hold, error) { return s.q.TryAcquire(ctx, s.spec) })
+	h, err := s.take(ctx, func(ctx context.Context) (*core.Hold, error) { return s.q.TryAcquire(ctx, s.specNow()) })
 	if errors.Is(err, core.ErrLocked) { // limit 1: the core's single-slot try
 		err = ErrNoPermits
 	}

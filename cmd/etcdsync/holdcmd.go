@@ -3,8 +3,6 @@
 package main
 
 import (
-	"fmt"
-	"os"
 	"time"
 
 	"github.com/etcdsync/etcdsync/internal/core"
@@ -109,16 +107,7 @@ func (c *holdCommand) parse(sub *subcommand, args []string, a *app) error {
 		c.command = rest
 	}
 	if c.verb == "elect" && !set["value"] {
-		c.value = ownerValue()
+		c.value = core.OwnerValue("")
 	}
 	return nil
-}
-
-// ownerValue describes this process as etcdsync's keys do: "host=H pid=P since=T".
-func ownerValue() string {
-	host, err := os.Hostname()
-	if err != nil {
-		host = "unknown"
-	}
-	return fmt.Sprintf("host=%s pid=%d since=%s", host, os.Getpid(), time.Now().UTC().Format(time.RFC3339))
 }
