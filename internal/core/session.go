@@ -267,7 +267,7 @@ func (s *sharedSession) take() []*Session {
 // Shutdown revokes the leases shared by the primitives on cli (one per TTL in use, and any
 // retired one not yet revoked), so that every hold and waiting acquisition on them ends at
 // once (Done closes, Err says ErrLost) and other clients need not wait a TTL for their keys
-// to go. An acquisition under way on a revoked lease fails with ErrLost: it never moves to a
+// to go. Each revoke is retried through leader changes until ctx ends. An acquisition under way on a revoked lease fails with ErrLost: it never moves to a
 // new lease. The next acquisition on cli grants a new lease. Sessions given with WithSession
 // are the caller's to close.
 func Shutdown(ctx context.Context, cli *clientv3.Client) error {
@@ -284,7 +284,10 @@ func Shutdown(ctx context.Context, cli *clientv3.Client) error {
 		for _, sess := range s.take() {
 			sess.end(errShutdown) // first: an acquisition that then finds the lease gone knows why
 			sess.ka.stop()
-			if _, err := cli.Revoke(ctx, sess.id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			_, err := retry(ctx, func() (*clientv3.LeaseRevokeResponse, error) {
+				return cli.Revoke(clientv3.WithRequireLeader(ctx), sess.id)
+			})
+			if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				errs = append(errs, fmt.Errorf("revoke lease %x: %w", int64(sess.id), err))
 			}
 		}
