@@ -383,12 +383,14 @@ func TestTransientErrors(t *testing.T) {
 		status.Error(codes.Unknown, "raft: stopped"),
 		status.Error(codes.Unknown, "unexpected HTTP status code received from server: 200 (OK); malformed header: missing HTTP content-type"),
 		status.Error(codes.Unavailable, "etcdserver: no leader"),
+		status.Error(codes.InvalidArgument, `invalid gRPC request content-type ""`),
 	} {
 		assert.True(t, core.Transient(err), "%v", err)
 	}
 	for _, err := range []error{
 		status.Error(codes.Unknown, "something else"),
 		status.Error(codes.PermissionDenied, "etcdserver: permission denied"),
+		status.Error(codes.InvalidArgument, "etcdserver: key is not provided"),
 		errors.New("plain"),
 	} {
 		assert.False(t, core.Transient(err), "%v", err)

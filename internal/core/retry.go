@@ -86,6 +86,10 @@ func transient(err error) bool {
 			return true
 		case codes.Unknown:
 			return unknownButTransient(s.Message())
+		case codes.InvalidArgument:
+			// A request whose headers a garbled connection mangled: gRPC refused it
+			// before etcd saw it.
+			return strings.Contains(s.Message(), "invalid gRPC request content-type")
 		}
 	}
 	return false

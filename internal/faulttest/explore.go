@@ -29,10 +29,11 @@ const (
 var ciSeeds = []uint64{1, 2, 3}
 
 const (
-	exploreClients   = 3               // clients of one seed, each with its own proxies and injector
-	handlesPerClient = 2               // workers per client on the shared name: one lease, several holds and waiters
-	exploreFor       = 8 * time.Second // how long a seed draws faults
-	sideProgress     = 5 * time.Second // how long a healthy client's own lock may go without progress while another client is cut off
+	exploreClients   = 3                // clients of one seed, each with its own proxies and injector
+	handlesPerClient = 2                // workers per client on the shared name: one lease, several holds and waiters
+	exploreFor       = 8 * time.Second  // how long a seed draws faults
+	sideProgress     = 5 * time.Second  // how long a healthy client's own lock may go without progress while another client is cut off
+	sideRecovery     = 20 * time.Second // how long a client's own lock may take to go on after earlier faults
 )
 
 // Explore runs w under schedules drawn from seeds instead of one fault at a time: several

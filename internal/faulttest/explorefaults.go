@@ -90,6 +90,17 @@ func cutOffAClient(ctx context.Context, x *exploration) (string, error) {
 	i := x.rng.IntN(len(x.clients))
 	d := time.Duration(300+x.rng.IntN(int(x.r.w.TTL/time.Millisecond)+2000)) * time.Millisecond
 	detail := fmt.Sprintf("client %d for %v", i, d)
+	// Every client's own lock goes on first: one still recovering from an earlier fault is
+	// not yet the healthy client this fault is about.
+	for j, s := range x.side {
+		select {
+		case <-s.next():
+		case <-time.After(sideRecovery):
+			return detail, fmt.Errorf("client %d's own lock made no progress in %v before the cut", j, sideRecovery)
+		case <-ctx.Done():
+			return detail, ctx.Err()
+		}
+	}
 	cut := x.clients[i]
 	cut.Blackhole()
 	defer cut.Restore()
