@@ -179,9 +179,8 @@ func (q *Queue) enqueue(ctx context.Context, sess *Session, spec Spec, key strin
 			Then(clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithCountOnly()),
 				clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
 			// The key is there already (written by a try of this call whose answer was lost,
-			// or late): it is this slot's, so take its place, with this acquisition's value.
-			Else(takeOver(key, spec.Value, sess),
-				clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+			// or late): it is this slot's, so take its place (see takeOver).
+			Else(clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 	})
 	if res.unknown {
 		q.sessions.Retire(sess) // see abandon
@@ -196,7 +195,7 @@ func (q *Queue) enqueue(ctx context.Context, sess *Session, spec Spec, key strin
 		rev := resp.Header.Revision
 		return enqueued{rev: rev, snap: rev, ahead: int(resp.Responses[0].GetResponseRange().Count)}, err
 	}
-	own := resp.Responses[1].GetResponseRange().Kvs
+	own := resp.Responses[0].GetResponseRange().Kvs
 	switch {
 	case len(own) == 0 && len(spec.Guard) > 0:
 		return enqueued{unknown: res.unknown}, ErrGuard // the key is absent, so the guard failed
@@ -204,16 +203,32 @@ func (q *Queue) enqueue(ctx context.Context, sess *Session, spec Spec, key strin
 		return enqueued{unknown: res.unknown}, fmt.Errorf("%w: key %s vanished inside a Txn", ErrLost, key)
 	}
 	rev := own[0].CreateRevision
-	return enqueued{rev: rev, snap: resp.Header.Revision, ahead: countAhead(resp.Responses[2].GetResponseRange().Kvs, rev)}, err
+	e := enqueued{rev: rev, snap: resp.Header.Revision, ahead: countAhead(resp.Responses[1].GetResponseRange().Kvs, rev)}
+	if err == nil {
+		err = q.takeOver(ctx, sess, own[0], spec.Value)
+	}
+	return e, err
 }
 
-// takeOver is the op that, in the Else of an acquisition's Txn, writes the acquisition's
-// value into the slot's key if the key is there already, so that a key taken over never
-// keeps an older value (another owner, a stale proposal). It writes nothing otherwise.
-func takeOver(key, value string, sess *Session) clientv3.Op {
-	return clientv3.OpTxn(
-		[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "!=", 0)},
-		[]clientv3.Op{clientv3.OpPut(key, value, clientv3.WithLease(sess.Lease()))}, nil)
+// takeOver gives a key of the slot that an acquisition found already there (a try of the
+// same call whose answer was lost, or a write applied late) the acquisition's value, so that
+// it never keeps an older one (another owner, a stale proposal): one fenced Put, and only
+// then. Kept out of the acquiring Txn, where it would cost every acquisition.
+func (q *Queue) takeOver(ctx context.Context, sess *Session, kv *mvccpb.KeyValue, value string) error {
+	if string(kv.Value) == value {
+		return nil
+	}
+	key := string(kv.Key)
+	_, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+		return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision)).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(sess.Lease()))).
+			Commit()
+	})
+	if err != nil {
+		return fmt.Errorf("take over %s: %w", key, err)
+	}
+	return nil
 }
 
 // countAhead counts the keys created before rev.

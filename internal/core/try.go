@@ -36,7 +36,7 @@ func (q *Queue) try(ctx context.Context, sess *Session, spec Spec, sl *slot) (*H
 		return t.If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(aheadRange), "=", 0).WithPrefix()}, spec.Guard...)...).
 			Then(clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
 			// The key may be there already: see enqueue.
-			Else(append([]clientv3.Op{takeOver(key, spec.Value, sess), clientv3.OpGet(key),
+			Else(append([]clientv3.Op{clientv3.OpGet(key),
 				clientv3.OpGet(aheadRange, clientv3.WithFirstCreate()...)}, checkGuard(spec)...)...)
 	})
 	if res.unknown {
@@ -50,15 +50,18 @@ func (q *Queue) try(ctx context.Context, sess *Session, spec Spec, sl *slot) (*H
 	case resp.Succeeded:
 		return q.grant(ctx, sess, sl, resp.Header.Revision, err)
 	}
-	own, first := resp.Responses[1].GetResponseRange().Kvs, resp.Responses[2].GetResponseRange().Kvs
+	own, first := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
 	switch {
-	case len(own) == 0 && !guardHeld(resp, 3):
+	case len(own) == 0 && !guardHeld(resp, 2):
 		q.abandon(ctx, sl, 0, res.unknown)
 		return nil, ErrGuard
 	case len(own) == 0:
 		q.abandon(ctx, sl, 0, res.unknown)
 		return nil, ErrLocked
 	case len(first) == 0 || first[0].CreateRevision >= own[0].CreateRevision:
+		if err == nil {
+			err = q.takeOver(ctx, sess, own[0], spec.Value)
+		}
 		return q.grant(ctx, sess, sl, own[0].CreateRevision, err)
 	}
 	q.abandon(ctx, sl, own[0].CreateRevision, false) // ours, but behind another: a try does not wait
@@ -154,7 +157,7 @@ func (q *Queue) putIfUnchanged(ctx context.Context, sess *Session, spec Spec, sl
 	res, err := commitWrite(ctx, q.cli, func(t clientv3.Txn) clientv3.Txn {
 		return t.If(cmps...).
 			Then(clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
-			Else(append([]clientv3.Op{takeOver(key, spec.Value, sess), clientv3.OpGet(key),
+			Else(append([]clientv3.Op{clientv3.OpGet(key),
 				clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly())}, checkGuard(spec)...)...)
 	})
 	if res.unknown {
@@ -168,14 +171,17 @@ func (q *Queue) putIfUnchanged(ctx context.Context, sess *Session, spec Spec, sl
 	case resp.Succeeded:
 		return q.grant(ctx, sess, sl, resp.Header.Revision, err)
 	}
-	own := resp.Responses[1].GetResponseRange().Kvs
+	own := resp.Responses[0].GetResponseRange().Kvs
 	switch {
-	case len(own) == 1 && countAhead(resp.Responses[2].GetResponseRange().Kvs, own[0].CreateRevision) < spec.Slots:
+	case len(own) == 1 && countAhead(resp.Responses[1].GetResponseRange().Kvs, own[0].CreateRevision) < spec.Slots:
+		if err == nil {
+			err = q.takeOver(ctx, sess, own[0], spec.Value)
+		}
 		return q.grant(ctx, sess, sl, own[0].CreateRevision, err)
 	case len(own) == 1:
 		q.abandon(ctx, sl, own[0].CreateRevision, false) // ours, but not served: a try does not wait
 		return nil, ErrNoPermits
-	case !guardHeld(resp, 3):
+	case !guardHeld(resp, 2):
 		q.abandon(ctx, sl, 0, res.unknown)
 		return nil, ErrGuard
 	case err != nil:
