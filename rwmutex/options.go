@@ -14,8 +14,9 @@ type Option = core.Option
 // DefaultTTL is the lease TTL without WithTTL: a holder that dies frees the lock after it.
 const DefaultTTL = core.DefaultTTL
 
-// WithTTL sets the TTL of the lease the lock's keys are bound to, at least one second
-// (rounded up to whole seconds). The primitives of every etcdsync package on one client
+// WithTTL sets the TTL of the lease the lock's keys are bound to, from one second
+// (rounded up to whole seconds) to etcd's limit of 9,000,000,000 s; New refuses others with
+// ErrInvalidOption. The primitives of every etcdsync package on one client
 // with one TTL share a lease.
 // When no renewal of the shared lease gets through for the TTL less a margin (1% of it
 // plus 100 ms), its holds end locally with ErrLost, before etcd can let it expire.
