@@ -38,7 +38,7 @@ func WithPrefix(prefix string) Option { return core.WithPrefix(prefix) }
 // The errors of this package, shared with every etcdsync package; compare with errors.Is.
 var (
 	ErrInvalidName   = core.ErrInvalidName   // New: empty, over 512 bytes, NUL, not UTF-8
-	ErrInvalidOption = core.ErrInvalidOption // New: a bad option or a nil client
+	ErrInvalidOption = core.ErrInvalidOption // New: a bad option or a nil client; any call: a handle not made by New, a closed client
 	ErrLocked        = core.ErrLocked        // TryLock, TryRLock: a holder or waiter is in the way
 	ErrNotLocked     = core.ErrNotLocked     // Unlock, RUnlock, Err: no hold
 	ErrLost          = core.ErrLost          // the hold ended without Unlock

@@ -37,7 +37,7 @@ func WithPrefix(prefix string) Option { return core.WithPrefix(prefix) }
 // The errors of this package, shared with every etcdsync package; compare with errors.Is.
 var (
 	ErrInvalidName   = core.ErrInvalidName   // New: empty, over 512 bytes, NUL, not UTF-8
-	ErrInvalidOption = core.ErrInvalidOption // New: a bad option, a nil client, a limit below 1
+	ErrInvalidOption = core.ErrInvalidOption // New: a bad option, a nil client, a limit below 1; any call: a handle not made by New, a closed client
 	ErrNoPermits     = core.ErrNoPermits     // TryAcquire: every permit is held
 	ErrLimitMismatch = core.ErrLimitMismatch // Acquire, TryAcquire: etcd records another limit
 	ErrNotLocked     = core.ErrNotLocked     // Release, Err: the permit is released already
