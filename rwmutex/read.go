@@ -278,13 +278,16 @@ func (rw *RWMutex) RUnlock(ctx context.Context) error {
 	}
 	rw.mu.Lock()
 	i := slices.IndexFunc(rw.groups, func(g *group) bool { return g.members > 0 })
-	for i < 0 {
+	if i < 0 {
 		j := slices.IndexFunc(rw.groups, func(g *group) bool { return g.releasing != nil })
 		if j < 0 {
 			rw.mu.Unlock()
 			return rw.errorf("runlock", ErrNotLocked)
 		}
-		releasing := rw.groups[j].releasing
+		// The last reader of that group is releasing it: if that fails, it is a reader
+		// again, and this RUnlock leaves as it. Groups older than it take no member.
+		g := rw.groups[j]
+		releasing := g.releasing
 		rw.mu.Unlock()
 		select {
 		case <-releasing:
@@ -292,7 +295,10 @@ func (rw *RWMutex) RUnlock(ctx context.Context) error {
 			return rw.errorf("runlock", ctx.Err())
 		}
 		rw.mu.Lock()
-		i = slices.IndexFunc(rw.groups, func(g *group) bool { return g.members > 0 })
+		if i = slices.Index(rw.groups, g); i < 0 || g.members == 0 {
+			rw.mu.Unlock()
+			return rw.errorf("runlock", ErrNotLocked)
+		}
 	}
 	// The oldest: while a reader holds through a younger group, no writer can be served
 	// between the two, so the proof that the oldest key lasted covers every reader, and
