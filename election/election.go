@@ -13,13 +13,21 @@ import (
 
 // Election is one candidate's handle on the election of a name. It is safe for use by
 // several goroutines; it campaigns for one leadership at a time.
+//
+// Only New makes a usable Election. The zero Election and a nil *Election lead nothing and
+// campaign for nothing: Campaign and Leader return ErrInvalidOption, Proclaim and Resign an
+// error matching ErrInvalidOption and ErrNotLeader, Observe a closed channel, and the others
+// report no leadership (Token 0, Done closed, Err ErrNotLeader, IsOwner never true, Key "").
+// None of them blocks or panics.
 type Election struct {
-	name string
-	q    *core.Queue
-	turn chan struct{} // full from Campaign until the leadership ends by Resign
+	name      string
+	q         *core.Queue
+	turn      chan struct{} // full from Campaign until the leadership ends, by Resign or loss
+	resigning chan struct{} // one Resign at a time: full while one runs
 
-	mu   sync.Mutex
-	hold *core.Hold
+	mu      sync.Mutex
+	hold    *core.Hold
+	changed chan struct{} // closed, and replaced, whenever hold changes
 }
 
 // errNoLeadership is what Resign, Proclaim and Err return without leadership: ErrNotLeader,
@@ -40,10 +48,20 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 		return nil, fmt.Errorf("election %q: %w", name, err)
 	}
 	return &Election{
-		name: name,
-		q:    core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)),
-		turn: make(chan struct{}, 1),
+		name:      name,
+		q:         core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)),
+		turn:      make(chan struct{}, 1),
+		resigning: make(chan struct{}, 1),
+		changed:   make(chan struct{}),
 	}, nil
+}
+
+// queue is the Election's queue; nil for an Election that New did not make.
+func (e *Election) queue() *core.Queue {
+	if e == nil {
+		return nil
+	}
+	return e.q
 }
 
 // Campaign enters value as a candidate and returns once this handle leads, in FIFO order
@@ -51,22 +69,20 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 // on the client's first use). Before it returns it makes sure the leadership is still
 // alive (its key there, its session live) and starts watching it, so Done closes at once if
 // it is lost later; a leadership lost while being won returns ErrLost. If ctx ends first it
-// returns ctx's error, wrapped, after deleting its key: a failed Campaign leaves no key.
+// returns ctx's error, wrapped, after deleting its key: a failed Campaign leaves no key
+// (see mutex.Mutex.Lock for the bounds). With ctx done already it returns ctx's error
+// having sent nothing. ErrInvalidOption: e was not made by New, or its client is closed.
 //
-// While this handle leads, another Campaign waits for Resign. A leadership that was lost
-// (Done closed) is forgotten by the next Campaign, as Resign would.
+// While this handle leads, or campaigns, another Campaign waits until the leadership ends:
+// by Resign, or by its loss, which a lost leader learns of when etcd says so (Done closes)
+// and never resigns; the waiting Campaign forgets the lost leadership, as Resign would, and
+// campaigns. So does a Campaign that finds the leadership lost already.
 func (e *Election) Campaign(ctx context.Context, value string) error {
-	if h := e.current(); h != nil {
-		select {
-		case <-h.Done():
-			_ = e.Resign(ctx) // lost: returns ErrLost and frees the handle
-		default:
-		}
+	if err := e.queue().Unusable(); err != nil {
+		return e.errorf("campaign", err)
 	}
-	select {
-	case e.turn <- struct{}{}:
-	case <-ctx.Done():
-		return e.errorf("campaign", ctx.Err())
+	if err := e.takeTurn(ctx); err != nil {
+		return e.errorf("campaign", err)
 	}
 	h, err := e.q.Acquire(ctx, core.Spec{Slots: 1, Value: value}, nil)
 	if err == nil {
@@ -80,17 +96,76 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 		<-e.turn
 		return e.errorf("campaign", err)
 	}
-	e.mu.Lock()
-	e.hold = h
-	e.mu.Unlock()
+	e.setHold(h)
 	return nil
 }
 
+// takeTurn takes the handle's turn to campaign: at once if it is free, else once the
+// leadership or the Campaign that has it ends. A leadership found lost is forgotten here,
+// which gives the turn back: nobody else would.
+func (e *Election) takeTurn(ctx context.Context) error {
+	var forgotten *core.Hold
+	for {
+		select {
+		case e.turn <- struct{}{}:
+			return nil
+		default:
+		}
+		e.mu.Lock()
+		h, changed := e.hold, e.changed
+		e.mu.Unlock()
+		var lost <-chan struct{}
+		if h != nil && h != forgotten {
+			lost = h.Done() // closed by a loss, or by a Resign under way, which frees the turn
+		}
+		select {
+		case e.turn <- struct{}{}:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		case <-lost:
+			forgotten = h
+			_, _ = e.end(ctx, h) // no I/O: the hold has ended
+		}
+	}
+}
+
+// setHold makes h the handle's leadership (nil: none), and tells the Campaigns waiting.
+func (e *Election) setHold(h *core.Hold) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.hold = h
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+// end releases h, the handle's leadership, and gives the turn back if that ended it.
+func (e *Election) end(ctx context.Context, h *core.Hold) (ended bool, err error) {
+	ended, err = h.Release(ctx)
+	if ended {
+		e.mu.Lock()
+		mine := e.hold == h
+		e.mu.Unlock()
+		if mine {
+			e.setHold(nil)
+		}
+		<-e.turn
+	}
+	return ended, err
+}
+
 // Proclaim replaces the leader's value without a new election: one Txn that writes only
-// while this handle's key is the one it created. Without leadership, or once it was lost,
-// it returns ErrNotLeader and writes nothing.
+// while this handle's key is the one it created, retried through leader changes of etcd
+// until ctx ends (with ctx done already, ctx's error). Without leadership, or once it was
+// lost (also through a closed client), it returns ErrNotLeader and writes nothing; on an
+// Election not made by New, an error matching ErrInvalidOption and ErrNotLeader.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
+	if e.queue() == nil {
+		return e.errorf("proclaim", fmt.Errorf("%w (%w)", e.queue().Unusable(), errNoLeadership))
+	}
 	h := e.current()
+	_ = h.EndIfClientClosed()
 	if h == nil || !h.Live() {
 		return e.errorf("proclaim", errNoLeadership)
 	}
@@ -107,22 +182,29 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 // Resign ends the leadership: one Txn that deletes the key only while its create revision
 // is still this leadership's, so a late or repeated Resign never deposes a newer leader.
 // The next candidate in line then leads. It returns ErrNotLeader without leadership, and
-// ErrLost (the leadership has ended all the same) if it was lost before. If etcd cannot be
-// reached before ctx ends, the leadership stays and Resign may be called again.
+// ErrLost (the leadership has ended all the same) if it was lost before, or if the client
+// is closed. If etcd cannot be reached before ctx ends, or ctx is done already (Resign then
+// sends nothing), the leadership stays and Resign may be called again. A Resign that comes
+// while another one runs waits for its outcome: ErrNotLeader if that one ended the
+// leadership, else it tries itself. On an Election not made by New it returns an error
+// matching ErrInvalidOption and ErrNotLeader.
 func (e *Election) Resign(ctx context.Context) error {
+	if e.queue() == nil {
+		return e.errorf("resign", fmt.Errorf("%w (%w)", e.queue().Unusable(), errNoLeadership))
+	}
 	h := e.current()
 	if h == nil {
 		return e.errorf("resign", errNoLeadership)
 	}
-	ended, err := h.Release(ctx)
-	if ended {
-		e.mu.Lock()
-		if e.hold == h {
-			e.hold = nil
-		}
-		e.mu.Unlock()
-		<-e.turn
+	if err := core.TakeTurn(ctx, e.resigning); err != nil {
+		return e.errorf("resign", err)
 	}
+	defer func() { <-e.resigning }()
+	if e.current() != h {
+		return e.errorf("resign", errNoLeadership) // the Resign before this one ended it
+	}
+	_ = h.EndIfClientClosed()
+	_, err := e.end(ctx, h)
 	switch {
 	case errors.Is(err, core.ErrNotLocked):
 		return e.errorf("resign", errNoLeadership) // another call ended it
@@ -133,13 +215,17 @@ func (e *Election) Resign(ctx context.Context) error {
 }
 
 func (e *Election) current() *core.Hold {
+	if e == nil {
+		return nil
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.hold
 }
 
 // Token is the fencing token of the leadership: its key's create revision, strictly
-// increasing across the successive leaders of the name. 0 without leadership.
+// increasing across the successive leaders of the name. 0 without leadership. No I/O, as
+// for Done, Err, IsOwner and Key.
 func (e *Election) Token() int64 {
 	return e.current().Token()
 }
@@ -165,9 +251,15 @@ func (e *Election) Err() error {
 // create revision: put it in the If of every write the leader makes. Without leadership it
 // never succeeds.
 func (e *Election) IsOwner() clientv3.Cmp {
+	if e.queue() == nil {
+		return core.UnmadeOwner()
+	}
 	return e.q.IsOwner(e.current())
 }
 
 func (e *Election) errorf(op string, err error) error {
+	if e.queue() == nil {
+		return fmt.Errorf("election: %s: %w", op, err)
+	}
 	return fmt.Errorf("election %q: %s: %w", e.name, op, err)
 }

@@ -10,8 +10,12 @@ type Leader struct {
 }
 
 // Leader returns the current leader, read linearizably: one Range, retried through leader
-// changes of etcd until ctx ends. ErrNoLeader when nobody leads.
+// changes of etcd until ctx ends (with ctx done already, ctx's error). ErrNoLeader when
+// nobody leads. ErrInvalidOption: e was not made by New, or its client is closed.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
+	if err := e.queue().Unusable(); err != nil {
+		return Leader{}, e.errorf("leader", err)
+	}
 	hd, err := e.q.Head(ctx)
 	switch {
 	case err != nil:
@@ -33,9 +37,15 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // A reader that keeps up sees every change. One that lags keeps up to 128 changes queued;
 // past that it skips the oldest, so it may miss intermediate values, but never sees them
 // out of order and always ends with the latest. The observers of one client share one
-// watch of the name.
+// watch of the name. On an Election not made by New, or through a closed client, the
+// channel is closed at once; with ctx done already, it closes at once too, having yielded
+// at most the current leader.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
+	if e.queue().Unusable() != nil {
+		close(ch)
+		return ch
+	}
 	o := e.q.WatchHead()
 	go func() {
 		defer close(ch)

@@ -14,8 +14,9 @@ type Option = core.Option
 // DefaultTTL is the lease TTL without WithTTL: a leader that dies hands over after it.
 const DefaultTTL = core.DefaultTTL
 
-// WithTTL sets the TTL of the lease the candidates' keys are bound to, at least one second
-// (rounded up to whole seconds). Primitives on one client with one TTL share a lease.
+// WithTTL sets the TTL of the lease the candidates' keys are bound to, from one second
+// (rounded up to whole seconds) to etcd's limit of 9,000,000,000 s; New refuses others with
+// ErrInvalidOption. Primitives on one client with one TTL share a lease.
 // When no renewal of the shared lease gets through for the TTL less a margin (1% of it
 // plus 100 ms), its holds end locally with ErrLost, before etcd can let it expire.
 func WithTTL(ttl time.Duration) Option { return core.WithTTL(ttl) }
@@ -36,7 +37,7 @@ func WithPrefix(prefix string) Option { return core.WithPrefix(prefix) }
 // The errors of this package, shared with every etcdsync package; compare with errors.Is.
 var (
 	ErrInvalidName   = core.ErrInvalidName   // New: empty, over 512 bytes, NUL, not UTF-8
-	ErrInvalidOption = core.ErrInvalidOption // New: a bad option or a nil client
+	ErrInvalidOption = core.ErrInvalidOption // New: a bad option or a nil client; any call: a handle not made by New, a closed client
 	ErrNotLeader     = core.ErrNotLeader     // Proclaim, Resign, Err: this handle does not lead
 	ErrNotLocked     = core.ErrNotLocked     // Err without leadership (also matches ErrNotLeader)
 	ErrNoLeader      = core.ErrNoLeader      // Leader: nobody leads

@@ -13,10 +13,16 @@ import (
 // Mutex is a distributed lock on one name. It is safe for use by several goroutines: like
 // sync.Mutex, a Lock on a handle that holds the lock waits for its Unlock, and it never
 // re-enters (see package reentrant for that).
+//
+// Only New makes a usable Mutex. The zero Mutex and a nil *Mutex hold nothing and take
+// nothing: Lock and TryLock return ErrInvalidOption, Unlock an error matching both
+// ErrInvalidOption and ErrNotLocked, and the others report no hold (Token 0, Done closed,
+// Err ErrNotLocked, IsOwner never true, Key ""). None of them blocks or panics.
 type Mutex struct {
-	name string
-	q    *core.Queue
-	turn chan struct{} // the handle's own one-at-a-time: full while it waits or holds
+	name      string
+	q         *core.Queue
+	turn      chan struct{} // the handle's own one-at-a-time: full while it waits or holds
+	unlocking chan struct{} // one Unlock at a time: full while one runs
 
 	mu      sync.Mutex
 	hold    *core.Hold
@@ -37,22 +43,37 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 		return nil, fmt.Errorf("mutex %q: %w", name, err)
 	}
 	return &Mutex{
-		name: name,
-		q:    core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)),
-		turn: make(chan struct{}, 1),
+		name:      name,
+		q:         core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)),
+		turn:      make(chan struct{}, 1),
+		unlocking: make(chan struct{}, 1),
 	}, nil
 }
 
+// queue is the Mutex's queue; nil for a Mutex that New did not make.
+func (m *Mutex) queue() *core.Queue {
+	if m == nil {
+		return nil
+	}
+	return m.q
+}
+
 // Lock waits until the lock is held, in FIFO order with every other waiter on the name.
-// Uncontended it costs one Txn (and one lease grant on the client's first use). If ctx
-// ends first it returns ctx's error, wrapped, after deleting its key; if ctx ends while the
-// Txn that writes the key is in flight, Lock waits for its answer first (a round trip, at
-// most 5 s when etcd is unreachable), since etcd may apply it after the delete otherwise.
-// ErrLost means the session's lease expired while waiting; the next Lock takes a new one.
+// Uncontended it costs one Txn (and one lease grant on the client's first use). With ctx
+// done already it returns ctx's error, wrapped, having sent nothing. If ctx ends while it
+// waits, it returns ctx's error after deleting its key; if ctx ends while the Txn that
+// writes the key is in flight, Lock waits up to a second more for its answer, since etcd
+// may apply it after the delete otherwise, and up to a second for the delete; a delete that
+// etcd does not answer by then is done in the background. ErrLost means the session's
+// lease expired while waiting; the next Lock takes a new one. ErrInvalidOption: m was not
+// made by New, or its client is closed.
 //
 // Like a sync.Mutex, a handle stays taken from Lock to Unlock, also when its hold was lost
 // in between: call Unlock (it returns ErrLost) before this handle can Lock again.
 func (m *Mutex) Lock(ctx context.Context) error {
+	if err := m.queue().Unusable(); err != nil {
+		return m.errorf("lock", err)
+	}
 	select {
 	case m.turn <- struct{}{}:
 	case <-ctx.Done():
@@ -71,7 +92,12 @@ func (m *Mutex) Lock(ctx context.Context) error {
 
 // TryLock takes the lock only if nobody holds it or waits for it; otherwise, or if this
 // handle holds or waits already, it returns ErrLocked having written nothing. One Txn.
+// With ctx done already it returns ctx's error having sent nothing; if ctx ends while its
+// Txn is in flight, it returns within about 2 s (see Lock). ErrInvalidOption as for Lock.
 func (m *Mutex) TryLock(ctx context.Context) error {
+	if err := m.queue().Unusable(); err != nil {
+		return m.errorf("try lock", err)
+	}
 	select {
 	case m.turn <- struct{}{}:
 	default:
@@ -91,15 +117,29 @@ func (m *Mutex) TryLock(ctx context.Context) error {
 // Unlock releases the lock: one Txn that deletes the key only while its create revision is
 // still this hold's, so a late or repeated Unlock never frees a newer holder. It returns
 // ErrNotLocked without a hold, and ErrLost (the hold has ended all the same) if the hold
-// was lost before. If etcd cannot be reached before ctx ends, the lock stays held and
-// Unlock may be called again.
+// was lost before, or if the client is closed: the key then goes with its lease. If etcd
+// cannot be reached before ctx ends, or ctx is done already (Unlock then sends nothing),
+// the lock stays held and Unlock may be called again: give it a ctx that outlives the work
+// it guards, such as context.Background(). An Unlock that comes while another one runs
+// waits for its outcome, then returns ErrNotLocked if it released the lock, and otherwise
+// tries itself. On a Mutex not made by New it returns an error matching ErrInvalidOption
+// and ErrNotLocked.
 func (m *Mutex) Unlock(ctx context.Context) error {
-	m.mu.Lock()
-	h := m.hold
-	m.mu.Unlock()
+	if m.queue() == nil {
+		return m.errorf("unlock", core.Unheld(m.queue().Unusable()))
+	}
+	h := m.current()
 	if h == nil {
 		return m.errorf("unlock", ErrNotLocked)
 	}
+	if err := core.TakeTurn(ctx, m.unlocking); err != nil {
+		return m.errorf("unlock", err)
+	}
+	defer func() { <-m.unlocking }()
+	if m.current() != h {
+		return m.errorf("unlock", ErrNotLocked) // the Unlock before this one released it
+	}
+	_ = h.EndIfClientClosed()
 	ended, err := h.Release(ctx)
 	if ended {
 		m.mu.Lock()
@@ -114,6 +154,9 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 }
 
 func (m *Mutex) current() *core.Hold {
+	if m == nil {
+		return nil
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.hold
@@ -126,7 +169,8 @@ func (m *Mutex) setWaiting(key string) {
 }
 
 // Token is the fencing token of the hold: its key's create revision, strictly increasing
-// across the successive holders of the name. 0 without a hold.
+// across the successive holders of the name. 0 without a hold. No I/O, as for Done, Err,
+// IsOwner and Key.
 func (m *Mutex) Token() int64 {
 	return m.current().Token()
 }
@@ -152,11 +196,17 @@ func (m *Mutex) Err() error {
 // create revision: put it in the If of every write the lock guards. Without a hold it
 // never succeeds.
 func (m *Mutex) IsOwner() clientv3.Cmp {
+	if m.queue() == nil {
+		return core.UnmadeOwner()
+	}
 	return m.q.IsOwner(m.current())
 }
 
 // Key is this handle's key in etcd while it holds the lock or waits for it, else "".
 func (m *Mutex) Key() string {
+	if m == nil {
+		return ""
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.hold != nil {
@@ -166,5 +216,8 @@ func (m *Mutex) Key() string {
 }
 
 func (m *Mutex) errorf(op string, err error) error {
+	if m.queue() == nil {
+		return fmt.Errorf("mutex: %s: %w", op, err)
+	}
 	return fmt.Errorf("mutex %q: %s: %w", m.name, op, err)
 }

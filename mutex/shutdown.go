@@ -2,6 +2,7 @@ package mutex
 
 import (
 	"context"
+	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -13,5 +14,10 @@ import (
 // acquisition on them ends at once (Done closes, Err returns ErrLost) and their keys go,
 // so other processes need not wait a TTL. Without it, the keys of a closed client go when
 // its lease expires. An acquisition after Shutdown grants a new lease. Sessions given with
-// WithSession are the caller's to close.
-func Shutdown(ctx context.Context, cli *clientv3.Client) error { return core.Shutdown(ctx, cli) }
+// WithSession are the caller's to close. A nil cli returns ErrInvalidOption.
+func Shutdown(ctx context.Context, cli *clientv3.Client) error {
+	if cli == nil {
+		return fmt.Errorf("mutex: shutdown: %w: nil client", ErrInvalidOption)
+	}
+	return core.Shutdown(ctx, cli)
+}

@@ -13,6 +13,11 @@ import (
 
 // Mutex is a distributed reentrant lock on one name, owned by contexts. It is safe for use
 // by several goroutines, also when they share one owning context.
+//
+// Only New makes a usable Mutex. The zero Mutex and a nil *Mutex hold nothing and take
+// nothing: Lock and TryLock return ErrInvalidOption (and ctx), Unlock an error matching
+// both ErrInvalidOption and ErrNotLocked, and the others report no hold (Count 0, Token 0,
+// Done closed, Err ErrNotLocked, IsOwner never true). None of them blocks or panics.
 type Mutex struct {
 	name string
 	q    *core.Queue
@@ -37,27 +42,48 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 	return &Mutex{name: name, q: core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name))}, nil
 }
 
+// queue is the Mutex's queue; nil for a Mutex that New did not make.
+func (m *Mutex) queue() *core.Queue {
+	if m == nil {
+		return nil
+	}
+	return m.q
+}
+
 // Lock takes the lock for the owner of ctx and returns the context that carries the hold.
 //
 // If ctx owns a hold of m (it is, or derives from, a context this Lock or TryLock returned),
 // Lock re-enters at once with no RPC: it counts up and returns ctx itself. It fails without
-// waiting if the hold was lost (ErrLost) or released (ctx's error; ErrNotLocked for a
-// context.WithoutCancel copy that the release could not cancel), or if ctx is done. During
-// the last Unlock it waits for its outcome, and re-enters if the release failed.
+// waiting if the hold was lost (ErrLost; also once the client is closed) or released (ctx's
+// error; ErrNotLocked for a context.WithoutCancel copy that the release could not cancel),
+// or if ctx is done. During the last Unlock it waits for its outcome, and re-enters if the
+// release failed.
 //
 // Otherwise ctx's owner is a new one, which waits in FIFO order with every other waiter on
 // the name, also when another owner on this same handle holds the lock. It then writes one
 // key, costs what mutex.Lock costs (one Txn uncontended) and watches its key, so that the
 // returned context, derived from ctx, is cancelled with cause ErrLost as soon as the hold is
-// lost. If ctx ends first, Lock returns ctx's error, wrapped, after deleting its key.
+// lost. With ctx done already it returns ctx's error having sent nothing; if ctx ends
+// first, it returns ctx's error, wrapped, after deleting its key (see mutex.Mutex.Lock for
+// the bounds). ErrInvalidOption: m was not made by New, or its client is closed.
+//
+// A Lock or TryLock made within trylock.Timeout (on the context of its try, which ends when
+// Timeout returns) derives the owning context from, and on re-entry returns, the context
+// given to Timeout: it lives as long as the hold.
 //
 // On failure Lock returns ctx unchanged with the error.
 func (m *Mutex) Lock(ctx context.Context) (context.Context, error) {
+	if m.queue() == nil {
+		return ctx, m.errorf("lock", m.queue().Unusable())
+	}
 	if o := m.ownerOf(ctx); o != nil {
 		if err := o.enter(ctx); err != nil {
 			return ctx, m.errorf("lock", err)
 		}
-		return ctx, nil
+		return core.Outliving(ctx), nil
+	}
+	if err := m.q.Unusable(); err != nil {
+		return ctx, m.errorf("lock", err)
 	}
 	h, err := m.q.Acquire(ctx, core.Spec{Slots: 1, Value: ownerValue()}, nil)
 	if err != nil {
@@ -68,13 +94,20 @@ func (m *Mutex) Lock(ctx context.Context) (context.Context, error) {
 
 // TryLock is Lock that never waits: with a context that owns a hold of m it re-enters as
 // Lock does; otherwise it takes the lock only if nobody holds it or waits for it, and
-// returns ErrLocked having written nothing. One Txn.
+// returns ErrLocked having written nothing. One Txn. A done ctx, ErrInvalidOption and
+// trylock.Timeout as for Lock.
 func (m *Mutex) TryLock(ctx context.Context) (context.Context, error) {
+	if m.queue() == nil {
+		return ctx, m.errorf("try lock", m.queue().Unusable())
+	}
 	if o := m.ownerOf(ctx); o != nil {
 		if err := o.enter(ctx); err != nil {
 			return ctx, m.errorf("try lock", err)
 		}
-		return ctx, nil
+		return core.Outliving(ctx), nil
+	}
+	if err := m.q.Unusable(); err != nil {
+		return ctx, m.errorf("try lock", err)
 	}
 	h, err := m.q.TryAcquire(ctx, core.Spec{Slots: 1, Value: ownerValue()})
 	if err != nil {
@@ -83,8 +116,10 @@ func (m *Mutex) TryLock(ctx context.Context) (context.Context, error) {
 	return m.own(ctx, h), nil
 }
 
-// own makes ctx's child the owner of h, with a count of 1, cancelled when h ends.
+// own makes a child of ctx (of the context given to trylock.Timeout, for one of its tries)
+// the owner of h, with a count of 1, cancelled when h ends.
 func (m *Mutex) own(ctx context.Context, h *core.Hold) context.Context {
+	ctx = core.Outliving(ctx)
 	octx, cancel := context.WithCancelCause(ctx)
 	o := &owner{hold: h, count: 1}
 	h.OnEnd(func(err error) { cancel(endCause(err)) })
@@ -99,18 +134,28 @@ func (m *Mutex) own(ctx context.Context, h *core.Hold) context.Context {
 // repeated Unlock never frees a newer holder. The last Unlock then cancels the owning
 // context (cause context.Canceled).
 //
-// It returns ErrNotLocked if ctx owns no hold of m (also once it was released, or while
-// another goroutine's last Unlock runs), and ErrLost if the hold was lost: every Unlock then
-// still counts down, and the last one ends the hold.
-// The last Unlock works with a done ctx, such as the owning context after a loss: it then
-// runs on context.WithoutCancel(ctx) for at most 5 s. If etcd cannot be reached in time,
-// the lock stays held with a count of 1 and Unlock may be called again.
+// It returns ErrNotLocked if ctx owns no hold of m (also once it was released), and ErrLost
+// if the hold was lost, or if the client is closed: every Unlock then still counts down,
+// and the last one ends the hold. An Unlock that comes while another goroutine's last
+// Unlock runs waits for its outcome: ErrNotLocked if it released the hold, else it counts
+// down as if the other had not come.
+//
+// The last Unlock's delete does not stop when ctx ends, so that `defer m.Unlock(ctx)` frees
+// the lock also when ctx's deadline passes (before or during the call), and with the owning
+// context after a loss: it runs on a context detached from ctx that lasts 5 s past ctx's
+// end (5 s from the call if ctx is done already; as long as it takes if ctx never ends). If
+// etcd cannot be reached by then, the lock stays held with a count of 1 and Unlock may be
+// called again. On a Mutex not made by New, Unlock returns an error matching
+// ErrInvalidOption and ErrNotLocked.
 func (m *Mutex) Unlock(ctx context.Context) error {
+	if m.queue() == nil {
+		return m.errorf("unlock", core.Unheld(m.queue().Unusable()))
+	}
 	o := m.ownerOf(ctx)
 	if o == nil {
 		return m.errorf("unlock", fmt.Errorf("%w: the context owns no hold of this Mutex", ErrNotLocked))
 	}
-	last, err := o.exit()
+	last, err := o.exit(ctx)
 	if !last {
 		if err != nil {
 			return m.errorf("unlock", err)
@@ -129,8 +174,8 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 }
 
 // Count is how many Locks the owner of ctx has made on m that no Unlock matched yet: 0 when
-// ctx owns no hold of m, or once the last Unlock released it. After a loss it counts the
-// Unlocks still due. No RPC.
+// ctx owns no hold of m, or once the last Unlock released it, and on a Mutex not made by
+// New. After a loss it counts the Unlocks still due. No RPC.
 func (m *Mutex) Count(ctx context.Context) int {
 	if o := m.ownerOf(ctx); o != nil {
 		return o.depth()
@@ -152,6 +197,9 @@ func (m *Mutex) forget(o *owner) {
 // current is the hold of the owner that holds the lock through m, or nil. A lost hold
 // stays until its last Unlock, but a newer owner that holds since then comes first.
 func (m *Mutex) current() *core.Hold {
+	if m == nil {
+		return nil
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if n := len(m.holders); n > 0 {
@@ -162,6 +210,7 @@ func (m *Mutex) current() *core.Hold {
 
 // Token is the fencing token of the hold that an owner has through m: its key's create
 // revision, strictly increasing across the successive holders of the name. 0 without one.
+// No I/O, as for Done, Err and IsOwner.
 func (m *Mutex) Token() int64 {
 	return m.current().Token()
 }
@@ -183,9 +232,15 @@ func (m *Mutex) Err() error {
 // exists with its key's create revision: put it in the If of every write the lock guards.
 // Without a hold it never succeeds.
 func (m *Mutex) IsOwner() clientv3.Cmp {
+	if m.queue() == nil {
+		return core.UnmadeOwner()
+	}
 	return m.q.IsOwner(m.current())
 }
 
 func (m *Mutex) errorf(op string, err error) error {
+	if m.queue() == nil {
+		return fmt.Errorf("reentrant: %s: %w", op, err)
+	}
 	return fmt.Errorf("reentrant %q: %s: %w", m.name, op, err)
 }

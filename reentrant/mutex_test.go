@@ -391,7 +391,7 @@ func TestKeyValueNamesTheOwner(t *testing.T) {
 	const name = "owner-value"
 	admin := cluster.Client(t)
 	m := newMutex(t, cluster.Client(t), name)
-	value := regexp.MustCompile(`^host=(\S+) pid=(\d+) owner=([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$`)
+	value := regexp.MustCompile(`^host=(\S+) pid=(\d+) since=\S+ owner=([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$`)
 	host, err := os.Hostname()
 	require.NoError(t, err)
 

@@ -11,11 +11,12 @@ import (
 	"github.com/etcdsync/etcdsync/internal/core"
 )
 
-// releaseTimeout bounds a last Unlock whose context is already done: the owning context may
-// itself be cancelled (by the loss of the hold, or by its parent) while the key still has to
-// go. Long enough to ride out a leader election, short enough to keep Unlock prompt when
-// etcd is unreachable; the count then stays at 1 and Unlock may be called again.
-const releaseTimeout = 5 * time.Second
+// releaseGrace is how long the last Unlock's release goes on past the end of its ctx: the
+// owning context may itself be cancelled (by the loss of the hold, or by its parent), or a
+// deadline pass, while the key still has to go. Long enough to ride out a leader election,
+// short enough to keep Unlock prompt when etcd is unreachable; the count then stays at 1
+// and Unlock may be called again.
+const releaseGrace = 5 * time.Second
 
 // ownerKey is the context key of an owner of the Mutex m: ownership is per handle.
 type ownerKey struct{ m *Mutex }
@@ -46,6 +47,7 @@ func (o *owner) enter(ctx context.Context) error {
 		}
 	}
 	defer o.mu.Unlock()
+	_ = o.hold.EndIfClientClosed()
 	if o.count == 0 {
 		if err := ctx.Err(); err != nil {
 			return err // the release cancelled the owning context, and so ctx
@@ -63,14 +65,25 @@ func (o *owner) enter(ctx context.Context) error {
 	return nil
 }
 
-// exit counts one Unlock of o down. last is true when it was the last one, which must
-// release the hold and then call released; ErrLost reports a hold lost before.
-func (o *owner) exit() (last bool, err error) {
-	o.mu.Lock()
+// exit counts one Unlock of o down, once any release under way has ended (waiting as long
+// as the release itself could go on, see release). last is true when it was the last one,
+// which must release the hold and then call released; ErrLost reports a hold lost before.
+func (o *owner) exit(ctx context.Context) (last bool, err error) {
+	for {
+		o.mu.Lock()
+		ch := o.releasing
+		if ch == nil {
+			break
+		}
+		o.mu.Unlock()
+		if err := awaitRelease(ctx, ch); err != nil {
+			return false, err
+		}
+	}
 	defer o.mu.Unlock()
 	switch {
 	case o.count == 0:
-		return false, fmt.Errorf("%w: the context's hold is released or being released", ErrNotLocked)
+		return false, fmt.Errorf("%w: the context's hold is released", ErrNotLocked)
 	case o.count > 1:
 		o.count--
 		return false, o.hold.Err()
@@ -79,15 +92,49 @@ func (o *owner) exit() (last bool, err error) {
 	return true, nil
 }
 
-// release deletes the hold's key with a fenced delete (Hold.Release), on ctx or, when ctx
-// is done already, on a detached context bounded by releaseTimeout.
-func (o *owner) release(ctx context.Context) (ended bool, err error) {
-	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		defer cancel()
+// awaitRelease waits for another Unlock's release, whose end closes ch, for as long as a
+// release of this Unlock's own could go on.
+func awaitRelease(ctx context.Context, ch <-chan struct{}) error {
+	rctx, cancel := outlive(ctx, releaseGrace)
+	defer cancel()
+	select {
+	case <-ch:
+		return nil
+	case <-rctx.Done():
+		return fmt.Errorf("another Unlock's release of the hold is still under way: %w", ctx.Err())
 	}
-	return o.hold.Release(ctx)
+}
+
+// release deletes the hold's key with a fenced delete (Hold.Release), on a context that
+// outlives ctx by releaseGrace: a deadline that passes while the delete is in flight does
+// not cut it short. A closed client ends the hold as lost at once.
+func (o *owner) release(ctx context.Context) (ended bool, err error) {
+	rctx, cancel := outlive(ctx, releaseGrace)
+	defer cancel()
+	_ = o.hold.EndIfClientClosed()
+	return o.hold.Release(rctx)
+}
+
+// outlive returns a context with ctx's values that ends d after ctx does (d from now if ctx
+// is done already), or when the returned cancel is called.
+func outlive(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	octx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var grace *time.Timer
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		grace = time.AfterFunc(d, cancel)
+		mu.Unlock()
+	})
+	return octx, func() {
+		stop()
+		mu.Lock()
+		if grace != nil {
+			grace.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
 }
 
 // released ends the release that exit began: the hold is over if ended, otherwise it

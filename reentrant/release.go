@@ -1,5 +1,7 @@
 package reentrant
 
+import "github.com/etcdsync/etcdsync/internal/core"
+
 // WatchRelease lets a caller that retries a failed TryLock wake when the lock may have come
 // free instead of sleeping blindly; package trylock's Retry and Timeout use it. Call arm
 // before each TryLock: its channel yields once a key of the name is deleted after that
@@ -8,7 +10,11 @@ package reentrant
 // one goroutine at a time.
 //
 // It shares the client's one watch of the name with every waiter there and sends no RPC of
-// its own (the first registration on a client opens that watch).
+// its own (the first registration on a client opens that watch); neither it nor arm ever
+// blocks. On a Mutex not made by New, arm's channel never yields.
 func (m *Mutex) WatchRelease() (arm func() <-chan struct{}, stop func()) {
+	if m.queue() == nil {
+		return core.NoReleases()
+	}
 	return m.q.WatchRelease("")
 }

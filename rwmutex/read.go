@@ -63,11 +63,16 @@ func (rw *RWMutex) endReadLoss() {
 
 // RLock waits until the read lock is held: until no write key is ahead of its read key.
 // If another reader of this handle holds the lock, and no writer has queued since, it joins
-// that hold at once, with no RPC; if another is waiting, it waits with it. If ctx ends
-// first, it returns ctx's error, wrapped; the last reader of a group to give up deletes the
-// group's key before returning. While readers of a lost read hold of this handle remain
-// (see RWMutex), it waits for them to leave first.
+// that hold at once, with no RPC; if another is waiting, it waits with it. With ctx done
+// already it returns ctx's error, wrapped, having sent nothing. If ctx ends while it
+// waits, it returns ctx's error; the last reader of a group to give up deletes the group's
+// key before returning (see mutex.Mutex.Lock for the bounds). While readers of a lost read
+// hold of this handle remain (see RWMutex), it waits for them to leave first.
+// ErrInvalidOption: rw was not made by New, or its client is closed.
 func (rw *RWMutex) RLock(ctx context.Context) error {
+	if err := rw.queue().Unusable(); err != nil {
+		return rw.errorf("rlock", err)
+	}
 	for {
 		rw.mu.Lock()
 		if loss := rw.readLoss; loss != nil {
@@ -218,8 +223,12 @@ func (rw *RWMutex) dropGroup(g *group) {
 // TryRLock takes the read lock only if no writer holds it or waits for it; otherwise it
 // returns ErrLocked having written nothing. It joins a read hold of this handle with no
 // RPC where RLock would; else it costs one Txn. While readers of a lost read hold of this
-// handle remain (see RWMutex), it returns ErrLocked.
+// handle remain (see RWMutex), it returns ErrLocked. With ctx done already it returns
+// ctx's error, unless it joins; ErrInvalidOption as for RLock.
 func (rw *RWMutex) TryRLock(ctx context.Context) error {
+	if err := rw.queue().Unusable(); err != nil {
+		return rw.errorf("try rlock", err)
+	}
 	rw.mu.Lock()
 	if rw.wpending != nil || rw.write != nil {
 		rw.mu.Unlock()
@@ -256,19 +265,48 @@ func (rw *RWMutex) TryRLock(ctx context.Context) error {
 // one for every batch of readers leaving at once. It returns ErrNotLocked without a read
 // hold, and ErrLost if the hold was lost (the reader's hold ends all the same), also for
 // every reader still in the handle once one of its read holds was found lost (see
-// RWMutex). If etcd cannot be reached before ctx ends, the read lock stays held and
-// RUnlock may be called again.
+// RWMutex). If etcd cannot be reached before ctx ends, or ctx is done already, the read
+// lock stays held and RUnlock may be called again. With its client closed, the read hold
+// can never be proven nor released: every reader's RUnlock returns ErrLost at once, and
+// the key goes with its lease. An RUnlock that finds no reader left but the last one's
+// release under way waits for its outcome: ErrNotLocked if it released the read lock,
+// else it leaves as that reader. On an RWMutex not made by New it returns an error
+// matching ErrInvalidOption and ErrNotLocked.
 func (rw *RWMutex) RUnlock(ctx context.Context) error {
+	if rw.queue() == nil {
+		return rw.errorf("runlock", core.Unheld(rw.queue().Unusable()))
+	}
 	rw.mu.Lock()
 	i := slices.IndexFunc(rw.groups, func(g *group) bool { return g.members > 0 })
 	if i < 0 {
+		j := slices.IndexFunc(rw.groups, func(g *group) bool { return g.releasing != nil })
+		if j < 0 {
+			rw.mu.Unlock()
+			return rw.errorf("runlock", ErrNotLocked)
+		}
+		// The last reader of that group is releasing it: if that fails, it is a reader
+		// again, and this RUnlock leaves as it. Groups older than it take no member.
+		g := rw.groups[j]
+		releasing := g.releasing
 		rw.mu.Unlock()
-		return rw.errorf("runlock", ErrNotLocked)
+		select {
+		case <-releasing:
+		case <-ctx.Done():
+			return rw.errorf("runlock", ctx.Err())
+		}
+		rw.mu.Lock()
+		if i = slices.Index(rw.groups, g); i < 0 || g.members == 0 {
+			rw.mu.Unlock()
+			return rw.errorf("runlock", ErrNotLocked)
+		}
 	}
 	// The oldest: while a reader holds through a younger group, no writer can be served
 	// between the two, so the proof that the oldest key lasted covers every reader, and
 	// releasing it first is best for writers.
 	g := rw.groups[i]
+	if loss := g.hold.EndIfClientClosed(); loss != nil {
+		rw.noteReadLoss(loss) // no read of the key can prove anything now
+	}
 	g.members--
 	if g.members > 0 {
 		if loss := rw.readLoss; loss != nil {

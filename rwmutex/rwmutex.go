@@ -43,10 +43,17 @@ func writeSpec() core.Spec { return core.Spec{Kind: writeKind, Slots: 1, Value: 
 //
 // As with sync.RWMutex, a goroutine must not RLock a handle whose read lock it holds, nor
 // Lock one whose read lock it holds: once a writer waits, either call waits forever.
+//
+// Only New makes a usable RWMutex. The zero RWMutex and a nil *RWMutex hold nothing and
+// take nothing: RLock, TryRLock, Lock and TryLock return ErrInvalidOption, RUnlock and
+// Unlock an error matching both ErrInvalidOption and ErrNotLocked, and the others report no
+// hold (Token 0, Done closed, Err ErrNotLocked, IsOwner never true, Key ""). None of them
+// blocks or panics.
 type RWMutex struct {
-	name string
-	q    *core.Queue
-	turn chan struct{} // the writers' one-at-a-time: full while a Lock waits or holds
+	name      string
+	q         *core.Queue
+	turn      chan struct{} // the writers' one-at-a-time: full while a Lock waits or holds
+	unlocking chan struct{} // one Unlock at a time: full while one runs
 
 	mu       sync.Mutex
 	write    *core.Hold    // the write hold
@@ -69,14 +76,26 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*RWMutex, error) {
 		return nil, fmt.Errorf("rwmutex %q: %w", name, err)
 	}
 	return &RWMutex{
-		name: name,
-		q:    core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)).WatchArrivals(),
-		turn: make(chan struct{}, 1),
+		name:      name,
+		q:         core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)).WatchArrivals(),
+		turn:      make(chan struct{}, 1),
+		unlocking: make(chan struct{}, 1),
 	}, nil
+}
+
+// queue is the RWMutex's queue; nil for an RWMutex that New did not make.
+func (rw *RWMutex) queue() *core.Queue {
+	if rw == nil {
+		return nil
+	}
+	return rw.q
 }
 
 // current is the write hold, else the newest read hold, else nil.
 func (rw *RWMutex) current() *core.Hold {
+	if rw == nil {
+		return nil
+	}
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	if rw.write != nil {
@@ -91,8 +110,12 @@ func (rw *RWMutex) current() *core.Hold {
 }
 
 // Token is the fencing token of the write hold: its key's create revision, strictly
-// increasing across the successive writers of the name. 0 without a write hold.
+// increasing across the successive writers of the name. 0 without a write hold. No I/O,
+// as for Done, Err, IsOwner and Key.
 func (rw *RWMutex) Token() int64 {
+	if rw == nil {
+		return 0
+	}
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	return rw.write.Token()
@@ -113,13 +136,24 @@ func (rw *RWMutex) Err() error {
 
 // IsOwner is a Txn compare that succeeds only while this handle's write hold lasts: put
 // it in the If of every write the lock guards. Without a write hold it never succeeds.
-// Readers have no such compare: a read hold does not exclude other readers.
+// Readers have no such compare: a read hold does not exclude other readers. Without a
+// write hold it compares a key among the name's write keys, so that a role granted only
+// those (and the read keys) may evaluate it.
 func (rw *RWMutex) IsOwner() clientv3.Cmp {
+	if rw.queue() == nil {
+		return core.UnmadeOwner()
+	}
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	return rw.q.IsOwner(rw.write)
+	if rw.write == nil {
+		return core.NeverOwner(rw.q.Prefix() + writeKind)
+	}
+	return rw.write.IsOwner()
 }
 
 func (rw *RWMutex) errorf(op string, err error) error {
+	if rw.queue() == nil {
+		return fmt.Errorf("rwmutex: %s: %w", op, err)
+	}
 	return fmt.Errorf("rwmutex %q: %s: %w", rw.name, op, err)
 }

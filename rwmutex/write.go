@@ -18,11 +18,14 @@ type pendingWrite struct {
 // Lock waits until the write lock is held: until no key, read or write, is ahead of its
 // key. Readers of this handle that arrive meanwhile queue behind it. If ctx ends first it
 // returns ctx's error, wrapped, after deleting its key (see mutex.Mutex.Lock for the
-// details, which are the same).
+// details, which are the same, a done ctx and ErrInvalidOption included).
 //
 // Like a sync.RWMutex, a handle's write side stays taken from Lock to Unlock, also when
 // the hold was lost in between: call Unlock (it returns ErrLost) before Lock again.
 func (rw *RWMutex) Lock(ctx context.Context) error {
+	if err := rw.queue().Unusable(); err != nil {
+		return rw.errorf("lock", err)
+	}
 	select {
 	case rw.turn <- struct{}{}:
 	case <-ctx.Done():
@@ -66,8 +69,12 @@ func (rw *RWMutex) Lock(ctx context.Context) error {
 
 // TryLock takes the write lock only if nobody holds the lock or waits for it, reader or
 // writer; otherwise, or if this handle holds or waits already, it returns ErrLocked having
-// written nothing. One Txn, none when this handle's own readers are in the way.
+// written nothing. One Txn, none when this handle's own readers are in the way. A done
+// ctx and ErrInvalidOption as for mutex.Mutex.TryLock.
 func (rw *RWMutex) TryLock(ctx context.Context) error {
+	if err := rw.queue().Unusable(); err != nil {
+		return rw.errorf("try lock", err)
+	}
 	select {
 	case rw.turn <- struct{}{}:
 	default:
@@ -93,15 +100,26 @@ func (rw *RWMutex) TryLock(ctx context.Context) error {
 
 // Unlock releases the write lock: one Txn that deletes the key only while its create
 // revision is still this hold's. It returns ErrNotLocked without a write hold, and ErrLost
-// (the hold has ended all the same) if the hold was lost before. If etcd cannot be reached
-// before ctx ends, the lock stays held and Unlock may be called again.
+// (the hold has ended all the same) if the hold was lost before, or if the client is
+// closed. If etcd cannot be reached before ctx ends, or ctx is done already, the lock stays
+// held and Unlock may be called again. Concurrent Unlocks and a handle not made by New as
+// for mutex.Mutex.Unlock.
 func (rw *RWMutex) Unlock(ctx context.Context) error {
-	rw.mu.Lock()
-	h := rw.write
-	rw.mu.Unlock()
+	if rw.queue() == nil {
+		return rw.errorf("unlock", core.Unheld(rw.queue().Unusable()))
+	}
+	h := rw.writeHold()
 	if h == nil {
 		return rw.errorf("unlock", ErrNotLocked)
 	}
+	if err := core.TakeTurn(ctx, rw.unlocking); err != nil {
+		return rw.errorf("unlock", err)
+	}
+	defer func() { <-rw.unlocking }()
+	if rw.writeHold() != h {
+		return rw.errorf("unlock", ErrNotLocked) // the Unlock before this one released it
+	}
+	_ = h.EndIfClientClosed()
 	ended, err := h.Release(ctx)
 	if ended {
 		rw.mu.Lock()
@@ -113,4 +131,10 @@ func (rw *RWMutex) Unlock(ctx context.Context) error {
 		return rw.errorf("unlock", err)
 	}
 	return nil
+}
+
+func (rw *RWMutex) writeHold() *core.Hold {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	return rw.write
 }

@@ -1,7 +1,7 @@
 package semaphore
 
 // Key is the permit's key in etcd, "<name>/permit/<lease hex>_<n>" under the name's prefix;
-// "" once released, and for a nil Permit.
+// "" once released, and for a nil or zero Permit.
 func (p *Permit) Key() string {
 	if h := p.hold(); h != nil {
 		return h.Key()

@@ -2,6 +2,7 @@ package semaphore
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -10,22 +11,49 @@ import (
 )
 
 // Permit is one permit of a Semaphore, from Acquire until Release. Its methods are safe
-// for use by several goroutines; those of a nil Permit report no hold.
+// for use by several goroutines.
+//
+// Only Acquire and TryAcquire make a Permit that holds. A nil *Permit (the one a failed
+// Acquire returns) and the zero Permit hold nothing: Release returns an error matching both
+// ErrInvalidOption and ErrNotLocked, and the others report no hold (Token 0, Done closed,
+// Err ErrNotLocked, IsOwner never true, Key ""). None of them blocks or panics.
 type Permit struct {
-	s     *Semaphore
-	h     *core.Hold
-	ended atomic.Bool // Release has ended it
+	s         *Semaphore
+	h         *core.Hold
+	releasing chan struct{} // one Release at a time: full while one runs
+	ended     atomic.Bool   // Release has ended it
 }
+
+func newPermit(s *Semaphore, h *core.Hold) *Permit {
+	return &Permit{s: s, h: h, releasing: make(chan struct{}, 1)}
+}
+
+// made reports whether p was made by Acquire or TryAcquire.
+func (p *Permit) made() bool { return p != nil && p.h != nil }
 
 // Release gives the permit back: one Txn that deletes its key only while the key's create
 // revision is still this permit's, so a late or repeated Release never frees another
 // permit. A second Release returns ErrNotLocked; one after the permit was lost returns
-// ErrLost (the permit has ended all the same). If etcd cannot be reached before ctx ends,
-// the permit stays held and Release may be called again.
+// ErrLost (the permit has ended all the same), as does one through a closed client (the
+// key then goes with its lease). If etcd cannot be reached before ctx ends, or ctx is done
+// already (Release then sends nothing), the permit stays held and Release may be called
+// again. A Release that comes while another one runs waits for its outcome: ErrNotLocked if
+// that one released the permit, else it tries itself.
 func (p *Permit) Release(ctx context.Context) error {
-	if p == nil {
-		return ErrNotLocked
+	if !p.made() {
+		return fmt.Errorf("semaphore: release: %w", core.Unheld(fmt.Errorf("%w: no permit (a nil or zero Permit)", ErrInvalidOption)))
 	}
+	if p.ended.Load() {
+		return p.s.errorf("release", ErrNotLocked)
+	}
+	if err := core.TakeTurn(ctx, p.releasing); err != nil {
+		return p.s.errorf("release", err)
+	}
+	defer func() { <-p.releasing }()
+	if p.ended.Load() {
+		return p.s.errorf("release", ErrNotLocked) // the Release before this one ended it
+	}
+	_ = p.h.EndIfClientClosed()
 	ended, err := p.h.Release(ctx)
 	if ended {
 		p.ended.Store(true)
@@ -37,14 +65,15 @@ func (p *Permit) Release(ctx context.Context) error {
 }
 
 func (p *Permit) hold() *core.Hold {
-	if p == nil || p.ended.Load() {
+	if !p.made() || p.ended.Load() {
 		return nil
 	}
 	return p.h
 }
 
 // Token is the permit's fencing token: its key's create revision, increasing in the order
-// permits of the name are granted. 0 once released.
+// permits of the name are granted. 0 once released. No I/O, as for Done, Err, IsOwner and
+// Key.
 func (p *Permit) Token() int64 {
 	return p.hold().Token()
 }
@@ -55,7 +84,7 @@ func (p *Permit) Token() int64 {
 // key's creation on, so a loss that came before is reported at once); a permit that is
 // never asked costs no watch. Either way Release reports a loss, and IsOwner fences writes.
 func (p *Permit) Done() <-chan struct{} {
-	if p == nil {
+	if !p.made() {
 		return core.Closed
 	}
 	return p.h.Done()
@@ -69,10 +98,14 @@ func (p *Permit) Err() error {
 
 // IsOwner is a Txn compare that succeeds only while this permit's key exists with its
 // create revision: put it in the If of every write the permit guards. After Release it
-// never succeeds.
+// never succeeds, and compares a key among the name's permit keys, so that a role granted
+// only those (and the limit record) may evaluate it.
 func (p *Permit) IsOwner() clientv3.Cmp {
-	if p == nil {
-		return core.NeverOwner(permitKind)
+	if !p.made() {
+		return core.UnmadeOwner()
 	}
-	return p.s.q.IsOwner(p.hold())
+	if h := p.hold(); h != nil {
+		return h.IsOwner()
+	}
+	return core.NeverOwner(p.s.q.Prefix() + permitKind)
 }

@@ -26,6 +26,10 @@ const guardTries = 5
 // Semaphore is a distributed counting semaphore on one name: at most Limit permits held at
 // once by every client together. It is safe for use by several goroutines; each Acquire
 // takes a permit of its own.
+//
+// Only New makes a usable Semaphore. On the zero Semaphore and a nil *Semaphore, Acquire,
+// TryAcquire and InUse return ErrInvalidOption at once, Limit is 0, and WatchRelease never
+// yields.
 type Semaphore struct {
 	name     string
 	limit    int
@@ -74,27 +78,49 @@ func (s *Semaphore) specNow() core.Spec {
 	return spec
 }
 
-// Limit is the number of permits, as given to New.
-func (s *Semaphore) Limit() int { return s.limit }
+// queue is the Semaphore's queue; nil for a Semaphore that New did not make.
+func (s *Semaphore) queue() *core.Queue {
+	if s == nil {
+		return nil
+	}
+	return s.q
+}
+
+// Limit is the number of permits, as given to New; 0 for a Semaphore not made by New.
+func (s *Semaphore) Limit() int {
+	if s == nil {
+		return 0
+	}
+	return s.limit
+}
 
 // Acquire waits for a permit, in FIFO order with every other waiter on the name. Its
 // first call on a handle records the limit in etcd if nobody has (one more Txn), or
 // returns ErrLimitMismatch, having written nothing, if another limit is recorded. Then it
 // costs one Txn uncontended; a waiter adds no RPC once the release that serves it arrives
-// on its client's watch. If ctx ends first it returns ctx's error, wrapped, after
-// deleting its key. ErrLost means the session's lease expired while waiting.
+// on its client's watch. With ctx done already it returns ctx's error, wrapped, having
+// sent nothing; if ctx ends first it returns ctx's error after deleting its key (see
+// mutex.Mutex.Lock for the bounds). ErrLost means the session's lease expired while
+// waiting. ErrInvalidOption: s was not made by New, or its client is closed.
 func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
+	if err := s.queue().Unusable(); err != nil {
+		return nil, s.errorf("acquire", err)
+	}
 	h, err := s.take(ctx, func(ctx context.Context) (*core.Hold, error) { return s.q.Acquire(ctx, s.specNow(), nil) })
 	if err != nil {
 		return nil, s.errorf("acquire", err)
 	}
-	return &Permit{s: s, h: h}, nil
+	return newPermit(s, h), nil
 }
 
 // TryAcquire takes a permit only if one is free and nobody waits; otherwise it returns
 // ErrNoPermits having written nothing. It records the limit as Acquire does. When no
 // permit is free it costs one read-only Txn; when one is, that and the Txn that takes it.
+// A done ctx and ErrInvalidOption as for Acquire.
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) {
+	if err := s.queue().Unusable(); err != nil {
+		return nil, s.errorf("try acquire", err)
+	}
 	h, err := s.take(ctx, func(ctx context.Context) (*core.Hold, error) { return s.q.TryAcquire(ctx, s.specNow()) })
 	if errors.Is(err, core.ErrLocked) { // limit 1: the core's single-slot try
 		err = ErrNoPermits
@@ -102,7 +128,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) {
 	if err != nil {
 		return nil, s.errorf("try acquire", err)
 	}
-	return &Permit{s: s, h: h}, nil
+	return newPermit(s, h), nil
 }
 
 // take runs acquire once the limit is known to be recorded, and again after its guard
@@ -142,8 +168,12 @@ func (s *Semaphore) recordLimit(ctx context.Context) error {
 }
 
 // InUse is the number of permits held now, by every client: the permit keys in etcd, at
-// most Limit (the rest are waiters). One Range, linearizable.
+// most Limit (the rest are waiters). One Range, linearizable; with ctx done already,
+// ctx's error. ErrInvalidOption as for Acquire.
 func (s *Semaphore) InUse(ctx context.Context) (int, error) {
+	if err := s.queue().Unusable(); err != nil {
+		return 0, s.errorf("in use", err)
+	}
 	resp, err := s.q.Client().Get(clientv3.WithRequireLeader(ctx), s.q.Prefix()+permitKind, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, s.errorf("in use", err)
@@ -152,5 +182,8 @@ func (s *Semaphore) InUse(ctx context.Context) (int, error) {
 }
 
 func (s *Semaphore) errorf(op string, err error) error {
+	if s.queue() == nil {
+		return fmt.Errorf("semaphore: %s: %w", op, err)
+	}
 	return fmt.Errorf("semaphore %q: %s: %w", s.name, op, err)
 }

@@ -2,8 +2,10 @@ package trylock
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
+	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/reentrant"
 	"github.com/etcdsync/etcdsync/rwmutex"
 )
@@ -18,7 +20,7 @@ var (
 
 // RLocker returns a Locker whose TryLock is rw.TryRLock, like sync.RWMutex.RLocker. Release
 // the read lock it takes with rw.RUnlock. Its retries wake only when a writer lets go, since
-// a read lock waits for writers alone.
+// a read lock waits for writers alone. With a nil rw, its TryLock returns ErrInvalidOption.
 func RLocker(rw *rwmutex.RWMutex) Locker { return readLocker{rw} }
 
 type readLocker struct{ rw *rwmutex.RWMutex }
@@ -40,10 +42,16 @@ type ReentrantLocker struct {
 
 // Reentrant returns a Locker over m. After a TryLock (or a Once, Retry or Timeout) that took
 // the lock, Context is the owning context: run the work under it and pass it to m.Unlock.
+// It lives as long as the hold, also after Timeout (see reentrant.Mutex.Lock). With a nil
+// m, TryLock returns ErrInvalidOption.
 func Reentrant(m *reentrant.Mutex) *ReentrantLocker { return &ReentrantLocker{m: m} }
 
 // TryLock is m.TryLock(ctx). A ctx that owns a hold of m re-enters it, as with m.TryLock.
+// On a nil or zero ReentrantLocker, or one over a nil m, it returns ErrInvalidOption.
 func (l *ReentrantLocker) TryLock(ctx context.Context) error {
+	if l == nil {
+		return fmt.Errorf("trylock: reentrant: %w: nil *ReentrantLocker", ErrInvalidOption)
+	}
 	octx, err := l.m.TryLock(ctx)
 	if err != nil {
 		return err
@@ -56,6 +64,9 @@ func (l *ReentrantLocker) TryLock(ctx context.Context) error {
 
 // Context is the owning context that the last successful TryLock returned, nil before one.
 func (l *ReentrantLocker) Context() context.Context {
+	if l == nil {
+		return nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ctx
@@ -63,6 +74,9 @@ func (l *ReentrantLocker) Context() context.Context {
 
 // WatchRelease is m.WatchRelease: see ReleaseWatcher.
 func (l *ReentrantLocker) WatchRelease() (arm func() <-chan struct{}, stop func()) {
+	if l == nil {
+		return core.NoReleases()
+	}
 	return l.m.WatchRelease()
 }
 
@@ -90,11 +104,16 @@ type PermitLocker[P any] struct {
 //	defer l.Permit().Release(context.Background())
 //
 // If a has a WatchRelease method (see ReleaseWatcher), retries wake on releases; otherwise
-// they wait out their backoff.
+// they wait out their backoff. With a nil a (or a nil *semaphore.Semaphore), TryLock
+// returns ErrInvalidOption.
 func Permits[P any](a Acquirer[P]) *PermitLocker[P] { return &PermitLocker[P]{a: a} }
 
-// TryLock is a.TryAcquire(ctx), keeping the permit when it succeeds.
+// TryLock is a.TryAcquire(ctx), keeping the permit when it succeeds. On a nil or zero
+// PermitLocker, or one over a nil Acquirer, it returns ErrInvalidOption.
 func (l *PermitLocker[P]) TryLock(ctx context.Context) error {
+	if l == nil || isNil(l.a) {
+		return fmt.Errorf("trylock: permits: %w: nil Acquirer", ErrInvalidOption)
+	}
 	p, err := l.a.TryAcquire(ctx)
 	if err != nil {
 		return err
@@ -107,6 +126,10 @@ func (l *PermitLocker[P]) TryLock(ctx context.Context) error {
 
 // Permit is the permit that the last successful TryLock took, the zero P before one.
 func (l *PermitLocker[P]) Permit() P {
+	if l == nil {
+		var none P
+		return none
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.permit
@@ -114,10 +137,13 @@ func (l *PermitLocker[P]) Permit() P {
 
 // WatchRelease is a's, if a has one; otherwise arm returns a nil channel, which never yields.
 func (l *PermitLocker[P]) WatchRelease() (arm func() <-chan struct{}, stop func()) {
+	if l == nil || isNil(l.a) {
+		return core.NoReleases()
+	}
 	if w, ok := any(l.a).(interface {
 		WatchRelease() (func() <-chan struct{}, func())
 	}); ok {
 		return w.WatchRelease()
 	}
-	return func() <-chan struct{} { return nil }, func() {}
+	return core.NoReleases()
 }

@@ -11,6 +11,11 @@ import (
 // DefaultTTL is the lease TTL without WithTTL: the same as etcd's concurrency.Session.
 const DefaultTTL = 60 * time.Second
 
+// MaxTTL is the longest lease TTL etcd grants (its lease.MaxLeaseTTL, 9,000,000,000 s, about
+// 285 years): a longer one would be refused by every grant, or, past what time.Duration
+// holds once rounded up, wrap around to etcd's minimum.
+const MaxTTL = 9_000_000_000 * time.Second
+
 // Option configures a primitive. Every package's WithTTL and WithSession return one, so
 // options are interchangeable between packages.
 type Option func(*Config)
@@ -24,12 +29,16 @@ type Config struct {
 	ttlSet  bool
 }
 
-// WithTTL sets the lease TTL, at least one second; a fraction of a second is rounded up,
-// since etcd leases count whole seconds.
+// WithTTL sets the lease TTL, from one second to MaxTTL; a fraction of a second is rounded
+// up, since etcd leases count whole seconds.
 func WithTTL(ttl time.Duration) Option {
 	return func(c *Config) {
-		if ttl < time.Second {
+		switch {
+		case ttl < time.Second:
 			c.errs = append(c.errs, fmt.Errorf("%w: TTL %v is under 1s", ErrInvalidOption, ttl))
+			return
+		case ttl > MaxTTL:
+			c.errs = append(c.errs, fmt.Errorf("%w: TTL %v is over etcd's limit of %v", ErrInvalidOption, ttl, MaxTTL))
 			return
 		}
 		c.TTL = ((ttl + time.Second - 1) / time.Second) * time.Second

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
@@ -79,5 +80,28 @@ func assertWaitRefused(t *testing.T, wait func(context.Context) error, what stri
 	case <-time.After(refusedWithin):
 		cancel()
 		t.Errorf("%s: still waiting %v after its watch was refused; cancelled: %v", what, refusedWithin, <-done)
+	}
+}
+
+// TestIsOwnerWithoutAHoldStaysInsideTheGrant: user split, granted only the kinds of its
+// names, fences a write with the IsOwner of a released permit and of an RWMutex without a
+// write hold. Each compare lies inside the grant: the Txn is answered, and its compare
+// fails, instead of being refused for permission.
+func TestIsOwnerWithoutAHoldStaysInsideTheGrant(t *testing.T) {
+	ctx := testContext(t)
+	cli := cluster.ClientAs(t, splitUser)
+	sem, err := semaphore.New(cli, splitSem, 1, semaphore.WithPrefix(splitPrefix))
+	require.NoError(t, err)
+	permit, err := sem.Acquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, permit.Release(ctx))
+	rw, err := rwmutex.New(cli, splitRW, rwmutex.WithPrefix(splitPrefix))
+	require.NoError(t, err)
+
+	for what, cmp := range map[string]clientv3.Cmp{"released permit": permit.IsOwner(), "RWMutex without a write hold": rw.IsOwner()} {
+		resp, err := cli.Txn(ctx).If(cmp).Commit()
+		if assert.NoError(t, err, "%s: compare on %q", what, cmp.KeyBytes()) {
+			assert.False(t, resp.Succeeded, what)
+		}
 	}
 }
