@@ -79,6 +79,23 @@ func (p *Proxy) Restore() {
 	p.blackholed.Store(false)
 }
 
+// Pause holds every byte in both directions, on open and new connections alike, until
+// Resume: the peers see silence, as with Blackhole, but nothing is lost, so a connection
+// that survives the pause goes on intact (and a request held in it reaches the server
+// late), and one that a peer gave up is closed cleanly. Blackhole, by dropping bytes in the
+// middle of HTTP/2 frames, can leave a connection that gRPC keeps using while the server
+// resets every stream on it, which no real network does.
+func (p *Proxy) Pause() {
+	p.srv.PauseTx()
+	p.srv.PauseRx()
+}
+
+// Resume undoes Pause.
+func (p *Proxy) Resume() {
+	p.srv.UnpauseTx()
+	p.srv.UnpauseRx()
+}
+
 // Blackholed reports whether traffic is being dropped.
 func (p *Proxy) Blackholed() bool { return p.blackholed.Load() }
 

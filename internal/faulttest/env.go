@@ -120,6 +120,21 @@ func (c *Client) Blackhole() {
 	}
 }
 
+// Pause holds the client's traffic both ways until Resume, losing nothing (see
+// etcdtest.Proxy.Pause): a network that stops delivering, then delivers again.
+func (c *Client) Pause() {
+	for _, p := range c.proxies {
+		p.Pause()
+	}
+}
+
+// Resume undoes Pause.
+func (c *Client) Resume() {
+	for _, p := range c.proxies {
+		p.Resume()
+	}
+}
+
 // Restore undoes Blackhole.
 func (c *Client) Restore() {
 	for _, p := range c.proxies {

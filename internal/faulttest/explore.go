@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -201,7 +202,7 @@ func exploreSeed(t *testing.T, env *Env, w Workload, seed uint64) exploreStats {
 	served, err := x.r.hist.awaitAcquires(sctx, 1, healed, -1)
 	scancel()
 	if err != nil {
-		t.Errorf("liveness: no worker served within %v after every fault healed: %v", bound, err)
+		t.Errorf("liveness: no worker served within %v after every fault healed: %v%s", bound, err, dumpGoroutines(t.ArtifactDir()))
 	} else if _, err := x.r.hist.awaitAcquires(ctx, settleShort, served, -1); err != nil {
 		t.Errorf("liveness: the workload did not go on after every fault healed: %v", err)
 	}
@@ -352,6 +353,18 @@ func (x *exploration) healAll(ctx context.Context) {
 	if _, err := x.r.env.leader(ctx); err != nil {
 		x.t.Fatal(err)
 	}
+}
+
+// dumpGoroutines writes every goroutine's stack to dir, for a stall to be looked at, and
+// says where.
+func dumpGoroutines(dir string) string {
+	buf := make([]byte, 16<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	path := filepath.Join(dir, "goroutines.txt")
+	if err := os.WriteFile(path, buf, 0o644); err != nil {
+		return ""
+	}
+	return "; goroutines in " + path
 }
 
 // ownGoroutines waits up to patience for every goroutine of the primitives (their packages

@@ -115,7 +115,7 @@ func RunFault(t *testing.T, env *Env, w Workload, name string, f Fault, settle i
 }
 
 // healAll undoes whatever a fault that stopped half-way left: partitions, stopped members,
-// black-holed clients. It does nothing to a whole cluster.
+// black-holed or paused clients. It does nothing to a whole cluster.
 func (r *Run) healAll() {
 	c := r.env.Cluster
 	var wg sync.WaitGroup
@@ -128,8 +128,10 @@ func (r *Run) healAll() {
 	wg.Wait()
 	for _, wk := range r.workers {
 		wk.cli.Restore()
+		wk.cli.Resume()
 	}
 	for _, rd := range r.readers {
 		rd.cli.Restore()
+		rd.cli.Resume()
 	}
 }
