@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
@@ -113,7 +112,7 @@ func TestObserversOfOneClientShareItsWatch(t *testing.T) {
 	cnt := &rpcstat.Counter{}
 	cfg := cluster.ClientConfig()
 	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err := clientv3.New(cfg)
+	cli, err := cluster.Open(cfg)
 	require.NoError(t, err)
 	defer cli.Close()
 	leader := newElection(t, cluster.Client(t), name)

@@ -53,7 +53,7 @@ func countedClient(t *testing.T, cnt *rpcstat.Counter) *clientv3.Client {
 	t.Helper()
 	cfg := cluster.ClientConfig()
 	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err := clientv3.New(cfg)
+	cli, err := cluster.Open(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { cli.Close() })
 	return cli

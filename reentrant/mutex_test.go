@@ -49,7 +49,7 @@ func TestReentryCountsUpWithoutRPCsAndTheLastUnlockReleases(t *testing.T) {
 		assert.Equal(t, n, m.Count(octx))
 	}
 	assert.Empty(t, requests(cnt.Counts().Sub(before)), "requests sent to re-enter")
-	assert.Equal(t, rev, etcdtest.Revision(t, admin), "a re-entry wrote")
+	etcdtest.NoWrites(t, admin, rev, "a re-entry wrote")
 	assert.Equal(t, token, m.Token(), "a re-entry took a new hold")
 
 	for n := depth - 1; n >= 1; n-- {
@@ -75,7 +75,7 @@ func TestReentryCountsUpWithoutRPCsAndTheLastUnlockReleases(t *testing.T) {
 	assert.ErrorIs(t, err, context.Canceled)
 	_, err = m.Lock(context.WithoutCancel(octx))
 	assert.ErrorIs(t, err, reentrant.ErrNotLocked)
-	assert.Equal(t, rev, etcdtest.Revision(t, admin), "a call with the released context wrote")
+	etcdtest.NoWrites(t, admin, rev, "a call with the released context wrote")
 }
 
 func TestContextsDerivedFromTheOwningOneReenter(t *testing.T) {
@@ -100,7 +100,7 @@ func TestContextsDerivedFromTheOwningOneReenter(t *testing.T) {
 		assert.Equal(t, i+2, m.Count(d))
 		assert.Equal(t, i+2, m.Count(octx), "a derived context counted apart")
 	}
-	assert.Equal(t, rev, etcdtest.Revision(t, admin), "a re-entry wrote")
+	etcdtest.NoWrites(t, admin, rev, "a re-entry wrote")
 	for i, d := range derived { // any of them may unlock: they are one owner
 		require.NoError(t, m.Unlock(d))
 		assert.Equal(t, len(derived)-i, m.Count(octx))
@@ -134,7 +134,7 @@ func TestGoroutinesSharingAnOwningContextReenterConcurrently(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Equal(t, 1, m.Count(octx))
-	assert.Equal(t, rev, etcdtest.Revision(t, admin), "a re-entry or a non-last Unlock wrote")
+	etcdtest.NoWrites(t, admin, rev, "a re-entry or a non-last Unlock wrote")
 	assert.NoError(t, octx.Err())
 	require.NoError(t, m.Unlock(octx))
 	assert.Empty(t, keysOf(t, admin, name))
@@ -216,7 +216,7 @@ func TestUnlockByANonOwnerReturnsErrNotLockedAndWritesNothing(t *testing.T) {
 			assert.ErrorIs(t, tc.m.Unlock(tc.ctx), reentrant.ErrNotLocked)
 		})
 	}
-	assert.Equal(t, rev, etcdtest.Revision(t, admin), "an Unlock by a non-owner wrote")
+	etcdtest.NoWrites(t, admin, rev, "an Unlock by a non-owner wrote")
 	assert.Equal(t, 1, m.Count(octx))
 	assert.NoError(t, octx.Err())
 	assert.NoError(t, m.Err())
@@ -368,7 +368,7 @@ func TestTryLockFailsAtOnceAndWritesNothing(t *testing.T) {
 		})
 	}
 	assert.Less(t, time.Since(start), 5*time.Second, "TryLock waited")
-	assert.Equal(t, rev, etcdtest.Revision(t, admin), "a failed TryLock wrote")
+	etcdtest.NoWrites(t, admin, rev, "a failed TryLock wrote")
 	assert.Len(t, keysOf(t, admin, name), 1)
 	assert.ErrorIs(t, other.Err(), reentrant.ErrNotLocked)
 	assert.Zero(t, other.Token())
@@ -377,7 +377,7 @@ func TestTryLockFailsAtOnceAndWritesNothing(t *testing.T) {
 	_, err = holder.TryLock(octx)
 	require.NoError(t, err)
 	assert.Equal(t, 2, holder.Count(octx))
-	assert.Equal(t, rev, etcdtest.Revision(t, admin))
+	etcdtest.NoWrites(t, admin, rev, "wrote")
 	require.NoError(t, holder.Unlock(octx))
 	require.NoError(t, holder.Unlock(octx))
 	tctx, err := other.TryLock(ctx)
@@ -489,7 +489,7 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 	assert.ErrorIs(t, m.Unlock(ctx), reentrant.ErrNotLocked)
 	assert.ErrorIs(t, m.Err(), reentrant.ErrNotLocked)
 	assert.Zero(t, m.Count(ctx))
-	assert.Equal(t, rev, etcdtest.Revision(t, cli), "bad input wrote to etcd")
+	etcdtest.NoWrites(t, cli, rev, "bad input wrote to etcd")
 }
 
 func TestIsOwnerGuardsWritesOnlyWhileHeld(t *testing.T) {

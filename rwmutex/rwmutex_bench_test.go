@@ -365,7 +365,7 @@ func benchClient(b *testing.B) (*clientv3.Client, *rpcstat.Counter) {
 	cnt := &rpcstat.Counter{}
 	cfg := cluster.ClientConfig()
 	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err := clientv3.New(cfg)
+	cli, err := cluster.Open(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

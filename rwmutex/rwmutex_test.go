@@ -44,7 +44,7 @@ func TestReadersOfOneHandleShareOneKey(t *testing.T) {
 	cnt := &rpcstat.Counter{}
 	cfg := cluster.ClientConfig()
 	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err := clientv3.New(cfg)
+	cli, err := cluster.Open(cfg)
 	require.NoError(t, err)
 	defer cli.Close()
 	rw := newRW(t, cli, name)
@@ -56,7 +56,7 @@ func TestReadersOfOneHandleShareOneKey(t *testing.T) {
 		wg.Go(func() { assert.NoError(t, rw.RLock(ctx)) })
 	}
 	wg.Wait()
-	assert.Equal(t, rev, etcdtest.Revision(t, admin), "joining readers wrote")
+	etcdtest.NoWrites(t, admin, rev, "joining readers wrote")
 	joined := cnt.Counts().Sub(before)
 	assert.Zero(t, joined["Txn"]+joined["Range"], "joining readers sent KV requests: %v", joined)
 	assert.Equal(t, int64(1), keysOf(t, admin, name))
@@ -68,7 +68,7 @@ func TestReadersOfOneHandleShareOneKey(t *testing.T) {
 	left := cnt.Counts().Sub(before)
 	assert.Zero(t, left["Txn"], "a reader that was not the last one out wrote: %v", left)
 	assert.Equal(t, int64(readers), left["Range"], "each reader leaving one at a time reads the key once: %v", left)
-	assert.Equal(t, rev, etcdtest.Revision(t, admin), "a reader that was not the last one out wrote")
+	etcdtest.NoWrites(t, admin, rev, "a reader that was not the last one out wrote")
 	assert.Equal(t, int64(1), keysOf(t, admin, name))
 	require.NoError(t, rw.RUnlock(ctx))
 	assert.Zero(t, keysOf(t, admin, name))
@@ -282,7 +282,7 @@ func TestFailedTriesWriteNothing(t *testing.T) {
 	w := newRW(t, cluster.Client(t), name)
 	assert.ErrorIs(t, w.TryLock(ctx), rwmutex.ErrLocked, "TryLock beside readers")
 	assert.ErrorIs(t, reader.TryLock(ctx), rwmutex.ErrLocked, "TryLock beside the handle's own readers")
-	assert.Equal(t, before, etcdtest.Revision(t, admin), "a failed TryLock wrote")
+	etcdtest.NoWrites(t, admin, before, "a failed TryLock wrote")
 	assert.Zero(t, w.Token())
 
 	require.NoError(t, reader.RUnlock(ctx))
@@ -293,7 +293,7 @@ func TestFailedTriesWriteNothing(t *testing.T) {
 	before = etcdtest.Revision(t, admin)
 	assert.ErrorIs(t, reader.TryRLock(ctx), rwmutex.ErrLocked, "TryRLock beside a writer")
 	assert.ErrorIs(t, w.TryRLock(ctx), rwmutex.ErrLocked, "TryRLock of the writing handle")
-	assert.Equal(t, before, etcdtest.Revision(t, admin), "a failed TryRLock wrote")
+	etcdtest.NoWrites(t, admin, before, "a failed TryRLock wrote")
 	assert.Equal(t, int64(1), keysOf(t, admin, name))
 	require.NoError(t, w.Unlock(ctx))
 	assert.Zero(t, keysOf(t, admin, name))
@@ -333,7 +333,7 @@ func TestCancelledWaitsLeaveNoKey(t *testing.T) {
 	before := etcdtest.Revision(t, admin)
 	assert.ErrorIs(t, r.RLock(rctx), context.Canceled)
 	assert.ErrorIs(t, w.Lock(wctx), context.Canceled)
-	assert.Equal(t, before, etcdtest.Revision(t, admin))
+	etcdtest.NoWrites(t, admin, before, "wrote")
 }
 
 func TestRevokedLeaseEndsReadAndWriteHolds(t *testing.T) {
@@ -428,7 +428,7 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 	assert.ErrorIs(t, rw.Unlock(ctx), rwmutex.ErrNotLocked)
 	assert.ErrorIs(t, rw.RUnlock(ctx), rwmutex.ErrNotLocked)
 	assert.ErrorIs(t, rw.Err(), rwmutex.ErrNotLocked)
-	assert.Equal(t, before, etcdtest.Revision(t, cli), "bad input wrote to etcd")
+	etcdtest.NoWrites(t, cli, before, "bad input wrote to etcd")
 }
 
 // TestNamesAreIndependent: names that are prefixes of one another, or that look like

@@ -24,7 +24,7 @@ func benchClients(b *testing.B, n int) ([]*clientv3.Client, []*rpcstat.Counter) 
 		counters[i] = &rpcstat.Counter{}
 		cfg := cluster.ClientConfig()
 		cfg.DialOptions = append(cfg.DialOptions, counters[i].DialOptions()...)
-		cli, err := clientv3.New(cfg)
+		cli, err := cluster.Open(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}

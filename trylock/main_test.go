@@ -42,7 +42,7 @@ func keysOf(t *testing.T, cli *clientv3.Client, name string) int64 {
 // other than keys keys: the failed tries in between left nothing behind.
 func unchanged(t *testing.T, cli *clientv3.Client, name string, keys, before int64) {
 	t.Helper()
-	require.Equal(t, before, etcdtest.Revision(t, cli), "a failed try wrote to etcd")
+	etcdtest.NoWrites(t, cli, before, "a failed try wrote to etcd")
 	require.Equal(t, keys, keysOf(t, cli, name), "keys of %q", name)
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/namespace"
 	"go.uber.org/zap"
 )
 
@@ -23,6 +24,7 @@ type connection struct {
 	cacert, cert, key  string
 	user, password     string
 	insecureSkipVerify bool
+	namespace          string
 }
 
 // register adds the connection flags to fs.
@@ -36,17 +38,22 @@ func (c *connection) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.user, "user", "", "log in as `user[:password]` ($ETCDCTL_USER)")
 	fs.StringVar(&c.password, "password", "", "the password of --user, if not given there ($ETCDCTL_PASSWORD)")
 	fs.BoolVar(&c.insecureSkipVerify, "insecure-skip-tls-verify", false, "do not verify etcd's certificate ($ETCDCTL_INSECURE_SKIP_TLS_VERIFY)")
+	fs.StringVar(&c.namespace, "namespace", "", "work inside this key `prefix`, as a program whose client etcd's namespace package wraps, or behind grpc-proxy --namespace; keys are shown without it ($ETCDSYNC_NAMESPACE)")
 }
 
-// connectionFlags are the flags that take their default from an ETCDCTL_* variable.
+// connectionFlags are the flags that take their default from an environment variable
+// (envName).
 var connectionFlags = []string{
 	"endpoints", "dial-timeout", "command-timeout", "cacert", "cert", "key", "user", "password",
-	"insecure-skip-tls-verify",
+	"insecure-skip-tls-verify", "namespace",
 }
 
-// envName is the etcdctl environment variable of flag: ETCDCTL_ and its name in capitals,
-// '-' as '_'.
+// envName is the environment variable of flag: ETCDCTL_ and its name in capitals, '-' as
+// '_', as etcdctl names it; ETCDSYNC_NAMESPACE for --namespace, which etcdctl lacks.
 func envName(flag string) string {
+	if flag == "namespace" {
+		return "ETCDSYNC_NAMESPACE"
+	}
 	return "ETCDCTL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
@@ -121,6 +128,11 @@ func (c *connection) open() (*clientv3.Client, error) {
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, failf(exitEtcd, "etcd at %s: %v", c.endpoints, err)
+	}
+	if c.namespace != "" {
+		cli.KV = namespace.NewKV(cli.KV, c.namespace)
+		cli.Watcher = namespace.NewWatcher(cli.Watcher, c.namespace)
+		cli.Lease = namespace.NewLease(cli.Lease, c.namespace)
 	}
 	return cli, nil
 }

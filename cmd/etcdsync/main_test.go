@@ -51,8 +51,8 @@ func newHarness(t *testing.T) *harness {
 }
 
 // environ is the binary's environment: this process's, without ETCDCTL_* and ETCDSYNC_*,
-// with ETCDCTL_ENDPOINTS naming the test cluster (so that the variable is tested too), and
-// extra.
+// with ETCDCTL_ENDPOINTS naming the test cluster (so that the variable is tested too), on
+// an external cluster ETCDSYNC_NAMESPACE naming the run's prefix, and extra.
 func environ(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -61,6 +61,9 @@ func environ(extra ...string) []string {
 		}
 	}
 	env = append(env, "ETCDCTL_ENDPOINTS="+strings.Join(cluster.Endpoints(), ","))
+	if p := cluster.Prefix(); p != "" {
+		env = append(env, "ETCDSYNC_NAMESPACE="+p) // an external cluster: the run's namespace
+	}
 	return append(env, extra...)
 }
 

@@ -38,7 +38,7 @@ func testLogin(t *testing.T, h *harness) {
 	require.NoError(t, err)
 
 	endpoints := strings.Join(c.Endpoints(), ",")
-	env := environ("ETCDCTL_ENDPOINTS=" + endpoints) // the last one counts
+	env := environ("ETCDCTL_ENDPOINTS="+endpoints, "ETCDSYNC_NAMESPACE=") // the last one counts: its own cluster, no namespace
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -84,7 +84,7 @@ func testTLS(t *testing.T, h *harness) {
 	require.NoError(t, os.WriteFile(cert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsCfg.Certificates[0].Certificate[0]}), 0o600))
 	require.NoError(t, os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600))
 
-	env := environ("ETCDCTL_ENDPOINTS=" + strings.Join(c.Endpoints(), ","))
+	env := environ("ETCDCTL_ENDPOINTS="+strings.Join(c.Endpoints(), ","), "ETCDSYNC_NAMESPACE=") // its own cluster, no namespace
 	// The test CA's certificate is not on disk for us: the member's certificate is taken on trust.
 	for _, tc := range []struct {
 		name string

@@ -40,17 +40,10 @@ func leaseOf(t *testing.T, cli *clientv3.Client, key string) clientv3.LeaseID {
 	return clientv3.LeaseID(resp.Kvs[0].Lease)
 }
 
-func leases(t *testing.T, cli *clientv3.Client) int {
-	t.Helper()
-	resp, err := cli.Leases(testContext(t))
-	require.NoError(t, err)
-	return len(resp.Leases)
-}
-
 func TestPrimitivesOnOneClientAndTTLShareOneLease(t *testing.T) {
 	ctx := testContext(t)
-	cli, other := cluster.Client(t), cluster.Client(t)
-	before := leases(t, cli)
+	cli, cnt := countedClient(t)
+	other := cluster.Client(t)
 
 	var holds []*core.Hold
 	for _, q := range []*core.Queue{queue(t, cli, "share-a"), queue(t, cli, "share-b"), queue(t, cli, "share-c")} {
@@ -62,7 +55,7 @@ func TestPrimitivesOnOneClientAndTTLShareOneLease(t *testing.T) {
 	for _, h := range holds[1:] {
 		assert.Equal(t, lease, leaseOf(t, cli, h.Key()))
 	}
-	assert.Equal(t, before+1, leases(t, cli), "more than one lease for one client and TTL")
+	assert.Equal(t, int64(1), cnt.Counts()["LeaseGrant"], "more than one lease for one client and TTL")
 
 	longer, err := queue(t, cli, "share-d", core.WithTTL(2*time.Minute)).Acquire(ctx, exclusive, nil)
 	require.NoError(t, err)

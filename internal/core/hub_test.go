@@ -20,7 +20,7 @@ func countedClient(t *testing.T) (*clientv3.Client, *rpcstat.Counter) {
 	cnt := &rpcstat.Counter{}
 	cfg := cluster.ClientConfig()
 	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err := clientv3.New(cfg)
+	cli, err := cluster.Open(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { cli.Close() })
 	return cli, cnt

@@ -39,7 +39,7 @@ func PinnedClient(tb testing.TB, c *Cluster, i int) *clientv3.Client {
 	tb.Helper()
 	cfg := c.ClientConfig()
 	cfg.Endpoints = []string{c.MemberEndpoint(i)}
-	return clientOfConfig(tb, cfg)
+	return c.openFor(tb, cfg)
 }
 
 // SpreadClient is a client of every member, starting with member i, with the credentials of
@@ -52,7 +52,7 @@ func SpreadClient(tb testing.TB, c *Cluster, i int) *clientv3.Client {
 	i %= len(eps)
 	cfg := c.ClientConfig()
 	cfg.Endpoints = append(eps[i:], eps[:i]...)
-	return clientOfConfig(tb, cfg)
+	return c.openFor(tb, cfg)
 }
 
 // writeRetryPause is how long BackgroundWrites waits before it writes again after a
@@ -106,8 +106,20 @@ func transient(err error) bool {
 	return ok && s.Code() == codes.Unavailable
 }
 
-// ProxiedClient returns a client of endpoint i alone whose traffic goes through a Proxy that
-// the test can black-hole. The client is closed before the proxy, in tb.Cleanup.
+// openFor is c.Open(cfg), closed in tb.Cleanup; it fails tb if it cannot open one.
+func (c *Cluster) openFor(tb testing.TB, cfg clientv3.Config) *clientv3.Client {
+	tb.Helper()
+	cli, err := c.Open(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// ProxiedClient returns a client of endpoint i alone, with the credentials of ClientConfig,
+// whose traffic goes through a Proxy that the test can black-hole. The client is closed
+// before the proxy, in tb.Cleanup.
 func ProxiedClient(tb testing.TB, c *Cluster, i int) (*clientv3.Client, *Proxy) {
 	tb.Helper()
 	target, err := url.Parse(c.Endpoints()[i])
@@ -120,5 +132,7 @@ func ProxiedClient(tb testing.TB, c *Cluster, i int) (*clientv3.Client, *Proxy) 
 	}
 	tb.Cleanup(func() { proxy.Close() })
 	through := proxy.URL()
-	return ClientOf(tb, through.String()), proxy
+	cfg := c.ClientConfig()
+	cfg.Endpoints = []string{through.String()}
+	return c.openFor(tb, cfg), proxy
 }

@@ -27,6 +27,7 @@ const startTimeout = 30 * time.Second
 // Cluster is a running etcd: embedded members in this process, or an external cluster.
 type Cluster struct {
 	endpoints []string
+	prefix    string    // every client's namespace on an external cluster: see Prefix
 	members   []*member // nil for an external cluster
 	closeOnce sync.Once
 	cuts      sync.Mutex // serializes Partition, Heal and restarts: see applyCuts
@@ -67,7 +68,7 @@ func New(size int) (*Cluster, error) {
 
 // external returns the cluster at endpoints, given as "host:port" (http is assumed) or URLs.
 func external(endpoints []string) (*Cluster, error) {
-	c := &Cluster{}
+	c := &Cluster{prefix: runPrefix()}
 	for _, ep := range endpoints {
 		if ep = strings.TrimSpace(ep); ep == "" {
 			continue
@@ -318,11 +319,21 @@ func (c *Cluster) ClientConfig() clientv3.Config {
 	return cfg
 }
 
-// NewClient opens a new client on ClientConfig(); the caller closes it.
+// NewClient opens a new client on ClientConfig() (see Open); the caller closes it.
 func (c *Cluster) NewClient() (*clientv3.Client, error) {
-	cli, err := clientv3.New(c.ClientConfig())
+	return c.Open(c.ClientConfig())
+}
+
+// Open opens a client on cfg (ClientConfig, changed by the caller) whose keys and watches are
+// inside Prefix: on an external cluster every test's client works in a namespace of its own
+// run. The caller closes it.
+func (c *Cluster) Open(cfg clientv3.Config) (*clientv3.Client, error) {
+	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcdtest: client: %w", err)
+	}
+	if c.prefix != "" {
+		namespaced(cli, c.prefix)
 	}
 	return cli, nil
 }
@@ -331,12 +342,7 @@ func (c *Cluster) NewClient() (*clientv3.Client, error) {
 // cannot open one.
 func (c *Cluster) Client(tb testing.TB) *clientv3.Client {
 	tb.Helper()
-	cli, err := c.NewClient()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { cli.Close() })
-	return cli
+	return c.openFor(tb, c.ClientConfig())
 }
 
 // member returns embedded member i, or panics on an external cluster.
@@ -447,10 +453,14 @@ func (c *Cluster) agreedLeader(ctx context.Context, view func(context.Context, i
 }
 
 // Close stops every embedded member, then their peer proxies, and removes their data dirs
-// and, with WithTLS, the certificates; on an external cluster it does nothing. It is safe to
-// call twice.
+// and, with WithTLS, the certificates; on an external cluster it deletes every key under
+// Prefix. It is safe to call twice.
 func (c *Cluster) Close() {
 	c.closeOnce.Do(func() {
+		if c.External() {
+			c.sweep()
+			return
+		}
 		// Hard: a graceful stop of a leader would try to hand leadership to members that are
 		// stopping too, and wait for that.
 		var wg sync.WaitGroup

@@ -45,13 +45,33 @@ func TestExternal(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// Whichever member leads: the same one, seen through Status calls and through the
+	// cluster's own view.
 	leader, err := ext.Leader(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, 0, leader)
+	want, err := cluster.Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, want, leader)
+
+	// Its clients work inside a prefix of the run's own, which Close deletes.
+	prefix := ext.Prefix()
+	require.True(t, strings.HasPrefix(prefix, etcdtest.RunPrefix), "prefix %q", prefix)
+	other, err := etcdtest.New(3)
+	require.NoError(t, err)
+	defer other.Close()
+	assert.NotEqual(t, prefix, other.Prefix(), "two runs share a prefix")
 	_, err = ext.Client(t).Put(ctx, "etcdtest/external", "v")
 	require.NoError(t, err)
+	plain := etcdtest.ClientOf(t, cluster.Endpoints()...)
+	resp, err := plain.Get(ctx, prefix+"etcdtest/external")
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1, "the key is not under the run's prefix")
+	assert.Zero(t, etcdtest.CountKeys(t, other.Client(t), "etcdtest/external"), "another run sees the key")
 	assert.Panics(t, func() { ext.Kill(0) })
 	assert.Panics(t, func() { _ = ext.MemberEndpoint(0) })
+
+	ext.Close()
+	assert.Zero(t, etcdtest.CountKeys(t, plain, prefix), "Close left keys under the run's prefix")
 }
 
 // TestThreeMembers kills the leader, writes without it, restarts it and sees it catch up,

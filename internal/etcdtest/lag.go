@@ -10,25 +10,45 @@ import (
 	"testing"
 )
 
-// LaggingCluster starts an embedded 3-member cluster whose followers apply behind the
-// leader: a client spread over the members puts large values under "lag-data/" until the
-// test ends (BackgroundWrites). Waiters on clients spread over it see watches served by
-// members that trail the one that answered their Txn. It skips the test under -short;
-// everything it starts ends in t.Cleanup.
+// LaggingCluster returns an embedded 3-member cluster whose followers apply behind the
+// leader while the test runs: a client spread over the members puts large values under
+// "lag-data/" until the test ends (BackgroundWrites). Waiters on clients spread over it see
+// watches served by members that trail the one that answered their Txn. It skips the test
+// under -short.
+//
+// The cluster is started by the first test of the binary that asks for it and shared by
+// the later ones (the writes are each test's own); Main closes it. Tests on it should use
+// names of their own.
 func LaggingCluster(t *testing.T) *Cluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a 3-member cluster")
 	}
-	c, err := NewEmbedded(3)
-	if err != nil {
-		t.Fatal(err)
+	lagging.once.Do(func() {
+		lagging.c, lagging.err = NewEmbedded(3)
+	})
+	if lagging.err != nil {
+		t.Fatal(lagging.err)
 	}
-	t.Cleanup(c.Close)
+	c := lagging.c
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	t.Cleanup(BackgroundWrites(ctx, t, SpreadClient(t, c, 0), "lag-data/"))
 	return c
+}
+
+// lagging is the binary's LaggingCluster, closed by closeShared.
+var lagging struct {
+	once sync.Once
+	c    *Cluster
+	err  error
+}
+
+// closeShared closes the clusters that tests of this binary shared.
+func closeShared() {
+	if lagging.c != nil {
+		lagging.c.Close()
+	}
 }
 
 // Tally counts errors by their text, for a failure message that lists each once.

@@ -46,6 +46,7 @@ func MainWith(m *testing.M, c **Cluster, start func() (*Cluster, error)) {
 	*c = cluster
 	code := m.Run()
 	cluster.Close()
+	closeShared()
 	if err := findLeaks(); err != nil {
 		fmt.Fprintf(os.Stderr, "etcdtest: goroutines leaked: %v\n", err)
 		if code == 0 {
