@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // An Injector disturbs the RPCs of the clients it is installed on, exactly where a test
@@ -27,6 +28,9 @@ type Injector struct {
 	mu    sync.Mutex
 	rules []*Rule
 	late  sync.WaitGroup // requests sent after their caller gave up, still under way
+	// prefix is the namespace of the client Client opened: cut from the keys of a request
+	// before a rule's Match sees it, so that rules name keys as the test wrote them.
+	prefix string
 }
 
 // Action is what an Injector does to a call that matches a rule.
@@ -98,7 +102,7 @@ func (inj *Injector) match(method string, req any) *Rule {
 	inj.mu.Lock()
 	defer inj.mu.Unlock()
 	for i, r := range inj.rules {
-		if r.Method != method || (r.Match != nil && (req == nil || !r.Match(req))) {
+		if r.Method != method || (r.Match != nil && (req == nil || !r.Match(relative(req, inj.prefix)))) {
 			continue
 		}
 		r.hits++
@@ -122,14 +126,67 @@ func (inj *Injector) DialOptions() []grpc.DialOption {
 }
 
 // Client opens a client of the cluster with the injector installed, closed in tb.Cleanup
-// after every late request is settled.
+// after every late request is settled. On an external cluster the client works inside the
+// cluster's Prefix, as every client of the cluster does, and rules match on keys without it.
+// An injector serves one cluster's clients.
 func (inj *Injector) Client(tb testing.TB, c *Cluster) *clientv3.Client {
 	tb.Helper()
 	cfg := c.ClientConfig()
 	cfg.DialOptions = append(cfg.DialOptions, inj.DialOptions()...)
-	cli := clientOfConfig(tb, cfg)
+	inj.mu.Lock()
+	inj.prefix = c.Prefix()
+	inj.mu.Unlock()
+	cli := c.openFor(tb, cfg)
 	tb.Cleanup(inj.Settle) // registered after the client's Close, so it runs before it
 	return cli
+}
+
+// relative returns req as the caller of a client namespaced under prefix wrote it: a copy
+// with prefix cut from every key and range end, or req itself when there is no prefix.
+func relative(req any, prefix string) any {
+	m, ok := req.(proto.Message)
+	if prefix == "" || !ok {
+		return req
+	}
+	c := proto.Clone(m)
+	cut := func(b []byte) []byte { return bytes.TrimPrefix(b, []byte(prefix)) }
+	var txn func(*pb.TxnRequest)
+	op := func(o *pb.RequestOp) {
+		if r := o.GetRequestRange(); r != nil {
+			r.Key, r.RangeEnd = cut(r.Key), cut(r.RangeEnd)
+		}
+		if r := o.GetRequestPut(); r != nil {
+			r.Key = cut(r.Key)
+		}
+		if r := o.GetRequestDeleteRange(); r != nil {
+			r.Key, r.RangeEnd = cut(r.Key), cut(r.RangeEnd)
+		}
+		if r := o.GetRequestTxn(); r != nil {
+			txn(r)
+		}
+	}
+	txn = func(t *pb.TxnRequest) {
+		for _, cmp := range t.Compare {
+			cmp.Key, cmp.RangeEnd = cut(cmp.Key), cut(cmp.RangeEnd)
+		}
+		for _, o := range t.Success {
+			op(o)
+		}
+		for _, o := range t.Failure {
+			op(o)
+		}
+	}
+	switch r := c.(type) {
+	case *pb.TxnRequest:
+		txn(r)
+	case *pb.RangeRequest:
+		r.Key, r.RangeEnd = cut(r.Key), cut(r.RangeEnd)
+	case *pb.PutRequest:
+		r.Key = cut(r.Key)
+	case *pb.DeleteRangeRequest:
+		r.Key, r.RangeEnd = cut(r.Key), cut(r.RangeEnd)
+	}
+	return c
 }
 
 func (inj *Injector) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
