@@ -36,6 +36,7 @@ func TestCommand(t *testing.T) {
 		{"TimeoutAndBusyHaveCodesOfTheirOwn", testTimeoutAndBusy},
 		{"TheCommandSeesNameKeyAndToken", testChildEnvironment},
 		{"HoldWithoutACommand", testHoldWithoutACommand},
+		{"NamespaceKeepsEveryKeyInside", testNamespace},
 		{"ALossStopsTheCommand", testLossStopsTheCommand},
 		{"ABlackHoledHolderStopsItsCommandBeforeTheSuccessorStarts", testBlackHoledHolder},
 		{"NoProcessOfTheGroupOutlivesEtcdsync", testNoProcessOutlives},
@@ -341,4 +342,28 @@ func testHoldWithoutACommand(t *testing.T, h *harness) {
 	assert.Equal(t, exitLost, p.wait(30*time.Second))
 	assertOneLine(t, p.stderr.text(), `etcdsync sem: semaphore "cmd-hold-lost" lost`)
 	nothingLeft(t, cli, "", name+"-lost")
+}
+
+// testNamespace: with --namespace (or ETCDSYNC_NAMESPACE) every key goes under the
+// namespace, and the command shows and passes on keys without it, as a client wrapped by
+// etcd's namespace package sees them.
+func testNamespace(t *testing.T, h *harness) {
+	const name = "cmd-ns"
+	cli := cluster.Client(t)                  // inside the run's namespace on an external cluster
+	ns := cluster.Prefix() + "cmd-namespace/" // the flag replaces $ETCDSYNC_NAMESPACE
+	p := h.start(t, environ(), "lock", "--namespace", ns, name)
+	key := ""
+	for range 3 {
+		if k, v, _ := strings.Cut(p.stdout.next(t, 30*time.Second), "="); k == "ETCDSYNC_KEY" {
+			key = v
+		}
+	}
+	require.True(t, strings.HasPrefix(key, name+"/"), "key %q shown with its namespace", key)
+	assert.Empty(t, keysOf(t, cli, "", name), "a key outside the namespace")
+	keys := keysOf(t, cli, "cmd-namespace/", name)
+	require.Len(t, keys, 1)
+	assert.Equal(t, "cmd-namespace/"+key, keys[0].key)
+	p.signal(syscall.SIGTERM)
+	assert.Equal(t, 0, p.wait(30*time.Second), p.stderr.text())
+	nothingLeft(t, cli, "cmd-namespace/", name)
 }

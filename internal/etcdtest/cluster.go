@@ -198,6 +198,9 @@ func (c *Cluster) makeAuthority() (transport.TLSInfo, error) {
 	return ca.serverTLS()
 }
 
+// lowSnapshotCount is the embedded members' SnapshotCount and SnapshotCatchUpEntries.
+const lowSnapshotCount = 2000
+
 // config is a fresh configuration for the member: embed.StartEtcd keeps state in the
 // Config it is given (its logger), so every start gets its own.
 func (m *member) config() *embed.Config {
@@ -212,6 +215,13 @@ func (m *member) config() *embed.Config {
 	}
 	cfg.ClientTLSInfo = m.clientTLS
 	cfg.UnsafeNoFsync = true
+	// A member keeps the raft log in memory back to its last snapshot plus the catch-up
+	// entries: with etcd's defaults (10,000 + 5,000) and the tests' large background values
+	// (128-256 KiB, to make followers lag), that is up to 2 GB per member. A snapshot every
+	// 2,000 entries, keeping 2,000 for a follower to catch up from (several seconds of those
+	// writes, longer than any partition or stop a test makes), bounds it to a fifth.
+	cfg.SnapshotCount = lowSnapshotCount
+	cfg.SnapshotCatchUpEntries = lowSnapshotCount
 	cfg.BcryptCost = 4 // bcrypt.MinCost: test passwords need no strength, and a login then costs no 50 ms hash
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.EnableGRPCGateway = false // the HTTP/JSON gateway: a loopback gRPC client we do not need
