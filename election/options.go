@@ -11,7 +11,8 @@ import (
 // Option configures an Election. Options of every etcdsync package are interchangeable.
 type Option = core.Option
 
-// DefaultTTL is the lease TTL without WithTTL: a leader that dies hands over after it.
+// DefaultTTL is the lease TTL without WithTTL, 60 s (as etcd's concurrency.Session): a
+// leader that dies hands over after it.
 const DefaultTTL = core.DefaultTTL
 
 // WithTTL sets the TTL of the lease the candidates' keys are bound to, from one second

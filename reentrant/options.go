@@ -11,7 +11,8 @@ import (
 // Option configures a Mutex. Options of every etcdsync package are interchangeable.
 type Option = core.Option
 
-// DefaultTTL is the lease TTL without WithTTL: a holder that dies frees the lock after it.
+// DefaultTTL is the lease TTL without WithTTL, 60 s (as etcd's concurrency.Session): a
+// holder that dies frees the lock after it.
 const DefaultTTL = core.DefaultTTL
 
 // WithTTL sets the TTL of the lease the lock's keys are bound to, from one second

@@ -232,3 +232,8 @@ func TestTryAcquireRemovesALeftoverOwnKeyBehindAnother(t *testing.T) {
 	_, err = holder.Release(ctx)
 	require.NoError(t, err)
 }
+
+// TestDefaultTTLIsTheDocumentedOne: every package's DefaultTTL doc says 60 s.
+func TestDefaultTTLIsTheDocumentedOne(t *testing.T) {
+	assert.Equal(t, 60*time.Second, core.DefaultTTL)
+}

@@ -60,7 +60,3 @@ var nameEscaper = strings.NewReplacer("%", "%25", "/", "%2F")
 
 // NamePrefix is the key prefix that holds every key of name: the escaped name and a '/'.
 func NamePrefix(name string) string { return nameEscaper.Replace(name) + "/" }
-
-// InteropName reports whether name has etcd's own layout, so that etcd's concurrency.Mutex
-// and `etcdctl lock` on the same name exclude an etcdsync mutex.
-func InteropName(name string) bool { return !strings.ContainsAny(name, "%/") }

@@ -1,0 +1,50 @@
+package election_test
+
+import (
+	"context"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/election"
+)
+
+func Example() {
+	cli, err := cluster.NewClient()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer cli.Close()
+	ctx := context.Background()
+
+	e, err := election.New(cli, "billing-leader")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := e.Campaign(ctx, "replica-1"); err != nil { // waits until this replica leads
+		fmt.Println(err)
+		return
+	}
+	// Fenced work: it applies only while this replica leads.
+	resp, err := cli.Txn(ctx).If(e.IsOwner()).
+		Then(clientv3.OpPut("billing/last-run", "2026-11-24")).Commit()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("written as leader:", resp.Succeeded)
+	l, err := e.Leader(ctx) // what every replica, and Observe, sees
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("leader:", l.Value)
+	if err := e.Resign(ctx); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// written as leader: true
+	// leader: replica-1
+}
