@@ -215,6 +215,13 @@ func (m *Mutex) Token() int64 {
 	return m.current().Token()
 }
 
+// Key is the etcd key of the hold that an owner has through m, "" without one. No I/O.
+// With Token and IsOwner it is what a fenced write outside Go needs (etcdsync's
+// ETCDSYNC_KEY), as every hold-bearing type of etcdsync has it.
+func (m *Mutex) Key() string {
+	return m.current().Key()
+}
+
 // Done is closed when the hold that an owner has through m ends: by its last Unlock, or
 // by loss (then Err is ErrLost). Without a hold it is an already closed channel. The owning
 // context tells the same, and is the one to pass to the work done under the lock.

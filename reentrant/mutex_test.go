@@ -406,7 +406,9 @@ func TestKeyValueNamesTheOwner(t *testing.T) {
 		assert.Equal(t, host, got[1])
 		assert.Equal(t, strconv.Itoa(os.Getpid()), got[2])
 		owners = append(owners, got[3])
+		assert.Equal(t, string(keys[0].Key), m.Key(), "Key while held")
 		require.NoError(t, m.Unlock(octx))
+		assert.Empty(t, m.Key(), "Key once released")
 	}
 	assert.NotEqual(t, owners[0], owners[1], "two owners with one id")
 }

@@ -168,17 +168,18 @@ func (s *Semaphore) recordLimit(ctx context.Context) error {
 }
 
 // InUse is the number of permits held now, by every client: the permit keys in etcd, at
-// most Limit (the rest are waiters). One Range, linearizable; with ctx done already,
-// ctx's error. ErrInvalidOption as for Acquire.
+// most Limit (the rest are waiters). One Range, linearizable, retried through leader
+// changes of etcd until ctx ends (as election's Leader is); with ctx done already, ctx's
+// error. ErrInvalidOption as for Acquire.
 func (s *Semaphore) InUse(ctx context.Context) (int, error) {
 	if err := s.queue().Unusable(); err != nil {
 		return 0, s.errorf("in use", err)
 	}
-	resp, err := s.q.Client().Get(clientv3.WithRequireLeader(ctx), s.q.Prefix()+permitKind, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	n, err := s.q.Count(ctx, permitKind)
 	if err != nil {
 		return 0, s.errorf("in use", err)
 	}
-	return int(min(resp.Count, int64(s.limit))), nil
+	return int(min(n, int64(s.limit))), nil
 }
 
 func (s *Semaphore) errorf(op string, err error) error {

@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
@@ -464,4 +466,24 @@ func Example() {
 	wg.Wait()
 	fmt.Println("jobs done:", done.Load())
 	// Output: jobs done: 5
+}
+
+// TestInUseRidesOutAMemberStopping: InUse's read, refused twice with what a stopping member
+// says ("raft: stopped", which etcd's client does not retry), is retried until it is
+// answered, as election's Leader is, instead of failing.
+func TestInUseRidesOutAMemberStopping(t *testing.T) {
+	ctx := testContext(t)
+	const name, limit = "in-use-member-stopping", 2
+	inj := &etcdtest.Injector{}
+	s := newSemaphore(t, inj.Client(t, cluster), name, limit)
+	p, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	refused := make(chan struct{}, 2)
+	inj.Add(etcdtest.Rule{Method: "Range", Action: etcdtest.Refuse, Err: status.Error(codes.Unknown, "raft: stopped"), Times: 2,
+		Matched: func() { refused <- struct{}{} }})
+	n, err := s.InUse(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n)
+	assert.Len(t, refused, 2, "the refusals were not met")
+	require.NoError(t, p.Release(ctx))
 }

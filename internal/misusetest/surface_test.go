@@ -145,6 +145,7 @@ func reentrantCalls(m *reentrant.Mutex, admin *clientv3.Client) []call {
 			}
 			return nil
 		}},
+		{name: "Key", kind: reports, run: noKey(m.Key)},
 		{name: "Token", kind: reports, run: token(m.Token)},
 		{name: "Done", kind: reports, run: done(m.Done)},
 		{name: "Err", kind: reports, run: noHoldErr(m.Err, reentrant.ErrNotLocked)},
