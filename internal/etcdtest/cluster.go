@@ -343,7 +343,7 @@ func (c *Cluster) Open(cfg clientv3.Config) (*clientv3.Client, error) {
 		return nil, fmt.Errorf("etcdtest: client: %w", err)
 	}
 	if c.prefix != "" {
-		namespaced(cli, c.prefix)
+		Confine(cli, c.prefix)
 	}
 	return cli, nil
 }

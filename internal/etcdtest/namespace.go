@@ -36,35 +36,45 @@ func runPrefix() string {
 // everything under it.
 func (c *Cluster) Prefix() string { return c.prefix }
 
-// namespaced makes cli read, write and watch inside prefix, as etcd's namespace package
-// does for a multi-tenant client; leases are not keyed, so they are shared.
-func namespaced(cli *clientv3.Client, prefix string) {
+// Confine makes cli read, write and watch inside prefix, as etcd's namespace package does
+// for a multi-tenant client; leases are not keyed, so they are shared. Every client a
+// Cluster opens on an external cluster is confined to its Prefix; the examples confine
+// theirs the same way.
+func Confine(cli *clientv3.Client, prefix string) {
 	cli.KV = namespace.NewKV(cli.KV, prefix)
 	cli.Watcher = namespace.NewWatcher(cli.Watcher, prefix)
 	cli.Lease = namespace.NewLease(cli.Lease, prefix)
 }
 
-// sweepTimeout bounds Close's delete of an external cluster's Prefix.
-const sweepTimeout = 30 * time.Second
+// deleteTimeout bounds DeletePrefix.
+const deleteTimeout = 30 * time.Second
+
+// DeletePrefix deletes every key under prefix with a client of its own on cfg, within 30 s,
+// and returns how many there were.
+func DeletePrefix(cfg clientv3.Config, prefix string) (int64, error) {
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), deleteTimeout)
+	defer cancel()
+	resp, err := cli.Delete(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Deleted, nil
+}
 
 // sweep deletes every key under Prefix, saying on stderr how many there were: the keys a
 // test left (a semaphore's limit record, a value a test wrote, a key of a lease that has not
 // yet expired).
 func (c *Cluster) sweep() {
-	cli, err := clientv3.New(c.ClientConfig())
-	if err != nil {
+	n, err := DeletePrefix(c.ClientConfig(), c.prefix)
+	switch {
+	case err != nil:
 		fmt.Fprintf(os.Stderr, "etcdtest: cannot delete %s: %v\n", c.prefix, err)
-		return
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
-	defer cancel()
-	resp, err := cli.Delete(ctx, c.prefix, clientv3.WithPrefix())
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "etcdtest: cannot delete %s: %v\n", c.prefix, err)
-		return
-	}
-	if resp.Deleted > 0 {
-		fmt.Fprintf(os.Stderr, "etcdtest: deleted the %d keys the tests left under %s\n", resp.Deleted, c.prefix)
+	case n > 0:
+		fmt.Fprintf(os.Stderr, "etcdtest: deleted the %d keys the tests left under %s\n", n, c.prefix)
 	}
 }

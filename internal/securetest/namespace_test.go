@@ -5,9 +5,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/namespace"
 
 	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 )
 
 // namespaced is a new client of user tenant whose KV, Watcher and Lease see only the keys
@@ -16,9 +16,7 @@ import (
 func namespaced(t *testing.T) *clientv3.Client {
 	t.Helper()
 	cli := cluster.ClientAs(t, tenantUser)
-	cli.KV = namespace.NewKV(cli.KV, tenantPrefix)
-	cli.Watcher = namespace.NewWatcher(cli.Watcher, tenantPrefix)
-	cli.Lease = namespace.NewLease(cli.Lease, tenantPrefix)
+	etcdtest.Confine(cli, tenantPrefix)
 	return cli
 }
 

@@ -4,7 +4,6 @@
 package demo
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"flag"
@@ -16,7 +15,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/namespace"
 	"go.uber.org/zap"
 
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
@@ -85,9 +83,7 @@ func (e *Etcd) Client() (*clientv3.Client, error) {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	if e.prefix != "" {
-		cli.KV = namespace.NewKV(cli.KV, e.prefix)
-		cli.Watcher = namespace.NewWatcher(cli.Watcher, e.prefix)
-		cli.Lease = namespace.NewLease(cli.Lease, e.prefix)
+		etcdtest.Confine(cli, e.prefix)
 	}
 	e.mu.Lock()
 	e.clients = append(e.clients, cli)
@@ -114,15 +110,7 @@ func (e *Etcd) Close() {
 
 // sweep deletes every key under the prefix, with a client of its own.
 func (e *Etcd) sweep() {
-	cli, err := clientv3.New(e.cfg)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "cannot delete %s: %v\n", e.prefix, err)
-		return
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := cli.Delete(ctx, e.prefix, clientv3.WithPrefix()); err != nil {
+	if _, err := etcdtest.DeletePrefix(e.cfg, e.prefix); err != nil {
 		fmt.Fprintf(os.Stderr, "cannot delete %s: %v\n", e.prefix, err)
 	}
 }
