@@ -1,13 +1,17 @@
-// Package semaphore is a counting semaphore on etcd: at most limit permits of a name are
+// Package semaphore is a counting semaphore on etcd: at most limit units of a name are
 // held at any instant, across every client, granted first come, first served in the order
-// of the keys' create revisions.
+// of the keys' create revisions. [Semaphore.Acquire] takes one unit, [Semaphore.AcquireN]
+// several at once, all or none, as golang.org/x/sync/semaphore's Acquire does.
 //
-// Each permit is one key "<name>/permit/<lease hex>_<n>", bound to a lease that every
-// primitive on the same client and TTL shares, so a worker that dies frees its permits when
-// its lease expires. A waiter is served once fewer than limit keys are ahead of it; it
-// learns that from the delete events of one watch per client and name, shared by all the
-// client's waiters, so a release costs one watch event per client, not per waiter, and
-// the waiter it serves sends no further RPC before Acquire returns.
+// Each permit is one key, whatever its units: "<name>/permit/<lease hex>_<n>" for one unit,
+// "<name>/permit/u<units>/<lease hex>_<n>" for more, bound to a lease that every primitive
+// on the same client and TTL shares, so a worker that dies frees its permits when its lease
+// expires. A waiter is served once its units fit beside those of every key ahead of it,
+// held or waiting, so a waiter for many units is never overtaken by smaller ones behind it.
+// It learns that from the delete events of one watch per client and name, shared by all the
+// client's waiters, so a release costs one watch event per client, not per waiter, and the
+// waiter it serves sends no further RPC before Acquire returns. Every client of a name must
+// know units (this version or later): an older one counts a key of several units as one.
 //
 // The limit is part of the name's state: the first user records it in the key
 // "<name>/limit", which has no lease and stays after every permit is released. Every

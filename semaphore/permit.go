@@ -10,28 +10,40 @@ import (
 	"github.com/etcdsync/etcdsync/internal/core"
 )
 
-// Permit is one permit of a Semaphore, from Acquire until Release. Its methods are safe
+// Permit is one permit of a Semaphore, of one unit or several, from its acquisition until
+// Release. Its methods are safe
 // for use by several goroutines.
 //
-// Only Acquire and TryAcquire make a Permit that holds. A nil *Permit (the one a failed
+// Only Acquire, AcquireN, TryAcquire and TryAcquireN make a Permit that holds. A nil *Permit (the one a failed
 // Acquire returns) and the zero Permit hold nothing: Release returns an error matching both
 // ErrInvalidOption and ErrNotLocked, and the others report no hold (Token 0, Done closed,
 // Err ErrNotLocked, IsOwner never true, Key ""). None of them blocks or panics.
 type Permit struct {
 	s         *Semaphore
 	h         *core.Hold
+	units     int
 	releasing chan struct{} // one Release at a time: full while one runs
 	ended     atomic.Bool   // Release has ended it
 }
 
-func newPermit(s *Semaphore, h *core.Hold) *Permit {
-	return &Permit{s: s, h: h, releasing: make(chan struct{}, 1)}
+func newPermit(s *Semaphore, h *core.Hold, units int) *Permit {
+	return &Permit{s: s, h: h, units: units, releasing: make(chan struct{}, 1)}
+}
+
+// Units is how many units the permit holds: 1 from Acquire and TryAcquire, n from AcquireN
+// and TryAcquireN; 0 once released, and for a nil or zero Permit.
+func (p *Permit) Units() int {
+	if p.hold() == nil {
+		return 0
+	}
+	return p.units
 }
 
 // made reports whether p was made by Acquire or TryAcquire.
 func (p *Permit) made() bool { return p != nil && p.h != nil }
 
-// Release gives the permit back: one Txn that deletes its key only while the key's create
+// Release gives the permit back, all its units at once: one Txn that deletes its key only
+// while the key's create
 // revision is still this permit's, so a late or repeated Release never frees another
 // permit. A second Release returns ErrNotLocked; one after the permit was lost returns
 // ErrLost (the permit has ended all the same), as does one through a closed client (the

@@ -64,18 +64,33 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 		q:        core.NewQueue(cli, core.SessionsFor(cli, cfg), prefix),
 		limitKey: limitKey,
 		spec: core.Spec{
-			Kind: permitKind, Ahead: permitKind, Slots: limit,
+			Kind: permitKind, Ahead: permitKind, Slots: limit, Units: true,
 			// Every write of a permit key checks the limit in the same Txn.
 			Guard: []clientv3.Cmp{clientv3.Compare(clientv3.Value(limitKey), "=", strconv.Itoa(limit))},
 		},
 	}, nil
 }
 
-// specNow is the spec of an acquisition starting now: its key's value says who and since when.
-func (s *Semaphore) specNow() core.Spec {
+// specFor is the spec of an acquisition of n units starting now: its key's value says who
+// and since when. It is served once fewer than limit-n+1 units are ahead of it, that is
+// once its n fit beside them.
+func (s *Semaphore) specFor(n int) core.Spec {
 	spec := s.spec
+	spec.Kind = core.UnitsKind(permitKind, n)
+	spec.Slots = s.limit - n + 1
 	spec.Value = core.OwnerValue("")
 	return spec
+}
+
+// units checks n, the units an acquisition asks for.
+func (s *Semaphore) units(n int) error {
+	switch {
+	case n < 1:
+		return fmt.Errorf("%w: %d units is below 1", ErrInvalidOption, n)
+	case n > s.limit:
+		return fmt.Errorf("%w: %d units is over the limit of %d", ErrInvalidOption, n, s.limit)
+	}
+	return nil
 }
 
 // queue is the Semaphore's queue; nil for a Semaphore that New did not make.
@@ -94,41 +109,74 @@ func (s *Semaphore) Limit() int {
 	return s.limit
 }
 
-// Acquire waits for a permit, in FIFO order with every other waiter on the name. Its
-// first call on a handle records the limit in etcd if nobody has (one more Txn), or
-// returns ErrLimitMismatch, having written nothing, if another limit is recorded. Then it
-// costs one Txn uncontended; a waiter adds no RPC once the release that serves it arrives
-// on its client's watch. With ctx done already it returns ctx's error, wrapped, having
-// sent nothing; if ctx ends first it returns ctx's error after deleting its key (see
-// mutex.Mutex.Lock for the bounds). ErrLost means the session's lease expired while
-// waiting. ErrInvalidOption: s was not made by New, or its client is closed.
+// Acquire waits for a permit of one unit: AcquireN(ctx, 1).
 func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
-	if err := s.queue().Unusable(); err != nil {
-		return nil, s.errorf("acquire", err)
-	}
-	h, err := s.take(ctx, func(ctx context.Context) (*core.Hold, error) { return s.q.Acquire(ctx, s.specNow(), nil) })
-	if err != nil {
-		return nil, s.errorf("acquire", err)
-	}
-	return newPermit(s, h), nil
+	return s.acquire(ctx, "acquire", 1)
 }
 
-// TryAcquire takes a permit only if one is free and nobody waits; otherwise it returns
-// ErrNoPermits having written nothing. It records the limit as Acquire does. When no
-// permit is free it costs one read-only Txn; when one is, that and the Txn that takes it.
-// A done ctx and ErrInvalidOption as for Acquire.
-func (s *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) {
+// AcquireN waits for a permit of n units, all or none, in FIFO order with every other
+// waiter on the name: a waiter is served once its n units fit beside those held and asked
+// for ahead of it, so a waiter for many units at the head of the line is not overtaken by
+// smaller ones behind it (as in golang.org/x/sync/semaphore), and two waiters for several
+// units cannot deadlock each other. The permit is one key: it is released, lost and fenced
+// as one.
+//
+// n below 1 or above Limit returns ErrInvalidOption having sent nothing. The first
+// acquisition on a handle records the limit in etcd if nobody has (one more Txn), or returns
+// ErrLimitMismatch, having written nothing, if another limit is recorded. Then it costs one
+// Txn uncontended; a waiter adds no RPC once the release that serves it arrives on its
+// client's watch. With ctx done already it returns ctx's error, wrapped, having sent
+// nothing; if ctx ends first it returns ctx's error after deleting its key (see
+// [mutex.Mutex.Lock] for the bounds). ErrLost means the session's lease expired while
+// waiting. ErrInvalidOption: s was not made by New, or its client is closed.
+func (s *Semaphore) AcquireN(ctx context.Context, n int) (*Permit, error) {
+	return s.acquire(ctx, "acquire", n)
+}
+
+func (s *Semaphore) acquire(ctx context.Context, op string, n int) (*Permit, error) {
 	if err := s.queue().Unusable(); err != nil {
-		return nil, s.errorf("try acquire", err)
+		return nil, s.errorf(op, err)
 	}
-	h, err := s.take(ctx, func(ctx context.Context) (*core.Hold, error) { return s.q.TryAcquire(ctx, s.specNow()) })
-	if errors.Is(err, core.ErrLocked) { // limit 1: the core's single-slot try
+	if err := s.units(n); err != nil {
+		return nil, s.errorf(op, err)
+	}
+	h, err := s.take(ctx, func(ctx context.Context) (*core.Hold, error) { return s.q.Acquire(ctx, s.specFor(n), nil) })
+	if err != nil {
+		return nil, s.errorf(op, err)
+	}
+	return newPermit(s, h, n), nil
+}
+
+// TryAcquire takes a permit of one unit only if one is free and nobody waits:
+// TryAcquireN(ctx, 1).
+func (s *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) {
+	return s.tryAcquire(ctx, "try acquire", 1)
+}
+
+// TryAcquireN takes a permit of n units only if n are free and nobody waits; otherwise it
+// returns ErrNoPermits having written nothing. It records the limit as AcquireN does. When
+// the units are not free it costs one read-only Txn; when they are, that and the Txn that
+// takes them (one Txn when n is the whole limit). n, a done ctx and ErrInvalidOption as for
+// AcquireN.
+func (s *Semaphore) TryAcquireN(ctx context.Context, n int) (*Permit, error) {
+	return s.tryAcquire(ctx, "try acquire", n)
+}
+
+func (s *Semaphore) tryAcquire(ctx context.Context, op string, n int) (*Permit, error) {
+	if err := s.queue().Unusable(); err != nil {
+		return nil, s.errorf(op, err)
+	}
+	if err := s.units(n); err != nil {
+		return nil, s.errorf(op, err)
+	}
+	h, err := s.take(ctx, func(ctx context.Context) (*core.Hold, error) { return s.q.TryAcquire(ctx, s.specFor(n)) })
+	if errors.Is(err, core.ErrLocked) { // n == limit: the core's single-slot try
 		err = ErrNoPermits
 	}
 	if err != nil {
-		return nil, s.errorf("try acquire", err)
+		return nil, s.errorf(op, err)
 	}
-	return newPermit(s, h), nil
+	return newPermit(s, h, n), nil
 }
 
 // take runs acquire once the limit is known to be recorded, and again after its guard
@@ -167,19 +215,20 @@ func (s *Semaphore) recordLimit(ctx context.Context) error {
 	return nil
 }
 
-// InUse is the number of permits held now, by every client: the permit keys in etcd, at
-// most Limit (the rest are waiters). One Range, linearizable, retried through leader
-// changes of etcd until ctx ends (as election's Leader is); with ctx done already, ctx's
-// error. ErrInvalidOption as for Acquire.
+// InUse is the number of units held now, by every client: the weight of the permit keys
+// in etcd that hold (the oldest, up to Limit; the rest are waiters). One Range of at most
+// Limit keys without values, linearizable, retried through leader changes of etcd until ctx
+// ends (as election's Leader is); with ctx done already, ctx's error. ErrInvalidOption as
+// for Acquire.
 func (s *Semaphore) InUse(ctx context.Context) (int, error) {
 	if err := s.queue().Unusable(); err != nil {
 		return 0, s.errorf("in use", err)
 	}
-	n, err := s.q.Count(ctx, permitKind)
+	n, err := s.q.HeldUnits(ctx, permitKind, s.limit)
 	if err != nil {
 		return 0, s.errorf("in use", err)
 	}
-	return int(min(n, int64(s.limit))), nil
+	return n, nil
 }
 
 func (s *Semaphore) errorf(op string, err error) error {

@@ -178,15 +178,3 @@ func (q *Queue) Head(ctx context.Context) (Head, error) {
 	kv := resp.Kvs[0]
 	return Head{Key: string(kv.Key), Value: string(kv.Value), Token: kv.CreateRevision}, nil
 }
-
-// Count returns how many keys of kind the name has, read linearizably, retried through
-// transient errors (leader changes of etcd) until ctx ends, as Head is.
-func (q *Queue) Count(ctx context.Context, kind string) (int64, error) {
-	resp, err := retry(ctx, func() (*clientv3.GetResponse, error) {
-		return q.cli.Get(clientv3.WithRequireLeader(ctx), q.prefix+kind, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	})
-	if err != nil {
-		return 0, fmt.Errorf("count the keys under %s: %w", q.prefix+kind, err)
-	}
-	return resp.Count, nil
-}

@@ -53,8 +53,12 @@ func (q *Queue) Client() *clientv3.Client { return q.cli }
 type Spec struct {
 	Kind  string // sub-prefix of the acquisition's key under the name ("" for a mutex)
 	Ahead string // sub-prefix whose earlier keys count against it ("" for every kind)
-	Slots int    // it is served once fewer than Slots keys are ahead in Ahead
+	Slots int    // it is served once fewer than Slots keys are ahead in Ahead (their weight, with Units)
 	Value string // stored in the key
+	// Units says that keys of Ahead may weigh more than one (see UnitsKind): what is ahead
+	// is then their total weight, and the acquiring Txn reads the keys of more than one
+	// unit besides counting the range.
+	Units bool
 	// Guard, if not empty, is ANDed into the If of every Txn that may write the key: when
 	// it fails, the acquisition writes nothing and returns ErrGuard (see try.go).
 	Guard []clientv3.Cmp
@@ -172,12 +176,11 @@ type enqueued struct {
 // enqueue writes key once, whatever the retries, and returns what it learned. With ctx
 // ended it returns ctx's error, and the key's revision if its Txn was applied.
 func (q *Queue) enqueue(ctx context.Context, sess *Session, spec Spec, key string) (enqueued, error) {
-	aheadRange := q.prefix + spec.Ahead
+	aheadRange, w := q.prefix+spec.Ahead, weigherOf(q, spec)
 	res, err := commitWrite(ctx, q.cli, func(t clientv3.Txn) clientv3.Txn {
 		return t.If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, spec.Guard...)...).
 			// Read before the put: every key there is ahead.
-			Then(clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithCountOnly()),
-				clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease()))).
+			Then(append(w.reads(aheadRange), clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease())))...).
 			// The key is there already (written by a try of this call whose answer was lost,
 			// or late): it is this slot's, so take its place (see takeOver).
 			Else(clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
@@ -193,7 +196,7 @@ func (q *Queue) enqueue(ctx context.Context, sess *Session, spec Spec, key strin
 		return enqueued{unknown: res.unknown}, fmt.Errorf("enqueue %s: %w", key, err)
 	case resp.Succeeded:
 		rev := resp.Header.Revision
-		return enqueued{rev: rev, snap: rev, ahead: int(resp.Responses[0].GetResponseRange().Count)}, err
+		return enqueued{rev: rev, snap: rev, ahead: w.weight(resp.Responses)}, err
 	}
 	own := resp.Responses[0].GetResponseRange().Kvs
 	switch {
@@ -203,7 +206,7 @@ func (q *Queue) enqueue(ctx context.Context, sess *Session, spec Spec, key strin
 		return enqueued{unknown: res.unknown}, fmt.Errorf("%w: key %s vanished inside a Txn", ErrLost, key)
 	}
 	rev := own[0].CreateRevision
-	e := enqueued{rev: rev, snap: resp.Header.Revision, ahead: countAhead(resp.Responses[1].GetResponseRange().Kvs, rev)}
+	e := enqueued{rev: rev, snap: resp.Header.Revision, ahead: w.ahead(resp.Responses[1].GetResponseRange().Kvs, rev)}
 	if err == nil {
 		err = q.takeOver(ctx, sess, own[0], spec.Value)
 	}
@@ -231,21 +234,11 @@ func (q *Queue) takeOver(ctx context.Context, sess *Session, kv *mvccpb.KeyValue
 	return nil
 }
 
-// countAhead counts the keys created before rev.
-func countAhead(kvs []*mvccpb.KeyValue, rev int64) int {
-	n := 0
-	for _, kv := range kvs {
-		if kv.CreateRevision < rev {
-			n++
-		}
-	}
-	return n
-}
-
-// wait returns once fewer than spec.Slots keys are ahead of key, counting the deletes its
+// wait returns once fewer than spec.Slots keys (or units) are ahead of key, counting the deletes its
 // hub dispatches; ErrLost when its own key or session goes first. It sends no RPC itself.
 func (q *Queue) wait(ctx context.Context, sess *Session, spec Spec, key string, e enqueued) error {
 	w := newQueueWaiter(key, e.rev, e.snap, e.ahead, q.prefix+spec.Ahead, spec.Slots)
+	w.weigh = weigherOf(q, spec)
 	h := join(q.hubKey(), w)
 	defer h.leave(w)
 	for {

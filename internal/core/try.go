@@ -94,8 +94,10 @@ func guardHeld(resp *clientv3.TxnResponse, i int) bool {
 }
 
 // tryCounted is TryAcquire for spec.Slots > 1: a hold only if fewer than spec.Slots keys
-// are in spec.Ahead, so that it is served at once and jumps no waiter (a waiter has at
-// least Slots keys ahead, so while there is one the range holds Slots keys or more).
+// (units, with spec.Units) are in spec.Ahead, so that it is served at once and jumps no
+// waiter. On a semaphore of limit L an acquisition of n units has Slots L-n+1; a waiter of
+// m units has at least L-m+1 ahead of it, so while there is one the range holds more than
+// L units, and no try's count is under its Slots.
 //
 // A Txn cannot compare a count, so it reads first and writes on condition: one read-only
 // Txn counts the range at revision R (and checks the guard); if a slot is free, a second
@@ -128,10 +130,11 @@ var errMoved = errors.New("etcdsync: a key arrived since the count")
 // fails), and returns the count with the revision it reflects. One read-only Txn, retried
 // through leader changes.
 func (q *Queue) countKeys(ctx context.Context, spec Spec) (n int, rev int64, err error) {
+	w := weigherOf(q, spec)
 	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
 		return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
 			If(spec.Guard...).
-			Then(clientv3.OpGet(q.prefix+spec.Ahead, clientv3.WithPrefix(), clientv3.WithCountOnly())).
+			Then(w.reads(q.prefix + spec.Ahead)...).
 			Commit()
 	})
 	switch {
@@ -140,7 +143,7 @@ func (q *Queue) countKeys(ctx context.Context, spec Spec) (n int, rev int64, err
 	case !resp.Succeeded:
 		return 0, 0, ErrGuard
 	}
-	return int(resp.Responses[0].GetResponseRange().Count), resp.Header.Revision, nil
+	return w.weight(resp.Responses), resp.Header.Revision, nil
 }
 
 // putIfUnchanged writes the slot's key if no key of spec.Ahead was written after rev and
@@ -173,7 +176,7 @@ func (q *Queue) putIfUnchanged(ctx context.Context, sess *Session, spec Spec, sl
 	}
 	own := resp.Responses[0].GetResponseRange().Kvs
 	switch {
-	case len(own) == 1 && countAhead(resp.Responses[1].GetResponseRange().Kvs, own[0].CreateRevision) < spec.Slots:
+	case len(own) == 1 && weigherOf(q, spec).ahead(resp.Responses[1].GetResponseRange().Kvs, own[0].CreateRevision) < spec.Slots:
 		if err == nil {
 			err = q.takeOver(ctx, sess, own[0], spec.Value)
 		}

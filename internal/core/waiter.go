@@ -7,18 +7,20 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
-// A queueWaiter is one queued acquisition as its hub sees it: how many keys are ahead of it,
-// as of which revision. Keys created later are behind it, so that number only falls: by one
-// for each delete, after the snapshot, of a key created before the waiter's own. A delete's
+// A queueWaiter is one queued acquisition as its hub sees it: how many keys are ahead of it
+// (or how many units, when keys have weights), as of which revision. Keys created later are
+// behind it, so that number only falls: by a key's weight for each delete, after the
+// snapshot, of a key created before the waiter's own. A delete's
 // create revision comes with the event (its previous value), so a waiter needs no list of
 // the keys ahead, only their number.
 //
 // Its fields are guarded by the hub's mutex; wake tells the waiting goroutine to look.
 type queueWaiter struct {
-	key    string // its own key
-	rev    int64  // its key's create revision: its place in line
-	prefix string // where the keys that count against it live (the name prefix + Spec.Ahead)
-	slots  int    // it is served once fewer than slots keys are ahead
+	key    string  // its own key
+	rev    int64   // its key's create revision: its place in line
+	prefix string  // where the keys that count against it live (the name prefix + Spec.Ahead)
+	slots  int     // it is served once fewer than slots keys are ahead
+	weigh  weigher // with units: what each key ahead weighs, counted instead of keys
 	wake   chan struct{}
 
 	snap  int64 // the revision its count reflects
@@ -66,7 +68,7 @@ func (w *queueWaiter) apply(_ int64, evs []event) {
 		case e.created == 0:
 			unknown = true // etcd could not say when the key was created
 		case e.created < w.rev:
-			gone++
+			gone += w.weigh.of(e.key)
 		}
 	}
 	switch {
@@ -109,7 +111,7 @@ func (w *queueWaiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
 		case k == w.key:
 			own = kv.CreateRevision == w.rev
 		case strings.HasPrefix(k, w.prefix) && kv.CreateRevision < w.rev:
-			n++
+			n += w.weigh.of(k)
 		}
 	}
 	if !own {
