@@ -108,6 +108,48 @@ type PermitLocker[P any] struct {
 // returns ErrInvalidOption.
 func Permits[P any](a Acquirer[P]) *PermitLocker[P] { return &PermitLocker[P]{a: a} }
 
+// An AcquirerN hands out permits of several units without waiting: a
+// *semaphore.Semaphore is an AcquirerN[*semaphore.Permit]. TryAcquireN returns ErrNoPermits
+// when fewer than n units are free.
+type AcquirerN[P any] interface {
+	TryAcquireN(ctx context.Context, n int) (P, error)
+}
+
+// PermitsN is Permits for permits of n units: its TryLock is a.TryAcquireN(ctx, n), which
+// takes all n units or none, so that Retry and Timeout never hold part of them:
+//
+//	l := trylock.PermitsN(sem, 4)
+//	if err := trylock.Timeout(ctx, l, 5*time.Second); err != nil {
+//		return err
+//	}
+//	defer l.Permit().Release(context.Background())
+//
+// With a nil a, TryLock returns ErrInvalidOption; with n out of a's range, whatever
+// TryAcquireN says (ErrInvalidOption for a Semaphore).
+func PermitsN[P any](a AcquirerN[P], n int) *PermitLocker[P] {
+	if isNil(a) {
+		return &PermitLocker[P]{}
+	}
+	return &PermitLocker[P]{a: units[P]{a: a, n: n}}
+}
+
+// units is an AcquirerN seen as an Acquirer of n units, with a's WatchRelease if it has one.
+type units[P any] struct {
+	a AcquirerN[P]
+	n int
+}
+
+func (u units[P]) TryAcquire(ctx context.Context) (P, error) { return u.a.TryAcquireN(ctx, u.n) }
+
+func (u units[P]) WatchRelease() (arm func() <-chan struct{}, stop func()) {
+	if w, ok := any(u.a).(interface {
+		WatchRelease() (func() <-chan struct{}, func())
+	}); ok {
+		return w.WatchRelease()
+	}
+	return core.NoReleases()
+}
+
 // TryLock is a.TryAcquire(ctx), keeping the permit when it succeeds. On a nil or zero
 // PermitLocker, or one over a nil Acquirer, it returns ErrInvalidOption.
 func (l *PermitLocker[P]) TryLock(ctx context.Context) error {

@@ -50,3 +50,37 @@ func TestPermitsOfASemaphore(t *testing.T) {
 	require.NotNil(t, l.Permit())
 	require.NoError(t, l.Permit().Release(context.Background()))
 }
+
+// TestPermitsNTakesEveryUnitOrNone: over a semaphore of 4 with 2 units held, a Locker of 3
+// units fails with ErrNoPermits and writes nothing; its retry wakes when the 2 are released
+// and takes 3 units in one permit; n out of range is the semaphore's ErrInvalidOption.
+func TestPermitsNTakesEveryUnitOrNone(t *testing.T) {
+	ctx := testContext(t)
+	const name = "adapt-semaphore-n"
+	admin := cluster.Client(t)
+	_, err := admin.Delete(ctx, name+"/limit") // a limit recorded by an earlier -count run
+	require.NoError(t, err)
+	other, err := semaphore.New(cluster.Client(t), name, 4)
+	require.NoError(t, err)
+	mine, err := semaphore.New(cluster.Client(t), name, 4)
+	require.NoError(t, err)
+	held, err := other.AcquireN(ctx, 2)
+	require.NoError(t, err)
+	warm, err := mine.Acquire(ctx) // opens the watch of the name that wakes the retry
+	require.NoError(t, err)
+	require.NoError(t, warm.Release(ctx))
+
+	before := etcdtest.Revision(t, admin)
+	l := trylock.PermitsN(mine, 3)
+	require.ErrorIs(t, trylock.Once(ctx, l), trylock.ErrNoPermits)
+	etcdtest.NoWrites(t, admin, before, "a failed try of 3 units wrote")
+
+	retryAfterRelease(t, l, trylock.ErrNoPermits, held.Release)
+	require.NotNil(t, l.Permit())
+	require.Equal(t, 3, l.Permit().Units())
+	require.NoError(t, l.Permit().Release(context.Background()))
+
+	require.ErrorIs(t, trylock.Once(ctx, trylock.PermitsN(mine, 5)), trylock.ErrInvalidOption)
+	require.ErrorIs(t, trylock.Once(ctx, trylock.PermitsN[*semaphore.Permit](nil, 1)), trylock.ErrInvalidOption)
+	etcdtest.AwaitKeys(t, admin, name+"/permit/", 0)
+}

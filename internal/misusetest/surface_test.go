@@ -158,6 +158,8 @@ func semaphoreCalls(s *semaphore.Semaphore, _ *clientv3.Client) []call {
 	return []call{
 		{name: "Acquire", kind: takes, run: permitOf(s.Acquire)},
 		{name: "TryAcquire", kind: takes, run: permitOf(s.TryAcquire)},
+		{name: "AcquireN", kind: takes, run: permitOf(func(ctx context.Context) (*semaphore.Permit, error) { return s.AcquireN(ctx, 2) })},
+		{name: "TryAcquireN", kind: takes, run: permitOf(func(ctx context.Context) (*semaphore.Permit, error) { return s.TryAcquireN(ctx, 2) })},
 		{name: "InUse", kind: reads, run: func(ctx context.Context) error { _, err := s.InUse(ctx); return err }},
 		{name: "Limit", kind: reports, run: func(context.Context) error {
 			if n := s.Limit(); n != 0 && n != testLimit {
@@ -188,6 +190,12 @@ func permitCalls(p *semaphore.Permit, admin *clientv3.Client) []call {
 		{name: "Err", kind: reports, run: noHoldErr(p.Err, semaphore.ErrNotLocked)},
 		{name: "IsOwner", kind: reports, run: neverOwner(admin, p.IsOwner)},
 		{name: "Key", kind: reports, run: noKey(p.Key)},
+		{name: "Units", kind: reports, run: func(context.Context) error {
+			if n := p.Units(); n != 0 {
+				return fmt.Errorf("units %d without a hold", n)
+			}
+			return nil
+		}},
 	}
 }
 
