@@ -3,7 +3,10 @@ package semaphore_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,45 +18,67 @@ import (
 
 const (
 	faultTTL   = 2 * time.Second // short, so that a holder cut off by a fault frees its permit soon
-	faultLimit = 3               // of the harness's 4 workers, 3 hold at once
+	faultLimit = 4               // units; the harness's 4 workers take 1, 1, 2 and 3 of them
 )
 
-// TestFault runs the semaphore through every fault of the shared harness (leader stopped and
+// faultUnits are the units of the workers' permits, by the order they open their handles:
+// two hold at once, or three when both of one unit do, and the heaviest needs company gone.
+var faultUnits = []int{1, 1, 2, 3}
+
+// TestFault runs the semaphore, with permits of mixed units, through every fault of the shared harness (leader stopped and
 // killed, leader partitioned, a holder paused and one whose lease is revoked, compaction
 // under waiters, the whole cluster restarted) on a 3-member cluster with clients on every
 // member, and checks the fenced register (no increment lost or doubled), that never more
-// than the limit hold at once, linearizability, liveness after each fault and that no
+// than the limit's units are held at once, linearizability, liveness after each fault and that no
 // permit key is left. ETCDSYNC_SOAK=10m runs it for ten minutes.
 func TestFault(t *testing.T) { faulttest.Suite(t, workload()) }
 
-// TestExplore runs permits under schedules of operations and faults drawn from seeds (see
+// TestExplore runs permits of mixed units under schedules of operations and faults drawn from seeds (see
 // faulttest.Explore). ETCDSYNC_EXPLORE=10m draws new seeds.
 func TestExplore(t *testing.T) { faulttest.Explore(t, workload()) }
 
 func workload() faulttest.Workload {
+	var opened atomic.Int64
 	return faulttest.Workload{
 		Open: func(cli *clientv3.Client, name string) (faulttest.Locker, error) {
 			s, err := semaphore.New(cli, name, faultLimit, semaphore.WithTTL(faultTTL))
-			return &permitLocker{s: s}, err
+			units := faultUnits[int(opened.Add(1)-1)%len(faultUnits)]
+			return &permitLocker{s: s, units: units}, err
 		},
 		// The limit record stays by design: only permits must be gone.
-		Prefix: permitPrefix,
-		TTL:    faultTTL,
-		Slots:  faultLimit,
-		Lost:   semaphore.ErrLost,
+		Prefix:   permitPrefix,
+		TTL:      faultTTL,
+		Slots:    faultLimit,
+		KeyUnits: keyUnits,
+		Lost:     semaphore.ErrLost,
 	}
+}
+
+// keyUnits reads a permit key's units: "…/permit/u<n>/…" holds n, any other key one.
+func keyUnits(key string) int {
+	_, rest, ok := strings.Cut(key, "/permit/u")
+	if !ok {
+		return 1
+	}
+	digits, _, _ := strings.Cut(rest, "/")
+	n, err := strconv.Atoi(digits)
+	if err != nil {
+		return 1
+	}
+	return n
 }
 
 // permitLocker is a semaphore as the harness's Locker: Lock takes a permit and keeps it,
 // Unlock releases it.
 type permitLocker struct {
-	s  *semaphore.Semaphore
-	mu sync.Mutex
-	p  *semaphore.Permit
+	s     *semaphore.Semaphore
+	units int
+	mu    sync.Mutex
+	p     *semaphore.Permit
 }
 
 func (l *permitLocker) Lock(ctx context.Context) error {
-	p, err := l.s.Acquire(ctx)
+	p, err := l.s.AcquireN(ctx, l.units)
 	if err != nil {
 		return err
 	}
@@ -63,9 +88,9 @@ func (l *permitLocker) Lock(ctx context.Context) error {
 	return nil
 }
 
-// TryLock takes a permit only if one is free and nobody waits.
+// TryLock takes a permit only if its units are free and nobody waits.
 func (l *permitLocker) TryLock(ctx context.Context) error {
-	p, err := l.s.TryAcquire(ctx)
+	p, err := l.s.TryAcquireN(ctx, l.units)
 	if err != nil {
 		return err
 	}
@@ -95,6 +120,9 @@ func (l *permitLocker) Unlock(ctx context.Context) error {
 	}
 	return err
 }
+
+// Units is the harness's faulttest.Units: how many of the limit the permit takes.
+func (l *permitLocker) Units() int { return l.units }
 
 func (l *permitLocker) Token() int64          { return l.permit().Token() }
 func (l *permitLocker) IsOwner() clientv3.Cmp { return l.permit().IsOwner() }

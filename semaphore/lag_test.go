@@ -17,12 +17,13 @@ import (
 // TestLimitHoldsWithClientsOnLaggingMembers contends for a semaphore from clients spread
 // over a 3-member cluster, while large writes on other keys keep the followers applying
 // behind the leader, so that waiters' watches replay deletes their snapshots already
-// reflect. Taken as news, such a delete would let a waiter in beside limit holders, or
-// report its own earlier key's delete as a spurious ErrLost.
+// reflect. Taken as news, such a delete would let a waiter in beside holders of every unit,
+// or report its own earlier key's delete as a spurious ErrLost. Permits are of 1 to 3 units
+// of 4, so that the replayed deletes carry weights too.
 func TestLimitHoldsWithClientsOnLaggingMembers(t *testing.T) {
 	c := etcdtest.LaggingCluster(t)
 
-	const clients, perClient, cycles, limit = 6, 2, 80, 2 // 960 permit cycles
+	const clients, perClient, cycles, limit = 6, 2, 80, 4 // 960 permit cycles
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
@@ -32,17 +33,18 @@ func TestLimitHoldsWithClientsOnLaggingMembers(t *testing.T) {
 	for i := range clients {
 		cli := etcdtest.SpreadClient(t, c, i%c.Size())
 		s := newSemaphore(t, cli, "lag", limit)
-		for range perClient {
+		for g := range perClient {
 			wg.Go(func() {
 				for n := 0; n < cycles && ctx.Err() == nil; {
-					p, err := s.Acquire(ctx)
+					units := 1 + (i+g+n)%3
+					p, err := s.AcquireN(ctx, units)
 					if err != nil {
 						if ctx.Err() == nil {
 							spurious.Add(err)
 						}
 						continue
 					}
-					k := inside.Add(1)
+					k := inside.Add(int64(units))
 					if k > limit {
 						over.Add(1)
 					}
@@ -53,7 +55,7 @@ func TestLimitHoldsWithClientsOnLaggingMembers(t *testing.T) {
 					if err == nil && !resp.Succeeded {
 						t.Errorf("a fenced write under a permit that was not lost failed")
 					}
-					inside.Add(-1)
+					inside.Add(-int64(units))
 					if err := p.Release(ctx); err != nil && ctx.Err() == nil {
 						t.Errorf("release: %v", err)
 					}
@@ -66,8 +68,8 @@ func TestLimitHoldsWithClientsOnLaggingMembers(t *testing.T) {
 	wg.Wait()
 	require.NoError(t, ctx.Err(), "out of time after %d cycles", done.Load())
 
-	assert.Zero(t, over.Load(), "more than %d holders at once, in %d cycles", limit, done.Load())
-	t.Logf("%d cycles, peak concurrency %d", done.Load(), peak.Load())
+	assert.Zero(t, over.Load(), "more than %d units held at once, in %d cycles", limit, done.Load())
+	t.Logf("%d cycles, peak units held %d", done.Load(), peak.Load())
 	assert.Empty(t, spurious.String(), "Acquire failed although nothing was lost: %s", spurious.String())
 	assert.Equal(t, int64(clients*perClient*cycles), done.Load())
 }

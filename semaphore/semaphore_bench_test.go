@@ -88,8 +88,8 @@ const (
 // the contended rate; sem-vs-ceiling says how close to that bound the queue comes.
 func BenchmarkContended(b *testing.B) {
 	clients, counters := benchClients(b, contendedClients)
-	semWorkers := permitWorkers(b, clients, contendedLimit)
-	ceilingWorkers := permitWorkers(b, clients, contendedWorkers)
+	semWorkers := permitWorkers(b, clients, contendedLimit, unit)
+	ceilingWorkers := permitWorkers(b, clients, contendedWorkers, unit)
 	mutexName := benchName("contended-mutex")
 	mutexWorkers := make([]cycle, contendedWorkers)
 	for i := range mutexWorkers {
@@ -125,9 +125,15 @@ func BenchmarkContended(b *testing.B) {
 	}
 }
 
+// unit is one unit for every worker; mixed 1 to 4, by worker.
+func unit(int) int { return 1 }
+
+func mixed(i int) int { return 1 + i%4 }
+
 // permitWorkers returns contendedWorkers cycles of acquire+release on one fresh semaphore of
-// limit, spread over clients, each client's lease granted and the limit recorded.
-func permitWorkers(b *testing.B, clients []*clientv3.Client, limit int) []cycle {
+// limit, spread over clients, each client's lease granted and the limit recorded; worker i
+// takes units(i) at a time.
+func permitWorkers(b *testing.B, clients []*clientv3.Client, limit int, units func(int) int) []cycle {
 	name := benchName("contended")
 	sems := make([]*semaphore.Semaphore, len(clients))
 	for i, cli := range clients {
@@ -146,9 +152,9 @@ func permitWorkers(b *testing.B, clients []*clientv3.Client, limit int) []cycle 
 	}
 	workers := make([]cycle, contendedWorkers)
 	for i := range workers {
-		s := sems[i%len(sems)]
+		s, n := sems[i%len(sems)], units(i)
 		workers[i] = func(ctx context.Context) error {
-			p, err := s.Acquire(ctx)
+			p, err := s.AcquireN(ctx, n)
 			if err != nil {
 				return err
 			}
@@ -156,6 +162,35 @@ func permitWorkers(b *testing.B, clients []*clientv3.Client, limit int) []cycle 
 		}
 	}
 	return workers
+}
+
+const weightedLimit = 16
+
+// BenchmarkWeighted: the 64 workers on 8 clients of BenchmarkContended cycle permits of 1 to 4
+// units (by worker) of a semaphore of 16, then permits of one unit of another semaphore of 16:
+// the same load, one permit per worker at a time. An op is one cycle of each. It reports
+// both rates, weighted-vs-unit, and the weighted permits' RPCs per acquisition: the same as
+// a unit permit's, since a permit of n units is one key.
+func BenchmarkWeighted(b *testing.B) {
+	clients, counters := benchClients(b, contendedClients)
+	weighted := permitWorkers(b, clients, weightedLimit, mixed)
+	units := permitWorkers(b, clients, weightedLimit, unit)
+
+	b.ResetTimer()
+	before := sumCounts(counters)
+	weightedSpent := runCycles(b, weighted, b.N)
+	rpcs := sumCounts(counters).Sub(before)
+	unitSpent := runCycles(b, units, b.N)
+	b.StopTimer()
+
+	weightedRate, unitRate := float64(b.N)/weightedSpent.Seconds(), float64(b.N)/unitSpent.Seconds()
+	b.ReportMetric(weightedRate, "weighted-cycles/s")
+	b.ReportMetric(unitRate, "unit-cycles/s")
+	b.ReportMetric(weightedRate/unitRate, "weighted-vs-unit")
+	delete(rpcs, "LeaseKeepAlive.send")
+	for _, m := range rpcs.Methods() {
+		b.ReportMetric(float64(rpcs[m])/float64(b.N), "weighted-"+m+"/acquire")
+	}
 }
 
 const (
@@ -170,13 +205,19 @@ const (
 // served per second, from the first holder's release to the last waiter served; it must
 // not fall as the queue grows (compare waiters=200 with 1000). <Method>/handoff counts
 // every RPC of the drain per waiter served, keep-alives left out (see mutex's BenchmarkDrain).
+// units=mixed is the same with waiters of 1 to 4 units (by arrival).
 func BenchmarkDrain(b *testing.B) {
-	for _, n := range []int{200, 1000} {
-		b.Run(fmt.Sprintf("waiters=%d", n), func(b *testing.B) { benchDrain(b, n) })
+	for _, units := range []struct {
+		name string
+		of   func(int) int
+	}{{"1", unit}, {"mixed", mixed}} {
+		for _, n := range []int{200, 1000} {
+			b.Run(fmt.Sprintf("units=%s/waiters=%d", units.name, n), func(b *testing.B) { benchDrain(b, n, units.of) })
+		}
 	}
 }
 
-func benchDrain(b *testing.B, n int) {
+func benchDrain(b *testing.B, n int, units func(int) int) {
 	admin := cluster.Client(b)
 	clients, counters := benchClients(b, contendedClients)
 	warm := benchName("drain-warm") // grants the leases outside the counts
@@ -223,9 +264,9 @@ func benchDrain(b *testing.B, n int) {
 		}
 		served := make([]time.Time, n)
 		for i := range n {
-			s := sems[i%len(sems)]
+			s, k := sems[i%len(sems)], units(i)
 			waiters.Go(func() {
-				p, err := s.Acquire(ctx)
+				p, err := s.AcquireN(ctx, k)
 				if err != nil {
 					b.Errorf("waiter %d: Acquire: %v", i, err)
 					return

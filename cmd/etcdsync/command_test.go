@@ -31,6 +31,7 @@ func TestCommand(t *testing.T) {
 	}{
 		{"LocksExcludeEachOther", testLocksExcludeEachOther},
 		{"SemaphoreRunsAtMostN", testSemaphoreRunsAtMostN},
+		{"SemaphoreUnitsAreTakenTogether", testSemaphoreUnits},
 		{"ElectionHandsOverWhenTheLeaderExits", testElectionHandsOver},
 		{"ExitStatusIsTheCommands", testExitStatusIsTheCommands},
 		{"TimeoutAndBusyHaveCodesOfTheirOwn", testTimeoutAndBusy},
@@ -261,6 +262,30 @@ func testTimeoutAndBusy(t *testing.T, h *harness) {
 	holder.signal(syscall.SIGTERM)
 	assert.Equal(t, 0, holder.wait(30*time.Second), holder.stderr.text())
 	nothingLeft(t, cli, "", "cmd-busy-limit")
+}
+
+// testSemaphoreUnits: with 3 units of 4 held by one `sem --units 3`, a `--try` for 2 is busy
+// and writes nothing, one for 1 runs; a waiter for 2 is served once the 3 are released.
+func testSemaphoreUnits(t *testing.T, h *harness) {
+	const name = "cmd-sem-units"
+	cli := cluster.Client(t)
+	holder := h.start(t, environ(), "sem", "-n", "4", "--units", "3", name)
+	out := holder.stdout.awaitLine(t, "ETCDSYNC_KEY=", 30*time.Second)
+	assert.Contains(t, out, "/permit/u3/")
+
+	before := etcdtest.Revision(t, cli)
+	busy := h.run(t, environ(), "sem", "-n", "4", "--units", "2", "--try", name, "--", "true")
+	assert.Equal(t, exitBusy, busy.code, busy.stderr.text())
+	etcdtest.NoWrites(t, cli, before, "a busy try of 2 units wrote")
+	one := h.run(t, environ(), "sem", "-n", "4", "--units", "1", "--try", name, "--", "true")
+	assert.Equal(t, 0, one.code, one.stderr.text())
+
+	waiter := h.start(t, environ(), "sem", "-n", "4", "--units", "2", name, "--", "true")
+	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name)+core.KindPermit, 2)
+	holder.signal(syscall.SIGTERM)
+	assert.Equal(t, 0, holder.wait(30*time.Second), holder.stderr.text())
+	assert.Equal(t, 0, waiter.wait(30*time.Second), waiter.stderr.text())
+	nothingLeft(t, cli, "", name)
 }
 
 func btoi(b bool) int {

@@ -120,12 +120,15 @@ func (h *readHold) Err() error                        { return h.rw.Err() }
 func (h *readHold) release(ctx context.Context) error { return h.rw.RUnlock(ctx) }
 
 // permits is `etcdsync sem`: a semaphore.
-type permits struct{ s *semaphore.Semaphore }
+type permits struct {
+	s     *semaphore.Semaphore
+	units int
+}
 
 type permitHold struct{ *semaphore.Permit }
 
 func (s permits) acquire(ctx context.Context) (hold, error) {
-	p, err := s.s.Acquire(ctx)
+	p, err := s.s.AcquireN(ctx, s.units)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +136,7 @@ func (s permits) acquire(ctx context.Context) (hold, error) {
 }
 
 func (s permits) try(ctx context.Context) (hold, error) {
-	p, err := s.s.TryAcquire(ctx)
+	p, err := s.s.TryAcquireN(ctx, s.units)
 	if err != nil {
 		return nil, busy(err)
 	}

@@ -31,12 +31,16 @@ writer waits behind it. ETCDSYNC_TOKEN is the create revision of the read key.`,
 etcdsync rlock pricing-config -- etcdctl get --prefix pricing/ --write-out=json`,
 	},
 	"sem": {
-		"sem -n N [flags] NAME [-- CMD [ARGS...]]",
-		`Runs CMD while holding one of N permits of NAME: at most N commands at once across
-every host, served first come, first served. Every user of NAME must give the same N:
-etcd records it at first use (exit 64 for another N; delete NAME/limit to change it).`,
+		"sem -n N [--units K] [flags] NAME [-- CMD [ARGS...]]",
+		`Runs CMD while holding one of N permits of NAME (K of them with --units K, all at once
+or none): at most N commands at once across every host (N units), served first come,
+first served; a command waiting for K units is not overtaken by smaller ones behind it.
+Every user of NAME must give the same N: etcd records it at first use (exit 64 for
+another N; delete NAME/limit to change it).`,
 		`# at most 4 thumbnailers at once, on however many hosts
-etcdsync sem -n 4 thumbnailers -- ./make-thumbnails --batch 100`,
+etcdsync sem -n 4 thumbnailers -- ./make-thumbnails --batch 100
+# a training job that needs 4 of the 16 GPUs of the pool
+etcdsync sem -n 16 --units 4 gpus -- ./train --gpus 4`,
 	},
 	"elect": {
 		"elect [--value V] [flags] NAME [-- CMD [ARGS...]]",
@@ -56,6 +60,7 @@ func (c *holdCommand) define() *subcommand {
 	fs := sub.flags
 	if c.verb == "sem" {
 		fs.IntVar(&c.limit, "n", 0, "how many may hold at once (required)")
+		fs.IntVar(&c.units, "units", 1, "how many of the N this command takes, from 1 to N")
 	}
 	if c.verb == "elect" {
 		fs.StringVar(&c.value, "value", "", "the candidate's value, what observers see of the leader (default \"host=HOST pid=PID since=TIME\")")
@@ -88,6 +93,8 @@ func (c *holdCommand) parse(sub *subcommand, args []string, a *app) error {
 		return usagef("NAME missing (etcdsync %s --help)", c.verb)
 	case c.verb == "sem" && !set["n"]:
 		return usagef("-n N missing: how many may hold at once")
+	case c.verb == "sem" && c.limit >= 1 && (c.units < 1 || c.units > c.limit):
+		return usagef("--units %d: from 1 to -n %d", c.units, c.limit)
 	case c.timeout < 0:
 		return usagef("--timeout %v is negative", c.timeout)
 	case c.grace < 0:

@@ -37,6 +37,8 @@ func testBadInput(t *testing.T, h *harness) {
 		{[]string{"sem", name, "--", "true"}, nil, "etcdsync sem: -n N missing"},
 		{[]string{"sem", "-n", "0", name, "--", "true"}, nil, "etcdsync sem: semaphore \"cmd-bad-input\": etcdsync: invalid option"},
 		{[]string{"sem", "-n", "many", name}, nil, `etcdsync sem: invalid value "many" for flag -n`},
+		{[]string{"sem", "-n", "4", "--units", "5", name}, nil, "etcdsync sem: --units 5: from 1 to -n 4"},
+		{[]string{"sem", "-n", "4", "--units", "0", name}, nil, "etcdsync sem: --units 0: from 1 to -n 4"},
 		{[]string{"elect", "--try", name}, nil, "etcdsync elect: --try: an election has no try"},
 		{[]string{"rlock", "--value", "v", name}, nil, "etcdsync rlock: flag provided but not defined: -value"},
 		{[]string{"status"}, nil, "etcdsync status: NAME or --prefix needed"},

@@ -36,6 +36,7 @@ type holdCommand struct {
 	shell   bool
 	verbose bool
 	limit   int    // sem -n
+	units   int    // sem --units
 	value   string // elect --value
 }
 
@@ -69,7 +70,7 @@ func (c *holdCommand) acquirer(cli *clientv3.Client) (acquirer, error) {
 	case "sem":
 		var s *semaphore.Semaphore
 		s, err = semaphore.New(cli, c.name, c.limit, opts...)
-		a = permits{s}
+		a = permits{s: s, units: c.units}
 	case "elect":
 		var e *election.Election
 		e, err = election.New(cli, c.name, opts...)

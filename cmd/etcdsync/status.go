@@ -33,9 +33,10 @@ type nameStatus struct {
 
 // entry is one holder or waiter: one key.
 type entry struct {
-	Position int               `json:"position"` // 1 is served first
-	Kind     string            `json:"kind"`     // read, write, permit, candidate or lock
-	State    string            `json:"state"`    // holds, leads (a candidate that holds), waits, unknown
+	Position int               `json:"position"`        // 1 is served first
+	Kind     string            `json:"kind"`            // read, write, permit, candidate or lock
+	Units    int               `json:"units,omitempty"` // a permit's, when more than one
+	State    string            `json:"state"`           // holds, leads (a candidate that holds), waits, unknown
 	Key      string            `json:"key"`
 	Token    int64             `json:"token"`           // the key's create revision
 	Lease    string            `json:"lease,omitempty"` // hex, as in the key
@@ -145,8 +146,8 @@ func unescapeName(escaped string) string {
 
 // queueOf orders the keys of one name by create revision and decides who holds, by the
 // rules of the primitives: an exclusive key (lock, candidate, write) holds when no key is
-// ahead of it; a read key when no write or exclusive key is; a permit when fewer permits
-// than the limit are.
+// ahead of it; a read key when no write or exclusive key is; a permit when its units fit
+// within the limit beside those of the permits ahead of it.
 func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) nameStatus {
 	ns := nameStatus{Name: name, Prefix: keyPrefix, Queue: []entry{}}
 	kinds := map[string]bool{}
@@ -169,8 +170,13 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) n
 			kind = kindPermit
 		}
 		kinds[kind] = true
+		units := 0
+		if n := core.KeyUnits(keyPrefix+core.KindPermit, string(kv.Key)); kind == kindPermit && n > 1 {
+			units = n
+		}
 		ns.Queue = append(ns.Queue, entry{
 			Kind:  kind,
+			Units: units,
 			Key:   string(kv.Key),
 			Token: kv.CreateRevision,
 			Value: string(kv.Value),
@@ -206,8 +212,9 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) n
 			if ns.Limit == nil {
 				e.State = stateUnknown
 			}
-			holds = ns.Limit != nil && permitsAhead < *ns.Limit
-			permitsAhead++
+			units := max(e.Units, 1)
+			holds = ns.Limit != nil && permitsAhead+units <= *ns.Limit
+			permitsAhead += units
 		default:
 			holds = i == 0
 			exclusiveAhead = true

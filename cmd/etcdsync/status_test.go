@@ -130,13 +130,15 @@ func testStatusGolden(t *testing.T, h *harness) {
 	}
 
 	p = core.NamePrefix(semName)
-	for i := range 3 { // a limit of 2: two hold, one waits
+	// A limit of 4: permits of 2 and 1 hold; one of 2 waits, and one of 1 behind it though
+	// it would fit.
+	for i, units := range []int{2, 1, 2, 1} {
 		q.enqueue(p, int64(i+2), func(ctx context.Context, cli *clientv3.Client) (func(context.Context) error, error) {
-			s, err := semaphore.New(cli, semName, 2)
+			s, err := semaphore.New(cli, semName, 4)
 			if err != nil {
 				return nil, err
 			}
-			permit, err := s.Acquire(ctx)
+			permit, err := s.AcquireN(ctx, units)
 			return permit.Release, err
 		})
 	}

@@ -33,7 +33,7 @@ type statusCommand struct {
 func (c *statusCommand) define() *subcommand {
 	sub := newSubcommand("status", "status [flags] [NAME...]",
 		`Shows every holder and waiter of each NAME, in the order they are served: its kind
-(read, write, permit, candidate or lock), position, state (holds, leads, waits), key,
+(read, write, permit, permit(N) for one of N units, candidate or lock), position, state (holds, leads, waits), key,
 token (the key's create revision), lease and the TTL it has left, and its owner (host,
 pid and since when) if the key's value names one, else "unknown". Works on the names
 of every etcdsync primitive and of etcd's own concurrency.Mutex, Election and etcdctl.
@@ -279,7 +279,11 @@ func writeName(b *strings.Builder, ns nameStatus) {
 		if lease == "" {
 			lease = "-"
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Position, e.Kind, e.State, e.Key, e.Token, lease, ttlText(e), ownerText(e.Owner))
+		kind := e.Kind
+		if e.Units > 1 {
+			kind = fmt.Sprintf("%s(%d)", kind, e.Units)
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Position, kind, e.State, e.Key, e.Token, lease, ttlText(e), ownerText(e.Owner))
 	}
 	tw.Flush()
 }

@@ -59,6 +59,10 @@ func (w weigher) of(key string) int {
 	return int(n)
 }
 
+// KeyUnits is how many units the key of a permit under kindPrefix (a name's prefix and
+// its kind) holds: the n of "<kindPrefix>u<n>/", else 1.
+func KeyUnits(kindPrefix, key string) int { return weigher(kindPrefix + unitsMark).of(key) }
+
 // heavy is the extra weight of kvs, keys read from w's prefix: what they weigh beyond one each.
 func (w weigher) heavy(kvs []*mvccpb.KeyValue) int {
 	extra := 0

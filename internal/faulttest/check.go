@@ -128,20 +128,24 @@ func registerViolations(ops []Op, landed map[int64]bool, value int64, slots int)
 // until its release was called.
 type hold struct{ acquire, release Op }
 
-// exclusionViolations reports every moment more than slots holds released cleanly held at
-// once. Holds that were lost or whose release is unknown may legitimately overlap a later
-// one (their lease expired) and are left out.
+// exclusionViolations reports every moment holds released cleanly held more than slots at
+// once (their units, for holds of several). Holds that were lost or whose release is unknown
+// may legitimately overlap a later one (their lease expired) and are left out.
 func exclusionViolations(ops []Op, slots int) []string {
 	var v []string
 	var active []hold
 	for _, h := range cleanHolds(ops) {
 		active = slices.DeleteFunc(active, func(a hold) bool { return a.release.Call <= h.acquire.Return })
 		active = append(active, h)
-		if len(active) > slots {
+		units := 0
+		for _, a := range active {
+			units += max(a.acquire.Units, 1)
+		}
+		if units > slots {
 			var b strings.Builder
-			fmt.Fprintf(&b, "%d holds released cleanly overlap (slots %d):", len(active), slots)
+			fmt.Fprintf(&b, "%d holds released cleanly overlap, %d units (slots %d):", len(active), units, slots)
 			for _, a := range active {
-				fmt.Fprintf(&b, "\n\tworker %d token %d held [%v, %v]", a.acquire.Worker, a.acquire.Token, a.acquire.Return, a.release.Call)
+				fmt.Fprintf(&b, "\n\tworker %d token %d units %d held [%v, %v]", a.acquire.Worker, a.acquire.Token, max(a.acquire.Units, 1), a.acquire.Return, a.release.Call)
 			}
 			v = append(v, b.String())
 		}

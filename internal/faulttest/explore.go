@@ -280,7 +280,7 @@ func (r *Run) exploreWork(ctx context.Context, wk *worker, rng *rand.Rand) {
 			continue
 		}
 		token := wk.lk.Token()
-		r.hist.add(Op{Worker: wk.id, Kind: Acquire, Token: token, Call: call, Return: r.hist.Now()})
+		r.hist.add(Op{Worker: wk.id, Kind: Acquire, Token: token, Units: unitsOf(wk.lk), Call: call, Return: r.hist.Now()})
 		if d, ok := wk.lk.(doner); ok && rng.IntN(2) == 0 {
 			_ = d.Done() // starts the hold's watch
 			_ = d.Err()

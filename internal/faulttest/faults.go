@@ -195,11 +195,15 @@ func leaseRevoked(ctx context.Context, t testing.TB, r *Run) time.Duration {
 // compacted compacts the store to the current revision while waiters wait.
 func compacted(ctx context.Context, t testing.TB, r *Run) time.Duration {
 	for {
-		resp, err := r.env.Admin.Get(ctx, r.w.Prefix(r.name), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := r.env.Admin.Get(ctx, r.w.Prefix(r.name), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
-			t.Fatalf("faulttest: count the keys: %v", err)
+			t.Fatalf("faulttest: read the keys: %v", err)
 		}
-		if resp.Count > int64(r.w.slots()) {
+		units := 0
+		for _, kv := range resp.Kvs {
+			units += r.w.keyUnits(string(kv.Key))
+		}
+		if units > r.w.slots() {
 			if _, err := r.env.Admin.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
 				t.Fatalf("faulttest: compact to %d: %v", resp.Header.Revision, err)
 			}

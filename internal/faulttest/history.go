@@ -42,6 +42,7 @@ type Op struct {
 	Worker       int
 	Kind         OpKind
 	Token        int64
+	Units        int   // Acquire: how many of the slots the hold takes (0 counts as 1)
 	WriteID      int64 // Write: unique, also the name of its marker key
 	Read         int64 // Write: the register's value read before the fenced Txn
 	Outcome      Outcome
@@ -53,6 +54,9 @@ func (op Op) String() string {
 	s := fmt.Sprintf("[%v, %v] worker %d %s", op.Call, op.Return, op.Worker, op.Kind)
 	if !op.Kind.reads() {
 		s += fmt.Sprintf(" token %d", op.Token)
+	}
+	if op.Units > 1 {
+		s += fmt.Sprintf(" units %d", op.Units)
 	}
 	if op.Kind == Write {
 		s += fmt.Sprintf(" write %d read %d", op.WriteID, op.Read)

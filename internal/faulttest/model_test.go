@@ -14,6 +14,12 @@ func at(worker int, kind OpKind, token int64, out Outcome, call, ret int) Op {
 		Call: time.Duration(call) * time.Millisecond, Return: time.Duration(ret) * time.Millisecond}
 }
 
+// units makes an acquire take n slots.
+func units(op Op, n int) Op {
+	op.Units = n
+	return op
+}
+
 func write(worker int, token, id, read int64, out Outcome, call, ret int) Op {
 	op := at(worker, Write, token, out, call, ret)
 	op.WriteID, op.Read = id, read
@@ -79,6 +85,36 @@ func TestModel(t *testing.T) {
 		ops: []Op{
 			at(0, Acquire, 10, OK, 0, 1), at(1, Acquire, 20, OK, 0, 2), at(2, Acquire, 30, OK, 0, 3),
 			at(0, Release, 10, OK, 4, 5), at(1, Release, 20, OK, 4, 6), at(2, Release, 30, OK, 4, 7),
+		},
+	}, {
+		desc: "units that fit beside each other", slots: 4, counted: true, exclusive: true, linearizes: true,
+		ops: []Op{
+			units(at(0, Acquire, 10, OK, 0, 1), 3), at(1, Acquire, 20, OK, 0, 2),
+			at(0, Release, 10, OK, 3, 4), at(1, Release, 20, OK, 5, 6),
+		},
+	}, {
+		desc: "units past the limit, released cleanly", slots: 4, counted: true, exclusive: false, linearizes: false,
+		ops: []Op{
+			units(at(0, Acquire, 10, OK, 0, 1), 3), units(at(1, Acquire, 20, OK, 0, 2), 2),
+			at(0, Release, 10, OK, 3, 4), at(1, Release, 20, OK, 5, 6),
+		},
+	}, {
+		desc: "units past the limit, one holder lost", slots: 4, counted: true, exclusive: true, linearizes: true,
+		ops: []Op{
+			units(at(0, Acquire, 10, OK, 0, 1), 3), units(at(1, Acquire, 20, OK, 0, 2), 2),
+			at(0, Release, 10, Refused, 3, 4), at(1, Release, 20, OK, 5, 6),
+		},
+	}, {
+		desc: "a heavy acquire evicts two holders", slots: 4, counted: true, exclusive: true, linearizes: true,
+		ops: []Op{
+			units(at(0, Acquire, 10, OK, 0, 1), 2), units(at(1, Acquire, 20, OK, 0, 2), 2), units(at(2, Acquire, 30, OK, 3, 4), 4),
+			at(0, Release, 10, Refused, 5, 6), at(1, Release, 20, Refused, 5, 7), at(2, Release, 30, OK, 8, 9),
+		},
+	}, {
+		desc: "a heavy acquire cannot leave a holder it needs evicted", slots: 4, counted: true, exclusive: false, linearizes: false,
+		ops: []Op{
+			units(at(0, Acquire, 10, OK, 0, 1), 2), units(at(1, Acquire, 20, OK, 0, 2), 2), units(at(2, Acquire, 30, OK, 3, 4), 4),
+			at(0, Release, 10, Refused, 5, 6), at(1, Release, 20, OK, 5, 7), at(2, Release, 30, OK, 8, 9),
 		},
 	}} {
 		t.Run(tc.desc, func(t *testing.T) {

@@ -160,7 +160,7 @@ func (r *Run) work(ctx context.Context, wk *worker) {
 			continue
 		}
 		token := wk.lk.Token()
-		r.hist.add(Op{Worker: wk.id, Kind: Acquire, Token: token, Call: call, Return: r.hist.Now()})
+		r.hist.add(Op{Worker: wk.id, Kind: Acquire, Token: token, Units: unitsOf(wk.lk), Call: call, Return: r.hist.Now()})
 		r.writeUnderHold(wk, token)
 		r.release(wk, token)
 	}

@@ -47,8 +47,12 @@ type Workload struct {
 	// others waiting, part of every liveness bound.
 	TTL time.Duration
 	// Slots is how many may hold at once: 1 for a mutex (the default), n for a
-	// semaphore(n); at most maxSlots.
+	// semaphore(n); at most maxSlots. A hold whose Locker has a Units method (see Units)
+	// takes that many of them.
 	Slots int
+	// KeyUnits, if set, says how many slots the hold of a key under Prefix takes; nil counts
+	// one for every key. The compaction fault reads it to tell when someone waits.
+	KeyUnits func(key string) int
 	// Observe, if set, starts an observer of the lock called name over cli (an election's
 	// Observe, say) that runs until ctx ends, and returns its check: called once every
 	// worker has released, it must return nil once the observer has come to see that
@@ -67,6 +71,28 @@ type Workload struct {
 }
 
 func (w Workload) slots() int { return max(w.Slots, 1) }
+
+// Units is what a Locker may also have when a hold takes several slots: a weighted
+// semaphore's permit of n units. It says how many the current hold takes.
+type Units interface {
+	Units() int
+}
+
+// unitsOf is how many slots lk's current hold takes: 1 unless it says otherwise.
+func unitsOf(lk Locker) int {
+	if u, ok := lk.(Units); ok {
+		return max(u.Units(), 1)
+	}
+	return 1
+}
+
+// keyUnits is how many slots the hold of key takes.
+func (w Workload) keyUnits(key string) int {
+	if w.KeyUnits == nil {
+		return 1
+	}
+	return w.KeyUnits(key)
+}
 
 func (w Workload) validate() error {
 	switch {
