@@ -23,13 +23,13 @@ const (
 // failed: only an operator deleting the record meanwhile makes it fail more than once.
 const guardTries = 5
 
-// Semaphore is a distributed counting semaphore on one name: at most Limit permits held at
-// once by every client together. It is safe for use by several goroutines; each Acquire
-// takes a permit of its own.
+// Semaphore is a distributed counting semaphore on one name: at most Limit units held at
+// once by every client together, in permits of one unit (Acquire) or several (AcquireN).
+// It is safe for use by several goroutines; each acquisition takes a permit of its own.
 //
 // Only New makes a usable Semaphore. On the zero Semaphore and a nil *Semaphore, Acquire,
-// TryAcquire and InUse return ErrInvalidOption at once, Limit is 0, and WatchRelease never
-// yields.
+// AcquireN, TryAcquire, TryAcquireN and InUse return ErrInvalidOption at once, Limit is 0,
+// and WatchRelease never yields.
 type Semaphore struct {
 	name     string
 	limit    int
@@ -101,7 +101,7 @@ func (s *Semaphore) queue() *core.Queue {
 	return s.q
 }
 
-// Limit is the number of permits, as given to New; 0 for a Semaphore not made by New.
+// Limit is the number of units, as given to New; 0 for a Semaphore not made by New.
 func (s *Semaphore) Limit() int {
 	if s == nil {
 		return 0
