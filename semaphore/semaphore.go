@@ -37,6 +37,7 @@ type Semaphore struct {
 	limitKey string
 	spec     core.Spec
 	recorded atomic.Bool // etcd's limit record was found, or written, equal to limit
+	tel      *core.Telemetry
 }
 
 // New returns a Semaphore of limit permits on name over cli. It does no I/O. A bad name
@@ -63,6 +64,7 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 		limit:    limit,
 		q:        core.NewQueue(cli, core.SessionsFor(cli, cfg), prefix),
 		limitKey: limitKey,
+		tel:      core.NewTelemetry(cfg, core.PrimitiveSemaphore, name),
 		spec: core.Spec{
 			Kind: permitKind, Ahead: permitKind, Slots: limit,
 			// Every write of a permit key checks the limit in the same Txn.
@@ -102,11 +104,14 @@ func (s *Semaphore) Limit() int {
 // sent nothing; if ctx ends first it returns ctx's error after deleting its key (see
 // mutex.Mutex.Lock for the bounds). ErrLost means the session's lease expired while
 // waiting. ErrInvalidOption: s was not made by New, or its client is closed.
-func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
+func (s *Semaphore) Acquire(ctx context.Context) (_ *Permit, err error) {
 	if err := s.queue().Unusable(); err != nil {
 		return nil, s.errorf("acquire", err)
 	}
+	ctx, a := s.tel.BeginWait(ctx, "etcdsync.semaphore.Acquire")
+	defer func() { a.End(err) }()
 	h, err := s.take(ctx, func(ctx context.Context) (*core.Hold, error) { return s.q.Acquire(ctx, s.specNow(), nil) })
+	a.Held(h)
 	if err != nil {
 		return nil, s.errorf("acquire", err)
 	}
@@ -117,11 +122,14 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
 // ErrNoPermits having written nothing. It records the limit as Acquire does. When no
 // permit is free it costs one read-only Txn; when one is, that and the Txn that takes it.
 // A done ctx and ErrInvalidOption as for Acquire.
-func (s *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) {
+func (s *Semaphore) TryAcquire(ctx context.Context) (_ *Permit, err error) {
 	if err := s.queue().Unusable(); err != nil {
 		return nil, s.errorf("try acquire", err)
 	}
+	ctx, a := s.tel.BeginTry(ctx, "etcdsync.semaphore.TryAcquire")
+	defer func() { a.End(err) }()
 	h, err := s.take(ctx, func(ctx context.Context) (*core.Hold, error) { return s.q.TryAcquire(ctx, s.specNow()) })
+	a.Held(h)
 	if errors.Is(err, core.ErrLocked) { // limit 1: the core's single-slot try
 		err = ErrNoPermits
 	}
