@@ -48,7 +48,7 @@ type Hold struct {
 	stopMonitor context.CancelFunc // nil until the monitor starts
 	monitorDone chan struct{}
 	onEnd       []func(error)
-	metrics     holdMetrics // see Telemetry.Held
+	metrics     *holdMetrics // nil unless counted: see Telemetry.Held
 }
 
 func newHold(cli *clientv3.Client, sess *Session, slot *slot, rev int64) *Hold {

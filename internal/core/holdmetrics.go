@@ -9,9 +9,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// holdMetrics is what a counted hold needs to record its end.
+// holdMetrics is what a counted hold needs to record its end. A pointer in Hold, so that a
+// hold nobody counts is no bigger.
 type holdMetrics struct {
-	t        *Telemetry // nil: the hold is not counted
+	t        *Telemetry
 	granted  time.Time
 	recorded bool // its end is recorded
 	// unsettled: lost with its key gone while its session lived, so only etcd can say
@@ -28,11 +29,11 @@ func (t *Telemetry) Held(h *Hold) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.metrics.t != nil {
+	if h.metrics != nil {
 		return
 	}
 	t.ins.holds.Add(context.Background(), 1, t.plain...)
-	h.metrics = holdMetrics{t: t, granted: time.Now()}
+	h.metrics = &holdMetrics{t: t, granted: time.Now()}
 	if h.state == lost || h.state == over {
 		h.recordEnd(h.err)
 	}
@@ -42,8 +43,8 @@ func (t *Telemetry) Held(h *Hold) {
 // by outcome, one hold fewer, and for a loss its cause, unless that needs a look at the
 // lease (settleLoss). Under h.mu, once.
 func (h *Hold) recordEnd(err error) {
-	m := &h.metrics
-	if m.t == nil || m.recorded {
+	m := h.metrics
+	if m == nil || m.recorded {
 		return
 	}
 	m.recorded = true
@@ -72,9 +73,12 @@ func (h *Hold) recordEnd(err error) {
 func (h *Hold) settleLoss() {
 	h.mu.Lock()
 	m := h.metrics
-	h.metrics.unsettled = false
+	unsettled := m != nil && m.unsettled
+	if unsettled {
+		m.unsettled = false
+	}
 	h.mu.Unlock()
-	if !m.unsettled {
+	if !unsettled {
 		return
 	}
 	c := causeDeleted
