@@ -1,0 +1,57 @@
+package semaphore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	mt "github.com/etcdsync/etcdsync/internal/metrictest"
+	"github.com/etcdsync/etcdsync/semaphore"
+)
+
+// TestMetricsCountAKnownWorkload: two permits of two, a try that finds none free, a wait
+// cancelled while queued; each permit is a hold; spans tell the same.
+func TestMetricsCountAKnownWorkload(t *testing.T) {
+	sr := mt.Spans(t)
+	ctx, parent := mt.Parent(testContext(t), "request")
+	r := mt.NewReader(t)
+	const name = "metrics-workload"
+	prim := mt.Primitive.String("semaphore")
+	cli := cluster.Client(t)
+	s := newSemaphore(t, cli, name, 2, semaphore.WithMeterProvider(r.Provider))
+
+	p1, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	p2, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, r.Collect(t).Sum(mt.Holds, prim), "two permits held")
+	_, err = s.TryAcquire(ctx)
+	require.ErrorIs(t, err, semaphore.ErrNoPermits)
+	wctx, cancel := context.WithCancel(ctx)
+	waited := acquireAsync(wctx, s)
+	awaitPermits(t, cli, name, 3)
+	assert.EqualValues(t, 1, r.Collect(t).Sum(mt.Waiters, prim), "one waiter")
+	cancel()
+	require.ErrorIs(t, etcdtest.Within(t, waited, 10*time.Second, "the cancelled Acquire").err, context.Canceled)
+	require.NoError(t, p1.Release(ctx))
+	require.NoError(t, p2.Release(ctx))
+	parent.End()
+
+	d := r.Collect(t)
+	assert.EqualValues(t, 2, d.Count(mt.AcquireDuration, prim, mt.Outcome.String("acquired")))
+	assert.EqualValues(t, 1, d.Count(mt.AcquireDuration, prim, mt.Outcome.String("busy")))
+	assert.EqualValues(t, 1, d.Count(mt.AcquireDuration, prim, mt.Outcome.String("canceled")))
+	assert.EqualValues(t, 4, d.Count(mt.AcquireDuration), "nothing else")
+	assert.EqualValues(t, 2, d.Count(mt.HoldDuration, prim, mt.Outcome.String("released")))
+	assert.EqualValues(t, 2, d.Count(mt.HoldDuration), "nothing else")
+	assert.EqualValues(t, 0, d.Sum(mt.Holds), "holds back to zero")
+	assert.EqualValues(t, 0, d.Sum(mt.Waiters), "waiters back to zero")
+
+	assert.Equal(t, []string{"acquired", "acquired", "canceled"}, mt.Outcomes(sr, "etcdsync.semaphore.Acquire"))
+	assert.Equal(t, []string{"busy"}, mt.Outcomes(sr, "etcdsync.semaphore.TryAcquire"))
+	assert.Equal(t, []string{"released", "released"}, mt.Outcomes(sr, "etcdsync.semaphore.Release"))
+}
