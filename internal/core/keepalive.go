@@ -116,7 +116,9 @@ func (k *keepAlive) run(sent time.Time, ttl time.Duration) {
 		actx, cancel := context.WithDeadline(k.ctx, tryEnd)
 		granted, err := k.renewOnce(actx)
 		cancel()
-		k.metrics.renewal(err == nil)
+		if k.ctx.Err() == nil { // not a try cut short by stop or the client's close
+			k.metrics.renewal(err == nil)
+		}
 		switch {
 		case err == nil:
 			ttl = time.Duration(granted) * time.Second
