@@ -68,7 +68,7 @@ func TestMetricsCountAKnownWorkload(t *testing.T) {
 
 // TestMetricsCountLossesByCause: a hold lost to a revoked lease, a deleted key or Shutdown
 // is counted once under its cause, whether the loss is seen by the hold's watch (Done) or
-// only by Unlock.
+// only by Unlock, whose span says lost.
 func TestMetricsCountLossesByCause(t *testing.T) {
 	causes := []struct {
 		cause string
@@ -96,7 +96,9 @@ func TestMetricsCountLossesByCause(t *testing.T) {
 				seen = "seen by Done"
 			}
 			t.Run(c.cause+"/"+seen, func(t *testing.T) {
-				ctx := testContext(t)
+				sr := mt.Spans(t)
+				ctx, parent := mt.Parent(testContext(t), "request")
+				defer parent.End()
 				r := mt.NewReader(t)
 				cli := cluster.Client(t)
 				m := newMutex(t, cli, "metrics-loss-"+c.cause, mutex.WithMeterProvider(r.Provider))
@@ -109,6 +111,7 @@ func TestMetricsCountLossesByCause(t *testing.T) {
 					etcdtest.Within(t, m.Done(), 10*time.Second, "Done after the loss")
 				}
 				require.ErrorIs(t, m.Unlock(ctx), mutex.ErrLost)
+				assert.Equal(t, []string{"lost"}, mt.Outcomes(sr, "etcdsync.mutex.Unlock"))
 
 				d := r.Collect(t)
 				assert.EqualValues(t, 1, d.Sum(mt.HoldLost, primMutex, mt.Cause.String(c.cause)))

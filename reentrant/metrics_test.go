@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 
 	mt "github.com/etcdsync/etcdsync/internal/metrictest"
 	"github.com/etcdsync/etcdsync/reentrant"
@@ -44,4 +46,24 @@ func TestMetricsCountTheOutermostHold(t *testing.T) {
 	assert.Equal(t, []string{"acquired"}, mt.Outcomes(sr, "etcdsync.reentrant.Lock"))
 	assert.Equal(t, []string{"busy"}, mt.Outcomes(sr, "etcdsync.reentrant.TryLock"))
 	assert.Equal(t, []string{"released"}, mt.Outcomes(sr, "etcdsync.reentrant.Unlock"))
+}
+
+// TestMetricsFollowAGlobalProviderSetAfterNew: a handle made before otel.SetMeterProvider,
+// without WithMeterProvider, records through the provider set later. (otel delegates its
+// default provider once per process, so this is the only test here that sets one.)
+func TestMetricsFollowAGlobalProviderSetAfterNew(t *testing.T) {
+	ctx := testContext(t)
+	m := newMutex(t, cluster.Client(t), "metrics-global-later")
+	r := mt.NewReader(t)
+	otel.SetMeterProvider(r.Provider)
+	t.Cleanup(func() { otel.SetMeterProvider(metricnoop.NewMeterProvider()) })
+
+	owner, err := m.Lock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, m.Unlock(owner))
+
+	d := r.Collect(t)
+	prim := mt.Primitive.String("reentrant")
+	assert.EqualValues(t, 1, d.Count(mt.AcquireDuration, prim, mt.Outcome.String("acquired")))
+	assert.EqualValues(t, 1, d.Count(mt.HoldDuration, prim, mt.Outcome.String("released")))
 }
