@@ -14,6 +14,7 @@ import (
 type holdMetrics struct {
 	t        *Telemetry
 	granted  time.Time
+	counted  bool // among the holds (a view may drop that instrument and keep the others)
 	recorded bool // its end is recorded
 	// unsettled: lost with its key gone while its session lived, so only etcd can say
 	// whether the lease went (revoked) or the key alone (deleted); see settleLoss.
@@ -22,9 +23,14 @@ type holdMetrics struct {
 
 // Held counts h among t's holds until it ends, and then records how long it lasted and,
 // for a loss, why. Call it once the hold is granted. It does nothing for no hold (nil), or
-// when nothing records t's holds.
+// when nothing records t's hold instruments.
 func (t *Telemetry) Held(h *Hold) {
-	if t == nil || h == nil || !t.ins.holds.Enabled(context.Background()) {
+	if t == nil || h == nil {
+		return
+	}
+	bg := context.Background()
+	counted := t.ins.holds.Enabled(bg)
+	if !counted && !t.ins.hold.Enabled(bg) && !t.ins.lost.Enabled(bg) {
 		return
 	}
 	h.mu.Lock()
@@ -32,8 +38,10 @@ func (t *Telemetry) Held(h *Hold) {
 	if h.metrics != nil {
 		return
 	}
-	t.ins.holds.Add(context.Background(), 1, t.plain...)
-	h.metrics = &holdMetrics{t: t, granted: time.Now()}
+	if counted {
+		t.ins.holds.Add(bg, 1, t.plain...)
+	}
+	h.metrics = &holdMetrics{t: t, granted: time.Now(), counted: counted}
 	if h.state == lost || h.state == over {
 		h.recordEnd(h.err)
 	}
@@ -54,7 +62,9 @@ func (h *Hold) recordEnd(err error) {
 		o = lostHold
 	}
 	t.ins.hold.Record(bg, time.Since(m.granted).Seconds(), t.byOutcome[o]...)
-	t.ins.holds.Add(bg, -1, t.plain...)
+	if m.counted {
+		t.ins.holds.Add(bg, -1, t.plain...)
+	}
 	if err == nil {
 		return
 	}
