@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/codes"
 
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	mt "github.com/etcdsync/etcdsync/internal/metrictest"
@@ -54,4 +55,36 @@ func TestMetricsCountAKnownWorkload(t *testing.T) {
 	assert.Equal(t, []string{"acquired", "acquired", "canceled"}, mt.Outcomes(sr, "etcdsync.semaphore.Acquire"))
 	assert.Equal(t, []string{"busy"}, mt.Outcomes(sr, "etcdsync.semaphore.TryAcquire"))
 	assert.Equal(t, []string{"released", "released"}, mt.Outcomes(sr, "etcdsync.semaphore.Release"))
+}
+
+// TestMetricsCountAFailedAcquisitionAsError: an Acquire that fails for another reason than
+// a busy semaphore or its ctx (a limit mismatch) is an error outcome, and its span is
+// marked as an error.
+func TestMetricsCountAFailedAcquisitionAsError(t *testing.T) {
+	sr := mt.Spans(t)
+	ctx, parent := mt.Parent(testContext(t), "request")
+	r := mt.NewReader(t)
+	const name = "metrics-error"
+	first := newSemaphore(t, cluster.Client(t), name, 2)
+	p, err := first.Acquire(ctx) // records the limit 2
+	require.NoError(t, err)
+	other := newSemaphore(t, cluster.Client(t), name, 3, semaphore.WithMeterProvider(r.Provider))
+	_, err = other.Acquire(ctx)
+	require.ErrorIs(t, err, semaphore.ErrLimitMismatch)
+	require.NoError(t, p.Release(ctx))
+	parent.End()
+
+	d := r.Collect(t)
+	assert.EqualValues(t, 1, d.Count(mt.AcquireDuration, mt.Primitive.String("semaphore"), mt.Outcome.String("error")))
+	assert.EqualValues(t, 1, d.Count(mt.AcquireDuration), "nothing else")
+	assert.EqualValues(t, 0, d.Count(mt.HoldDuration))
+	assert.EqualValues(t, 0, d.Sum(mt.Waiters), "waiters back to zero")
+	assert.Equal(t, []string{"acquired", "error"}, mt.Outcomes(sr, "etcdsync.semaphore.Acquire"))
+	for _, s := range sr.Ended() {
+		if s.Name() == "etcdsync.semaphore.Acquire" && s.Status().Code == codes.Error {
+			assert.Contains(t, s.Status().Description, "limit mismatch")
+			return
+		}
+	}
+	t.Error("no Acquire span has an error status")
 }
