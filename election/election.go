@@ -24,6 +24,7 @@ type Election struct {
 	q         *core.Queue
 	turn      chan struct{} // full from Campaign until the leadership ends, by Resign or loss
 	resigning chan struct{} // one Resign at a time: full while one runs
+	tel       *core.Telemetry
 
 	mu      sync.Mutex
 	hold    *core.Hold
@@ -53,6 +54,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 		turn:      make(chan struct{}, 1),
 		resigning: make(chan struct{}, 1),
 		changed:   make(chan struct{}),
+		tel:       core.NewTelemetry(cfg, core.PrimitiveElection, name),
 	}, nil
 }
 
@@ -77,10 +79,12 @@ func (e *Election) queue() *core.Queue {
 // by Resign, or by its loss, which a lost leader learns of when etcd says so (Done closes)
 // and never resigns; the waiting Campaign forgets the lost leadership, as Resign would, and
 // campaigns. So does a Campaign that finds the leadership lost already.
-func (e *Election) Campaign(ctx context.Context, value string) error {
+func (e *Election) Campaign(ctx context.Context, value string) (err error) {
 	if err := e.queue().Unusable(); err != nil {
 		return e.errorf("campaign", err)
 	}
+	ctx, a := e.tel.BeginWait(ctx, "etcdsync.election.Campaign")
+	defer func() { a.End(err) }()
 	if err := e.takeTurn(ctx); err != nil {
 		return e.errorf("campaign", err)
 	}
@@ -96,6 +100,7 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 		<-e.turn
 		return e.errorf("campaign", err)
 	}
+	a.Held(h)
 	e.setHold(h)
 	return nil
 }
@@ -188,10 +193,12 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 // while another one runs waits for its outcome: ErrNotLeader if that one ended the
 // leadership, else it tries itself. On an Election not made by New it returns an error
 // matching ErrInvalidOption and ErrNotLeader.
-func (e *Election) Resign(ctx context.Context) error {
+func (e *Election) Resign(ctx context.Context) (err error) {
 	if e.queue() == nil {
 		return e.errorf("resign", fmt.Errorf("%w (%w)", e.queue().Unusable(), errNoLeadership))
 	}
+	ctx, a := e.tel.BeginRelease(ctx, "etcdsync.election.Resign")
+	defer func() { a.End(err) }()
 	h := e.current()
 	if h == nil {
 		return e.errorf("resign", errNoLeadership)
@@ -204,7 +211,7 @@ func (e *Election) Resign(ctx context.Context) error {
 		return e.errorf("resign", errNoLeadership) // the Resign before this one ended it
 	}
 	_ = h.EndIfClientClosed()
-	_, err := e.end(ctx, h)
+	_, err = e.end(ctx, h)
 	switch {
 	case errors.Is(err, core.ErrNotLocked):
 		return e.errorf("resign", errNoLeadership) // another call ended it

@@ -23,6 +23,7 @@ type Mutex struct {
 	q         *core.Queue
 	turn      chan struct{} // the handle's own one-at-a-time: full while it waits or holds
 	unlocking chan struct{} // one Unlock at a time: full while one runs
+	tel       *core.Telemetry
 
 	mu      sync.Mutex
 	hold    *core.Hold
@@ -47,6 +48,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 		q:         core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)),
 		turn:      make(chan struct{}, 1),
 		unlocking: make(chan struct{}, 1),
+		tel:       core.NewTelemetry(cfg, core.PrimitiveMutex, name),
 	}, nil
 }
 
@@ -70,16 +72,19 @@ func (m *Mutex) queue() *core.Queue {
 //
 // Like a sync.Mutex, a handle stays taken from Lock to Unlock, also when its hold was lost
 // in between: call Unlock (it returns ErrLost) before this handle can Lock again.
-func (m *Mutex) Lock(ctx context.Context) error {
+func (m *Mutex) Lock(ctx context.Context) (err error) {
 	if err := m.queue().Unusable(); err != nil {
 		return m.errorf("lock", err)
 	}
+	ctx, a := m.tel.BeginWait(ctx, "etcdsync.mutex.Lock")
+	defer func() { a.End(err) }()
 	select {
 	case m.turn <- struct{}{}:
 	case <-ctx.Done():
 		return m.errorf("lock", ctx.Err())
 	}
 	h, err := m.q.Acquire(ctx, core.Spec{Slots: 1, Value: core.OwnerValue("")}, m.setWaiting)
+	a.Held(h)
 	m.mu.Lock()
 	m.waiting, m.hold = "", h
 	m.mu.Unlock()
@@ -94,16 +99,19 @@ func (m *Mutex) Lock(ctx context.Context) error {
 // handle holds or waits already, it returns ErrLocked having written nothing. One Txn.
 // With ctx done already it returns ctx's error having sent nothing; if ctx ends while its
 // Txn is in flight, it returns within about 2 s (see Lock). ErrInvalidOption as for Lock.
-func (m *Mutex) TryLock(ctx context.Context) error {
+func (m *Mutex) TryLock(ctx context.Context) (err error) {
 	if err := m.queue().Unusable(); err != nil {
 		return m.errorf("try lock", err)
 	}
+	ctx, a := m.tel.BeginTry(ctx, "etcdsync.mutex.TryLock")
+	defer func() { a.End(err) }()
 	select {
 	case m.turn <- struct{}{}:
 	default:
 		return m.errorf("try lock", ErrLocked)
 	}
 	h, err := m.q.TryAcquire(ctx, core.Spec{Slots: 1, Value: core.OwnerValue("")})
+	a.Held(h)
 	if err != nil {
 		<-m.turn
 		return m.errorf("try lock", err)
@@ -124,10 +132,12 @@ func (m *Mutex) TryLock(ctx context.Context) error {
 // waits for its outcome, then returns ErrNotLocked if it released the lock, and otherwise
 // tries itself. On a Mutex not made by New it returns an error matching ErrInvalidOption
 // and ErrNotLocked.
-func (m *Mutex) Unlock(ctx context.Context) error {
+func (m *Mutex) Unlock(ctx context.Context) (err error) {
 	if m.queue() == nil {
 		return m.errorf("unlock", core.Unheld(m.queue().Unusable()))
 	}
+	ctx, a := m.tel.BeginRelease(ctx, "etcdsync.mutex.Unlock")
+	defer func() { a.End(err) }()
 	h := m.current()
 	if h == nil {
 		return m.errorf("unlock", ErrNotLocked)

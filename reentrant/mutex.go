@@ -21,6 +21,7 @@ import (
 type Mutex struct {
 	name string
 	q    *core.Queue
+	tel  *core.Telemetry
 
 	mu      sync.Mutex
 	holders []*owner // owners on this handle whose hold is not released, oldest first
@@ -39,7 +40,8 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reentrant %q: %w", name, err)
 	}
-	return &Mutex{name: name, q: core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name))}, nil
+	return &Mutex{name: name, q: core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)),
+		tel: core.NewTelemetry(cfg, core.PrimitiveReentrant, name)}, nil
 }
 
 // queue is the Mutex's queue; nil for a Mutex that New did not make.
@@ -72,7 +74,7 @@ func (m *Mutex) queue() *core.Queue {
 // given to Timeout: it lives as long as the hold.
 //
 // On failure Lock returns ctx unchanged with the error.
-func (m *Mutex) Lock(ctx context.Context) (context.Context, error) {
+func (m *Mutex) Lock(ctx context.Context) (_ context.Context, err error) {
 	if m.queue() == nil {
 		return ctx, m.errorf("lock", m.queue().Unusable())
 	}
@@ -85,7 +87,12 @@ func (m *Mutex) Lock(ctx context.Context) (context.Context, error) {
 	if err := m.q.Unusable(); err != nil {
 		return ctx, m.errorf("lock", err)
 	}
-	h, err := m.q.Acquire(ctx, core.Spec{Slots: 1, Value: ownerValue()}, nil)
+	// Only the outermost Lock is an acquisition; the owning context is made from ctx,
+	// not from the span's.
+	actx, a := m.tel.BeginWait(ctx, "etcdsync.reentrant.Lock")
+	defer func() { a.End(err) }()
+	h, err := m.q.Acquire(actx, core.Spec{Slots: 1, Value: ownerValue()}, nil)
+	a.Held(h)
 	if err != nil {
 		return ctx, m.errorf("lock", err)
 	}
@@ -96,7 +103,7 @@ func (m *Mutex) Lock(ctx context.Context) (context.Context, error) {
 // Lock does; otherwise it takes the lock only if nobody holds it or waits for it, and
 // returns ErrLocked having written nothing. One Txn. A done ctx, ErrInvalidOption and
 // trylock.Timeout as for Lock.
-func (m *Mutex) TryLock(ctx context.Context) (context.Context, error) {
+func (m *Mutex) TryLock(ctx context.Context) (_ context.Context, err error) {
 	if m.queue() == nil {
 		return ctx, m.errorf("try lock", m.queue().Unusable())
 	}
@@ -109,7 +116,10 @@ func (m *Mutex) TryLock(ctx context.Context) (context.Context, error) {
 	if err := m.q.Unusable(); err != nil {
 		return ctx, m.errorf("try lock", err)
 	}
-	h, err := m.q.TryAcquire(ctx, core.Spec{Slots: 1, Value: ownerValue()})
+	actx, a := m.tel.BeginTry(ctx, "etcdsync.reentrant.TryLock")
+	defer func() { a.End(err) }()
+	h, err := m.q.TryAcquire(actx, core.Spec{Slots: 1, Value: ownerValue()})
+	a.Held(h)
 	if err != nil {
 		return ctx, m.errorf("try lock", err)
 	}
@@ -162,11 +172,13 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		}
 		return nil
 	}
-	ended, err := o.release(ctx)
+	rctx, a := m.tel.BeginRelease(ctx, "etcdsync.reentrant.Unlock") // the last one only
+	ended, err := o.release(rctx)
 	if ended {
 		m.forget(o)
 	}
 	o.released(ended)
+	a.End(err)
 	if err != nil {
 		return m.errorf("unlock", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/etcdsync/etcdsync/internal/core"
 )
@@ -35,6 +36,17 @@ func WithSession(s *concurrency.Session) Option { return core.WithSession(s) }
 // as %25. An etcd role granting READWRITE on prefix, or a namespace of it, covers every
 // name; names stay independent of each other ("a" and "a/b" never share a key).
 func WithPrefix(prefix string) Option { return core.WithPrefix(prefix) }
+
+// WithMeterProvider makes the RWMutex record its metrics (see the README's Metrics section)
+// through mp instead of the global MeterProvider, which is the default: one set with
+// otel.SetMeterProvider after New is used as well. A nil mp makes New return
+// ErrInvalidOption.
+func WithMeterProvider(mp metric.MeterProvider) Option { return core.WithMeterProvider(mp) }
+
+// WithNameAttribute adds the RWMutex's name to its measurements and spans as the attribute
+// etcdsync.name. Without it they carry none, so that the number of series stays bounded
+// however many names are used.
+func WithNameAttribute() Option { return core.WithNameAttribute() }
 
 // The errors of this package, shared with every etcdsync package; compare with errors.Is.
 var (

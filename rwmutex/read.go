@@ -69,10 +69,12 @@ func (rw *RWMutex) endReadLoss() {
 // key before returning (see mutex.Mutex.Lock for the bounds). While readers of a lost read
 // hold of this handle remain (see RWMutex), it waits for them to leave first.
 // ErrInvalidOption: rw was not made by New, or its client is closed.
-func (rw *RWMutex) RLock(ctx context.Context) error {
+func (rw *RWMutex) RLock(ctx context.Context) (err error) {
 	if err := rw.queue().Unusable(); err != nil {
 		return rw.errorf("rlock", err)
 	}
+	ctx, a := rw.rtel.BeginWait(ctx, "etcdsync.rwmutex.RLock")
+	defer func() { a.End(err) }()
 	for {
 		rw.mu.Lock()
 		if loss := rw.readLoss; loss != nil {
@@ -173,6 +175,9 @@ func (rw *RWMutex) acquire(ctx context.Context, g *group) {
 	markQueued := func() { queued.Do(func() { close(g.queued) }) }
 	defer markQueued()
 	h, err := rw.q.AcquireNotify(ctx, readSpec(), nil, markQueued)
+	if err == nil {
+		rw.rtel.Held(h)
+	}
 	rw.mu.Lock()
 	if err == nil && g.waiting > 0 {
 		g.hold, g.members, g.waiting = h, g.waiting, 0
@@ -225,10 +230,12 @@ func (rw *RWMutex) dropGroup(g *group) {
 // RPC where RLock would; else it costs one Txn. While readers of a lost read hold of this
 // handle remain (see RWMutex), it returns ErrLocked. With ctx done already it returns
 // ctx's error, unless it joins; ErrInvalidOption as for RLock.
-func (rw *RWMutex) TryRLock(ctx context.Context) error {
+func (rw *RWMutex) TryRLock(ctx context.Context) (err error) {
 	if err := rw.queue().Unusable(); err != nil {
 		return rw.errorf("try rlock", err)
 	}
+	ctx, a := rw.rtel.BeginTry(ctx, "etcdsync.rwmutex.TryRLock")
+	defer func() { a.End(err) }()
 	rw.mu.Lock()
 	if rw.wpending != nil || rw.write != nil {
 		rw.mu.Unlock()
@@ -249,6 +256,7 @@ func (rw *RWMutex) TryRLock(ctx context.Context) error {
 	}
 	rw.mu.Unlock()
 	h, err := rw.q.TryAcquire(ctx, readSpec())
+	a.Held(h)
 	if err != nil {
 		return rw.errorf("try rlock", err)
 	}
@@ -272,10 +280,12 @@ func (rw *RWMutex) TryRLock(ctx context.Context) error {
 // release under way waits for its outcome: ErrNotLocked if it released the read lock,
 // else it leaves as that reader. On an RWMutex not made by New it returns an error
 // matching ErrInvalidOption and ErrNotLocked.
-func (rw *RWMutex) RUnlock(ctx context.Context) error {
+func (rw *RWMutex) RUnlock(ctx context.Context) (err error) {
 	if rw.queue() == nil {
 		return rw.errorf("runlock", core.Unheld(rw.queue().Unusable()))
 	}
+	ctx, a := rw.rtel.BeginRelease(ctx, "etcdsync.rwmutex.RUnlock")
+	defer func() { a.End(err) }()
 	rw.mu.Lock()
 	i := slices.IndexFunc(rw.groups, func(g *group) bool { return g.members > 0 })
 	if i < 0 {

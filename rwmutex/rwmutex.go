@@ -52,8 +52,10 @@ func writeSpec() core.Spec { return core.Spec{Kind: writeKind, Slots: 1, Value: 
 type RWMutex struct {
 	name      string
 	q         *core.Queue
-	turn      chan struct{} // the writers' one-at-a-time: full while a Lock waits or holds
-	unlocking chan struct{} // one Unlock at a time: full while one runs
+	turn      chan struct{}   // the writers' one-at-a-time: full while a Lock waits or holds
+	unlocking chan struct{}   // one Unlock at a time: full while one runs
+	rtel      *core.Telemetry // of the read side
+	wtel      *core.Telemetry // of the write side
 
 	mu       sync.Mutex
 	write    *core.Hold    // the write hold
@@ -80,6 +82,8 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*RWMutex, error) {
 		q:         core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)).WatchArrivals(),
 		turn:      make(chan struct{}, 1),
 		unlocking: make(chan struct{}, 1),
+		rtel:      core.NewTelemetry(cfg, core.PrimitiveRead, name),
+		wtel:      core.NewTelemetry(cfg, core.PrimitiveWrite, name),
 	}, nil
 }
 

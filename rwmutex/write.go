@@ -22,10 +22,12 @@ type pendingWrite struct {
 //
 // Like a sync.RWMutex, a handle's write side stays taken from Lock to Unlock, also when
 // the hold was lost in between: call Unlock (it returns ErrLost) before Lock again.
-func (rw *RWMutex) Lock(ctx context.Context) error {
+func (rw *RWMutex) Lock(ctx context.Context) (err error) {
 	if err := rw.queue().Unusable(); err != nil {
 		return rw.errorf("lock", err)
 	}
+	ctx, a := rw.wtel.BeginWait(ctx, "etcdsync.rwmutex.Lock")
+	defer func() { a.End(err) }()
 	select {
 	case rw.turn <- struct{}{}:
 	case <-ctx.Done():
@@ -48,9 +50,10 @@ func (rw *RWMutex) Lock(ctx context.Context) error {
 		}
 	}
 	var h *core.Hold
-	err := ctx.Err()
+	err = ctx.Err()
 	if err == nil {
 		h, err = rw.q.Acquire(ctx, writeSpec(), nil)
+		a.Held(h)
 	}
 	rw.mu.Lock()
 	rw.wpending, rw.write = nil, h
@@ -71,10 +74,12 @@ func (rw *RWMutex) Lock(ctx context.Context) error {
 // writer; otherwise, or if this handle holds or waits already, it returns ErrLocked having
 // written nothing. One Txn, none when this handle's own readers are in the way. A done
 // ctx and ErrInvalidOption as for mutex.Mutex.TryLock.
-func (rw *RWMutex) TryLock(ctx context.Context) error {
+func (rw *RWMutex) TryLock(ctx context.Context) (err error) {
 	if err := rw.queue().Unusable(); err != nil {
 		return rw.errorf("try lock", err)
 	}
+	ctx, a := rw.wtel.BeginTry(ctx, "etcdsync.rwmutex.TryLock")
+	defer func() { a.End(err) }()
 	select {
 	case rw.turn <- struct{}{}:
 	default:
@@ -88,6 +93,7 @@ func (rw *RWMutex) TryLock(ctx context.Context) error {
 		return rw.errorf("try lock", ErrLocked)
 	}
 	h, err := rw.q.TryAcquire(ctx, writeSpec())
+	a.Held(h)
 	if err != nil {
 		<-rw.turn
 		return rw.errorf("try lock", err)
@@ -104,10 +110,12 @@ func (rw *RWMutex) TryLock(ctx context.Context) error {
 // closed. If etcd cannot be reached before ctx ends, or ctx is done already, the lock stays
 // held and Unlock may be called again. Concurrent Unlocks and a handle not made by New as
 // for mutex.Mutex.Unlock.
-func (rw *RWMutex) Unlock(ctx context.Context) error {
+func (rw *RWMutex) Unlock(ctx context.Context) (err error) {
 	if rw.queue() == nil {
 		return rw.errorf("unlock", core.Unheld(rw.queue().Unusable()))
 	}
+	ctx, a := rw.wtel.BeginRelease(ctx, "etcdsync.rwmutex.Unlock")
+	defer func() { a.End(err) }()
 	h := rw.writeHold()
 	if h == nil {
 		return rw.errorf("unlock", ErrNotLocked)

@@ -51,10 +51,12 @@ func (p *Permit) made() bool { return p != nil && p.h != nil }
 // already (Release then sends nothing), the permit stays held and Release may be called
 // again. A Release that comes while another one runs waits for its outcome: ErrNotLocked if
 // that one released the permit, else it tries itself.
-func (p *Permit) Release(ctx context.Context) error {
+func (p *Permit) Release(ctx context.Context) (err error) {
 	if !p.made() {
 		return fmt.Errorf("semaphore: release: %w", core.Unheld(fmt.Errorf("%w: no permit (a nil or zero Permit)", ErrInvalidOption)))
 	}
+	ctx, a := p.s.tel.BeginRelease(ctx, "etcdsync.semaphore.Release")
+	defer func() { a.End(err) }()
 	if p.ended.Load() {
 		return p.s.errorf("release", ErrNotLocked)
 	}

@@ -37,6 +37,7 @@ type Semaphore struct {
 	limitKey string
 	spec     core.Spec
 	recorded atomic.Bool // etcd's limit record was found, or written, equal to limit
+	tel      *core.Telemetry
 }
 
 // New returns a Semaphore of limit permits on name over cli. It does no I/O. A bad name
@@ -63,6 +64,7 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 		limit:    limit,
 		q:        core.NewQueue(cli, core.SessionsFor(cli, cfg), prefix),
 		limitKey: limitKey,
+		tel:      core.NewTelemetry(cfg, core.PrimitiveSemaphore, name),
 		spec: core.Spec{
 			Kind: permitKind, Ahead: permitKind, Slots: limit, Units: true,
 			// Every write of a permit key checks the limit in the same Txn.
@@ -111,7 +113,7 @@ func (s *Semaphore) Limit() int {
 
 // Acquire waits for a permit of one unit: AcquireN(ctx, 1).
 func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
-	return s.acquire(ctx, "acquire", 1)
+	return s.acquire(ctx, "acquire", "etcdsync.semaphore.Acquire", 1)
 }
 
 // AcquireN waits for a permit of n units, all or none, in FIFO order with every other
@@ -130,17 +132,21 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
 // [mutex.Mutex.Lock] for the bounds). ErrLost means the session's lease expired while
 // waiting. ErrInvalidOption: s was not made by New, or its client is closed.
 func (s *Semaphore) AcquireN(ctx context.Context, n int) (*Permit, error) {
-	return s.acquire(ctx, "acquire", n)
+	return s.acquire(ctx, "acquire", "etcdsync.semaphore.AcquireN", n)
 }
 
-func (s *Semaphore) acquire(ctx context.Context, op string, n int) (*Permit, error) {
+// acquire is AcquireN, reporting errors as op and its span as span.
+func (s *Semaphore) acquire(ctx context.Context, op, span string, n int) (_ *Permit, err error) {
 	if err := s.queue().Unusable(); err != nil {
 		return nil, s.errorf(op, err)
 	}
 	if err := s.units(n); err != nil {
 		return nil, s.errorf(op, err)
 	}
+	ctx, a := s.tel.BeginWait(ctx, span)
+	defer func() { a.End(err) }()
 	h, err := s.take(ctx, func(ctx context.Context) (*core.Hold, error) { return s.q.Acquire(ctx, s.specFor(n), nil) })
+	a.Held(h)
 	if err != nil {
 		return nil, s.errorf(op, err)
 	}
@@ -150,7 +156,7 @@ func (s *Semaphore) acquire(ctx context.Context, op string, n int) (*Permit, err
 // TryAcquire takes a permit of one unit only if one is free and nobody waits:
 // TryAcquireN(ctx, 1).
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) {
-	return s.tryAcquire(ctx, "try acquire", 1)
+	return s.tryAcquire(ctx, "try acquire", "etcdsync.semaphore.TryAcquire", 1)
 }
 
 // TryAcquireN takes a permit of n units only if n are free and nobody waits; otherwise it
@@ -159,17 +165,21 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) {
 // takes them (one Txn when n is the whole limit). n, a done ctx and ErrInvalidOption as for
 // AcquireN.
 func (s *Semaphore) TryAcquireN(ctx context.Context, n int) (*Permit, error) {
-	return s.tryAcquire(ctx, "try acquire", n)
+	return s.tryAcquire(ctx, "try acquire", "etcdsync.semaphore.TryAcquireN", n)
 }
 
-func (s *Semaphore) tryAcquire(ctx context.Context, op string, n int) (*Permit, error) {
+// tryAcquire is TryAcquireN, reporting errors as op and its span as span.
+func (s *Semaphore) tryAcquire(ctx context.Context, op, span string, n int) (_ *Permit, err error) {
 	if err := s.queue().Unusable(); err != nil {
 		return nil, s.errorf(op, err)
 	}
 	if err := s.units(n); err != nil {
 		return nil, s.errorf(op, err)
 	}
+	ctx, a := s.tel.BeginTry(ctx, span)
+	defer func() { a.End(err) }()
 	h, err := s.take(ctx, func(ctx context.Context) (*core.Hold, error) { return s.q.TryAcquire(ctx, s.specFor(n)) })
+	a.Held(h)
 	if errors.Is(err, core.ErrLocked) { // n == limit: the core's single-slot try
 		err = ErrNoPermits
 	}

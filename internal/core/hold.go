@@ -48,6 +48,7 @@ type Hold struct {
 	stopMonitor context.CancelFunc // nil until the monitor starts
 	monitorDone chan struct{}
 	onEnd       []func(error)
+	metrics     *holdMetrics // nil unless counted: see Telemetry.Held
 }
 
 func newHold(cli *clientv3.Client, sess *Session, slot *slot, rev int64) *Hold {
@@ -157,6 +158,7 @@ func (h *Hold) end(state holdState, err error) {
 		return
 	}
 	h.state, h.err = state, err
+	h.recordEnd(err)
 	close(h.done)
 	h.slot.free()
 	for _, f := range h.onEnd {
@@ -204,6 +206,7 @@ func (h *Hold) Check(ctx context.Context) (alive bool, err error) {
 	alive = len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.rev
 	if !alive {
 		h.observe(errKeyGone(h.key))
+		h.settleLoss()
 	}
 	return alive, nil
 }

@@ -55,6 +55,7 @@ func (h *Hold) monitor(ctx context.Context) {
 		}
 		if loss != nil {
 			h.observe(loss)
+			h.settleLoss()
 			return
 		}
 		if ctx.Err() != nil {

@@ -38,6 +38,7 @@ func (h *Hold) Release(ctx context.Context) (ended bool, err error) {
 		err := h.err
 		h.mu.Unlock()
 		h.waitMonitor()
+		h.settleLoss()
 		return true, err
 	case releasing, over:
 		h.mu.Unlock()
@@ -67,6 +68,7 @@ func (h *Hold) Release(ctx context.Context) (ended bool, err error) {
 	h.end(over, final)
 	h.mu.Unlock()
 	h.waitMonitor()
+	h.settleLoss()
 	return true, final
 }
 

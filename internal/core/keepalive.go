@@ -48,15 +48,17 @@ type keepAlive struct {
 	retired sync.Once
 	exited  chan struct{}
 
+	metrics *instruments // counts the renewals
+
 	mu       sync.Mutex
 	deadline time.Time
 }
 
-func startKeepAlive(cli *clientv3.Client, id clientv3.LeaseID, sent time.Time, ttl time.Duration) *Session {
+func startKeepAlive(cli *clientv3.Client, id clientv3.LeaseID, sent time.Time, ttl time.Duration, metrics *instruments) *Session {
 	ctx, cancel := context.WithCancel(cli.Ctx())
 	life, end := context.WithCancelCause(context.Background())
 	k := &keepAlive{cli: cli, id: id, end: end, ctx: ctx, cancel: cancel, retireC: make(chan struct{}),
-		exited: make(chan struct{}), deadline: sent.Add(ttl - Margin(ttl))}
+		exited: make(chan struct{}), deadline: sent.Add(ttl - Margin(ttl)), metrics: metrics}
 	go k.run(sent, ttl)
 	return &Session{id: id, ctx: life, end: end, ka: k}
 }
@@ -114,6 +116,9 @@ func (k *keepAlive) run(sent time.Time, ttl time.Duration) {
 		actx, cancel := context.WithDeadline(k.ctx, tryEnd)
 		granted, err := k.renewOnce(actx)
 		cancel()
+		if k.ctx.Err() == nil { // not a try cut short by stop or the client's close
+			k.metrics.renewal(err == nil)
+		}
 		switch {
 		case err == nil:
 			ttl = time.Duration(granted) * time.Second

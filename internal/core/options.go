@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // DefaultTTL is the lease TTL without WithTTL: the same as etcd's concurrency.Session.
@@ -25,8 +26,11 @@ type Config struct {
 	TTL     time.Duration        // lease TTL of the shared session, whole seconds
 	Session *concurrency.Session // the caller's session, or nil for the shared one
 	Prefix  string               // WithPrefix's key prefix, "" for the root of the keyspace
-	errs    []error
-	ttlSet  bool
+	Meter   metric.MeterProvider // WithMeterProvider's, or nil for the global one
+	// NameAttribute: measurements and spans carry the name (WithNameAttribute).
+	NameAttribute bool
+	errs          []error
+	ttlSet        bool
 }
 
 // WithTTL sets the lease TTL, from one second to MaxTTL; a fraction of a second is rounded

@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Why a session ended: the cause of its context, and the detail of the ErrLost of every
@@ -123,7 +124,9 @@ func SessionsFor(cli *clientv3.Client, c Config) Sessions {
 	if c.Session != nil {
 		return newFixedSession(c.Session)
 	}
-	return shared(cli, int64(c.TTL/time.Second))
+	s := shared(cli, int64(c.TTL/time.Second))
+	s.meter(c.Meter)
+	return s
 }
 
 // fixedSession is a caller's session, used untouched: never replaced, retired or closed,
@@ -190,7 +193,8 @@ type sharedSession struct {
 
 	mu      sync.Mutex
 	cur     *Session
-	retired []*Session // retired sessions whose lease is not yet revoked
+	retired []*Session   // retired sessions whose lease is not yet revoked
+	ins     *instruments // counts renewals: the first primitive's on the client and TTL
 }
 
 func (s *sharedSession) live() *Session {
@@ -223,7 +227,7 @@ func (s *sharedSession) Session(ctx context.Context) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}
-	sess := startKeepAlive(s.cli, resp.ID, sent, time.Duration(resp.TTL)*time.Second)
+	sess := startKeepAlive(s.cli, resp.ID, sent, time.Duration(resp.TTL)*time.Second, s.metrics())
 	s.mu.Lock()
 	s.cur = sess
 	s.mu.Unlock()
@@ -293,4 +297,21 @@ func Shutdown(ctx context.Context, cli *clientv3.Client) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// meter makes the session count its renewals through mp's instruments (the global
+// MeterProvider's if nil), unless an earlier primitive on the client and TTL chose already:
+// the lease is shared, so its renewals are counted once.
+func (s *sharedSession) meter(mp metric.MeterProvider) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ins == nil {
+		s.ins = newInstruments(mp)
+	}
+}
+
+func (s *sharedSession) metrics() *instruments {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ins
 }

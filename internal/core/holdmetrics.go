@@ -1,0 +1,127 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// holdMetrics is what a counted hold needs to record its end. A pointer in Hold, so that a
+// hold nobody counts is no bigger.
+type holdMetrics struct {
+	t        *Telemetry
+	granted  time.Time
+	counted  bool // among the holds (a view may drop that instrument and keep the others)
+	recorded bool // its end is recorded
+	// unsettled: lost with its key gone while its session lived, so only etcd can say
+	// whether the lease went (revoked) or the key alone (deleted); see settleLoss.
+	unsettled bool
+}
+
+// Held counts h among t's holds until it ends, and then records how long it lasted and,
+// for a loss, why. Call it once the hold is granted. It does nothing for no hold (nil), or
+// when nothing records t's hold instruments.
+func (t *Telemetry) Held(h *Hold) {
+	if t == nil || h == nil {
+		return
+	}
+	bg := context.Background()
+	counted := t.ins.holds.Enabled(bg)
+	if !counted && !t.ins.hold.Enabled(bg) && !t.ins.lost.Enabled(bg) {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.metrics != nil {
+		return
+	}
+	if counted {
+		t.ins.holds.Add(bg, 1, t.plain...)
+	}
+	h.metrics = &holdMetrics{t: t, granted: time.Now(), counted: counted}
+	if h.state == lost || h.state == over {
+		h.recordEnd(h.err)
+	}
+}
+
+// recordEnd records the end of a counted hold, with its final error: the hold's duration
+// by outcome, one hold fewer, and for a loss its cause, unless that needs a look at the
+// lease (settleLoss). Under h.mu, once.
+func (h *Hold) recordEnd(err error) {
+	m := h.metrics
+	if m == nil || m.recorded {
+		return
+	}
+	m.recorded = true
+	t, bg := m.t, context.Background()
+	o := released
+	if err != nil {
+		o = lostHold
+	}
+	t.ins.hold.Record(bg, time.Since(m.granted).Seconds(), t.byOutcome[o]...)
+	if m.counted {
+		t.ins.holds.Add(bg, -1, t.plain...)
+	}
+	if err == nil {
+		return
+	}
+	if c, known := lossCause(err, h.sess); known {
+		t.ins.lost.Add(bg, 1, t.byCause[c]...)
+	} else {
+		m.unsettled = true
+	}
+}
+
+// settleLoss counts the loss of a hold whose key went while its session lived: revoked if
+// its lease is gone too (a lease revoked, or expired at etcd before its local deadline,
+// takes its keys with it), else deleted. One TimeToLive, bounded by a second; called,
+// outside h.mu, by whoever saw the key go (the monitor, Check, Release), after the hold
+// ended, so that Done is not held up by it.
+func (h *Hold) settleLoss() {
+	h.mu.Lock()
+	m := h.metrics
+	unsettled := m != nil && m.unsettled
+	if unsettled {
+		m.unsettled = false
+	}
+	h.mu.Unlock()
+	if !unsettled {
+		return
+	}
+	c := causeDeleted
+	if h.leaseGone() {
+		c = causeRevoked
+	}
+	if sc, known := lossCause(errKeyDeleted, h.sess); known {
+		c = sc // the session has ended meanwhile, and knows why
+	}
+	m.t.ins.lost.Add(context.Background(), 1, m.t.byCause[c]...)
+}
+
+// leaseGone reports whether etcd says the hold's lease is gone; false when it cannot tell.
+func (h *Hold) leaseGone() bool {
+	ctx, cancel := context.WithTimeout(h.cli.Ctx(), cleanupWait)
+	defer cancel()
+	resp, err := h.cli.TimeToLive(clientv3.WithRequireLeader(ctx), h.sess.id)
+	return errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil && resp.TTL < 0
+}
+
+// lossCause is the cause of a loss with the final error err of a hold on sess; known is
+// false for a key gone while the session lived (see settleLoss).
+func lossCause(err error, sess *Session) (c cause, known bool) {
+	if sc := sess.cause(); sc != nil && errors.Is(err, errKeyDeleted) {
+		err = sc // the key went with the session's lease
+	}
+	switch {
+	case errors.Is(err, errDeadline):
+		return causeDeadline, true
+	case errors.Is(err, errShutdown), errors.Is(err, errClientClosed):
+		return causeShutdown, true
+	case errors.Is(err, errKeyDeleted):
+		return causeDeleted, false
+	}
+	return causeRevoked, true // errLeaseGone, errCallerEnded, errRetired
+}

@@ -1,0 +1,289 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Scope is the instrumentation scope of every meter and tracer of the module.
+const Scope = "github.com/etcdsync/etcdsync"
+
+// Primitive is the value of the etcdsync.primitive attribute.
+type Primitive string
+
+// The primitives, as API.md names them.
+const (
+	PrimitiveMutex     Primitive = "mutex"
+	PrimitiveRead      Primitive = "rwmutex.read"
+	PrimitiveWrite     Primitive = "rwmutex.write"
+	PrimitiveReentrant Primitive = "reentrant"
+	PrimitiveSemaphore Primitive = "semaphore"
+	PrimitiveElection  Primitive = "election"
+)
+
+// The attribute keys.
+const (
+	AttrPrimitive = attribute.Key("etcdsync.primitive")
+	AttrOutcome   = attribute.Key("etcdsync.outcome")
+	AttrCause     = attribute.Key("etcdsync.cause")
+	AttrName      = attribute.Key("etcdsync.name")
+	attrToken     = attribute.Key("etcdsync.token")
+)
+
+// outcome is the value of etcdsync.outcome: how an acquisition, a hold or a release ended.
+type outcome int
+
+const (
+	acquired outcome = iota // acquisitions
+	busy
+	canceled
+	failed
+	released // holds and releases
+	lostHold
+	outcomes
+)
+
+var outcomeNames = [outcomes]string{"acquired", "busy", "canceled", "error", "released", "lost"}
+
+// cause is the value of etcdsync.cause: why a hold was lost.
+type cause int
+
+const (
+	causeDeadline cause = iota // the lease's local deadline passed with no renewal through
+	causeDeleted               // the key was deleted while the lease lived
+	causeRevoked               // etcd says the lease is gone, or the caller's session ended
+	causeShutdown              // Shutdown revoked the lease, or the client was closed
+	causes
+)
+
+var causeNames = [causes]string{"deadline", "deleted", "revoked", "shutdown"}
+
+// Bucket boundaries for waits and holds, in seconds: a local hand-off takes milliseconds, a
+// hold or a contended wait may take minutes.
+var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
+
+// instruments are the module's instruments from one MeterProvider.
+type instruments struct {
+	acquire  metric.Float64Histogram
+	hold     metric.Float64Histogram
+	lost     metric.Int64Counter
+	holds    metric.Int64UpDownCounter
+	waiters  metric.Int64UpDownCounter
+	renewals metric.Int64Counter
+	// The options of a renewal, made once: a variadic option built per call allocates.
+	renewOK, renewFailed []metric.AddOption
+}
+
+// newInstruments makes the instruments from mp, or from the global MeterProvider when mp is
+// nil: the global one delegates to a provider set later, so a handle made before
+// otel.SetMeterProvider records through it. An instrument that cannot be made is a no-op
+// one; the error goes to otel's error handler.
+func newInstruments(mp metric.MeterProvider) *instruments {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := mp.Meter(Scope)
+	noop := metricnoop.Meter{}
+	var errs []error
+	histogram := func(name, desc string) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(durationBuckets...))
+		if err != nil {
+			errs = append(errs, err)
+			h, _ = noop.Float64Histogram(name)
+		}
+		return h
+	}
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if err != nil {
+			errs = append(errs, err)
+			c, _ = noop.Int64Counter(name)
+		}
+		return c
+	}
+	upDown := func(name, unit, desc string) metric.Int64UpDownCounter {
+		c, err := m.Int64UpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if err != nil {
+			errs = append(errs, err)
+			c, _ = noop.Int64UpDownCounter(name)
+		}
+		return c
+	}
+	in := &instruments{
+		acquire:     histogram("etcdsync.acquire.duration", "Time from the call to acquire until it returned, by outcome."),
+		hold:        histogram("etcdsync.hold.duration", "Time from the grant of a hold until it ended, by outcome."),
+		lost:        counter("etcdsync.hold.lost", "{hold}", "Holds that ended without a release, by cause."),
+		holds:       upDown("etcdsync.holds", "{hold}", "Holds granted and not ended."),
+		waiters:     upDown("etcdsync.waiters", "{waiter}", "Blocking acquisitions under way."),
+		renewals:    counter("etcdsync.lease.renewals", "{renewal}", "Renewals of the shared leases, by outcome."),
+		renewOK:     []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(AttrOutcome.String("ok")))},
+		renewFailed: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(AttrOutcome.String("failed")))},
+	}
+	if err := errors.Join(errs...); err != nil {
+		otel.Handle(fmt.Errorf("etcdsync: instruments: %w", err))
+	}
+	return in
+}
+
+// renewal counts one renewal of a shared lease; a nil in counts nothing.
+func (in *instruments) renewal(ok bool) {
+	if in == nil {
+		return
+	}
+	if ok {
+		in.renewals.Add(context.Background(), 1, in.renewOK...)
+	} else {
+		in.renewals.Add(context.Background(), 1, in.renewFailed...)
+	}
+}
+
+// WithMeterProvider makes the primitive's instruments come from mp instead of the global
+// MeterProvider.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *Config) {
+		if mp == nil {
+			c.errs = append(c.errs, fmt.Errorf("%w: nil MeterProvider", ErrInvalidOption))
+			return
+		}
+		c.Meter = mp
+	}
+}
+
+// WithNameAttribute adds the name as the attribute etcdsync.name to every measurement and
+// span of the primitive.
+func WithNameAttribute() Option {
+	return func(c *Config) { c.NameAttribute = true }
+}
+
+// Telemetry records the metrics and spans of one handle's acquisitions and holds of one
+// primitive. Every option slice is made once, in NewTelemetry, so that recording allocates
+// nothing of its own; with a provider that records nothing, nothing is measured either.
+// A nil *Telemetry records nothing.
+type Telemetry struct {
+	ins       *instruments
+	attrs     []attribute.KeyValue // the primitive, and the name with WithNameAttribute
+	byOutcome [outcomes][]metric.RecordOption
+	byCause   [causes][]metric.AddOption
+	plain     []metric.AddOption // the primitive (and name) alone
+	outcomeKV [outcomes]attribute.KeyValue
+}
+
+// NewTelemetry is the Telemetry of a handle of primitive p on name, configured by c.
+func NewTelemetry(c Config, p Primitive, name string) *Telemetry {
+	t := &Telemetry{ins: newInstruments(c.Meter), attrs: []attribute.KeyValue{AttrPrimitive.String(string(p))}}
+	if c.NameAttribute {
+		t.attrs = append(t.attrs, AttrName.String(name))
+	}
+	t.plain = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(t.attrs...))}
+	for o := range outcomes {
+		kv := AttrOutcome.String(outcomeNames[o])
+		t.outcomeKV[o] = kv
+		t.byOutcome[o] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{kv}, t.attrs...)...))}
+	}
+	for c := range causes {
+		kv := AttrCause.String(causeNames[c])
+		t.byCause[c] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{kv}, t.attrs...)...))}
+	}
+	return t
+}
+
+// Attempt is one acquisition or release under way, from Begin* to End. Its zero value
+// records nothing.
+type Attempt struct {
+	t       *Telemetry
+	ctx     context.Context // the caller's, to tell a cancellation
+	span    trace.Span      // nil unless traced
+	start   time.Time       // zero unless timed
+	waiting bool            // counted among the waiters
+	release bool
+	token   int64 // of the hold granted, for the span
+}
+
+// BeginWait starts a blocking acquisition: timed, counted among the waiters until End, and
+// traced as a span named spanName (see startSpan). It returns the context to acquire with,
+// which carries the span.
+func (t *Telemetry) BeginWait(ctx context.Context, spanName string) (context.Context, Attempt) {
+	ctx, a := t.begin(ctx, spanName, false)
+	if a.t != nil && t.ins.waiters.Enabled(ctx) {
+		t.ins.waiters.Add(ctx, 1, t.plain...)
+		a.waiting = true
+	}
+	return ctx, a
+}
+
+// BeginTry starts an acquisition that does not wait: timed and traced as BeginWait.
+func (t *Telemetry) BeginTry(ctx context.Context, spanName string) (context.Context, Attempt) {
+	return t.begin(ctx, spanName, false)
+}
+
+// BeginRelease starts a release: traced only.
+func (t *Telemetry) BeginRelease(ctx context.Context, spanName string) (context.Context, Attempt) {
+	return t.begin(ctx, spanName, true)
+}
+
+func (t *Telemetry) begin(ctx context.Context, spanName string, release bool) (context.Context, Attempt) {
+	if t == nil {
+		return ctx, Attempt{}
+	}
+	a := Attempt{t: t, ctx: ctx, release: release}
+	if !release && t.ins.acquire.Enabled(ctx) {
+		a.start = time.Now()
+	}
+	ctx, a.span = startSpan(ctx, spanName, t.attrs)
+	return ctx, a
+}
+
+// Held counts h, the hold the acquisition was granted, among the holds (see
+// Telemetry.Held), and notes its token for the span.
+func (a *Attempt) Held(h *Hold) {
+	if a.t == nil || h == nil {
+		return
+	}
+	a.t.Held(h)
+	a.token = h.Token()
+}
+
+// End ends the attempt with the error its call returns: it records the wait's duration by
+// outcome, takes it off the waiters, and ends the span with the outcome (and the token of
+// the hold granted, if any).
+func (a *Attempt) End(err error) {
+	if a.t == nil {
+		return
+	}
+	o := a.outcome(err)
+	if !a.start.IsZero() {
+		a.t.ins.acquire.Record(a.ctx, time.Since(a.start).Seconds(), a.t.byOutcome[o]...)
+	}
+	if a.waiting {
+		a.t.ins.waiters.Add(a.ctx, -1, a.t.plain...)
+	}
+	if a.span != nil {
+		endSpan(a.span, a.t.outcomeKV[o], o == failed, err, a.token)
+	}
+}
+
+// outcome classifies the error of an acquisition or a release.
+func (a *Attempt) outcome(err error) outcome {
+	switch {
+	case err == nil && a.release:
+		return released
+	case err == nil:
+		return acquired
+	case a.release && errors.Is(err, ErrLost):
+		return lostHold
+	case !a.release && (errors.Is(err, ErrLocked) || errors.Is(err, ErrNoPermits)):
+		return busy
+	case a.ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		return canceled
+	}
+	return failed
+}
