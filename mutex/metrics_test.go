@@ -61,6 +61,9 @@ func TestMetricsCountAKnownWorkload(t *testing.T) {
 	assert.EqualValues(t, 0, d.Sum(mt.HoldLost))
 	assert.EqualValues(t, 0, d.Sum(mt.Holds, primMutex), "holds back to zero")
 	assert.EqualValues(t, 0, d.Sum(mt.Waiters, primMutex), "waiters back to zero")
+	n, ahead := d.Histogram(mt.QueueAhead, primMutex)
+	assert.EqualValues(t, 2, n, "both Locks joined the line (a try does not)")
+	assert.EqualValues(t, 1, ahead, "the holder found nobody ahead, the waiter one key")
 	for _, set := range d.Attributes(mt.AcquireDuration) {
 		assert.False(t, set.HasValue(mt.Name), "the name without WithNameAttribute: %v", set)
 	}

@@ -83,7 +83,7 @@ func (m *Mutex) Lock(ctx context.Context) (err error) {
 	case <-ctx.Done():
 		return m.errorf("lock", ctx.Err())
 	}
-	h, err := m.q.Acquire(ctx, core.Spec{Slots: 1, Value: core.OwnerValue("")}, m.setWaiting)
+	h, err := m.q.Acquire(ctx, core.Spec{Slots: 1, Value: core.OwnerValue(""), Tel: m.tel}, m.setWaiting)
 	a.Held(h)
 	m.mu.Lock()
 	m.waiting, m.hold = "", h

@@ -91,7 +91,7 @@ func (m *Mutex) Lock(ctx context.Context) (_ context.Context, err error) {
 	// not from the span's.
 	actx, a := m.tel.BeginWait(ctx, "etcdsync.reentrant.Lock")
 	defer func() { a.End(err) }()
-	h, err := m.q.Acquire(actx, core.Spec{Slots: 1, Value: ownerValue()}, nil)
+	h, err := m.q.Acquire(actx, core.Spec{Slots: 1, Value: ownerValue(), Tel: m.tel}, nil)
 	a.Held(h)
 	if err != nil {
 		return ctx, m.errorf("lock", err)

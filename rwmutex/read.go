@@ -174,7 +174,9 @@ func (rw *RWMutex) acquire(ctx context.Context, g *group) {
 	var queued sync.Once
 	markQueued := func() { queued.Do(func() { close(g.queued) }) }
 	defer markQueued()
-	h, err := rw.q.AcquireNotify(ctx, readSpec(), nil, markQueued)
+	spec := readSpec()
+	spec.Tel = rw.rtel
+	h, err := rw.q.AcquireNotify(ctx, spec, nil, markQueued)
 	if err == nil {
 		rw.rtel.Held(h)
 	}

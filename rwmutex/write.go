@@ -52,7 +52,9 @@ func (rw *RWMutex) Lock(ctx context.Context) (err error) {
 	var h *core.Hold
 	err = ctx.Err()
 	if err == nil {
-		h, err = rw.q.Acquire(ctx, writeSpec(), nil)
+		spec := writeSpec()
+		spec.Tel = rw.wtel
+		h, err = rw.q.Acquire(ctx, spec, nil)
 		a.Held(h)
 	}
 	rw.mu.Lock()

@@ -104,6 +104,11 @@ func TestMetricsCountAWeightedPermitAsOneHold(t *testing.T) {
 	assert.EqualValues(t, 1, r.Collect(t).Sum(mt.Holds, prim), "one hold of 3 units")
 	_, err = s.TryAcquireN(ctx, 2)
 	require.ErrorIs(t, err, semaphore.ErrNoPermits)
+	wctx, cancel := context.WithCancel(ctx)
+	waited := acquireNAsync(wctx, s, 2)
+	awaitPermits(t, cluster.Client(t), "metrics-weighted", 2)
+	cancel()
+	require.ErrorIs(t, etcdtest.Within(t, waited, 10*time.Second, "the cancelled AcquireN").err, context.Canceled)
 	_, err = s.AcquireN(ctx, 5)
 	require.ErrorIs(t, err, semaphore.ErrInvalidOption)
 	require.NoError(t, p.Release(ctx))
@@ -112,10 +117,23 @@ func TestMetricsCountAWeightedPermitAsOneHold(t *testing.T) {
 	d := r.Collect(t)
 	assert.EqualValues(t, 1, d.Count(mt.AcquireDuration, prim, mt.Outcome.String("acquired")))
 	assert.EqualValues(t, 1, d.Count(mt.AcquireDuration, prim, mt.Outcome.String("busy")))
-	assert.EqualValues(t, 2, d.Count(mt.AcquireDuration), "nothing else: bad input is no acquisition")
+	assert.EqualValues(t, 1, d.Count(mt.AcquireDuration, prim, mt.Outcome.String("canceled")))
+	assert.EqualValues(t, 3, d.Count(mt.AcquireDuration), "nothing else: bad input is no acquisition")
+	n, ahead := d.Histogram(mt.QueueAhead, prim)
+	assert.EqualValues(t, 2, n, "two AcquireN joined the line")
+	assert.EqualValues(t, 3, ahead, "the first found nothing ahead, the second 3 units")
 	assert.EqualValues(t, 1, d.Count(mt.HoldDuration, prim, mt.Outcome.String("released")))
 	assert.EqualValues(t, 0, d.Sum(mt.Holds), "holds back to zero")
-	assert.Equal(t, []string{"acquired"}, mt.Outcomes(sr, "etcdsync.semaphore.AcquireN"))
+	assert.Equal(t, []string{"acquired", "canceled"}, mt.Outcomes(sr, "etcdsync.semaphore.AcquireN"))
+	enqueued := 0
+	for _, span := range sr.Ended() {
+		for _, ev := range span.Events() {
+			if span.Name() == "etcdsync.semaphore.AcquireN" && ev.Name == "etcdsync.enqueued" {
+				enqueued++
+			}
+		}
+	}
+	assert.Equal(t, 2, enqueued, "each AcquireN span says where it joined the line")
 	assert.Equal(t, []string{"busy"}, mt.Outcomes(sr, "etcdsync.semaphore.TryAcquireN"))
 	assert.Empty(t, mt.Outcomes(sr, "etcdsync.semaphore.Acquire"))
 }

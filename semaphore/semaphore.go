@@ -59,14 +59,15 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 	}
 	prefix := cfg.KeyPrefix(name)
 	limitKey := prefix + limitName
+	tel := core.NewTelemetry(cfg, core.PrimitiveSemaphore, name)
 	return &Semaphore{
 		name:     name,
 		limit:    limit,
 		q:        core.NewQueue(cli, core.SessionsFor(cli, cfg), prefix),
 		limitKey: limitKey,
-		tel:      core.NewTelemetry(cfg, core.PrimitiveSemaphore, name),
+		tel:      tel,
 		spec: core.Spec{
-			Kind: permitKind, Ahead: permitKind, Slots: limit, Units: true,
+			Kind: permitKind, Ahead: permitKind, Slots: limit, Units: true, Tel: tel,
 			// Every write of a permit key checks the limit in the same Txn.
 			Guard: []clientv3.Cmp{clientv3.Compare(clientv3.Value(limitKey), "=", strconv.Itoa(limit))},
 		},

@@ -36,6 +36,7 @@ const (
 	AttrCause     = attribute.Key("etcdsync.cause")
 	AttrName      = attribute.Key("etcdsync.name")
 	attrToken     = attribute.Key("etcdsync.token")
+	attrAhead     = attribute.Key("etcdsync.ahead")
 )
 
 // outcome is the value of etcdsync.outcome: how an acquisition, a hold or a release ended.
@@ -78,6 +79,7 @@ type instruments struct {
 	holds    metric.Int64UpDownCounter
 	waiters  metric.Int64UpDownCounter
 	renewals metric.Int64Counter
+	ahead    metric.Int64Histogram
 	// The options of a renewal, made once: a variadic option built per call allocates.
 	renewOK, renewFailed []metric.AddOption
 }
@@ -125,6 +127,7 @@ func newInstruments(mp metric.MeterProvider) *instruments {
 		holds:       upDown("etcdsync.holds", "{hold}", "Holds granted and not ended."),
 		waiters:     upDown("etcdsync.waiters", "{waiter}", "Blocking acquisitions under way."),
 		renewals:    counter("etcdsync.lease.renewals", "{renewal}", "Renewals of the shared leases, by outcome."),
+		ahead:       aheadHistogram(m, noop, &errs),
 		renewOK:     []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(AttrOutcome.String("ok")))},
 		renewFailed: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(AttrOutcome.String("failed")))},
 	}
@@ -132,6 +135,21 @@ func newInstruments(mp metric.MeterProvider) *instruments {
 		otel.Handle(fmt.Errorf("etcdsync: instruments: %w", err))
 	}
 	return in
+}
+
+// aheadBuckets are the bucket boundaries of etcdsync.queue.ahead: 0 is served at once.
+var aheadBuckets = []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+
+func aheadHistogram(m, noop metric.Meter, errs *[]error) metric.Int64Histogram {
+	const name = "etcdsync.queue.ahead"
+	h, err := m.Int64Histogram(name, metric.WithUnit("{key}"),
+		metric.WithDescription("Keys ahead of a blocking acquisition when it joined the line (units, on a semaphore); 0 when served at once."),
+		metric.WithExplicitBucketBoundaries(aheadBuckets...))
+	if err != nil {
+		*errs = append(*errs, err)
+		h, _ = noop.Int64Histogram(name)
+	}
+	return h
 }
 
 // renewal counts one renewal of a shared lease; a nil in counts nothing.
@@ -174,6 +192,7 @@ type Telemetry struct {
 	byOutcome [outcomes][]metric.RecordOption
 	byCause   [causes][]metric.AddOption
 	plain     []metric.AddOption // the primitive (and name) alone
+	plainRec  []metric.RecordOption
 	outcomeKV [outcomes]attribute.KeyValue
 }
 
@@ -184,6 +203,7 @@ func NewTelemetry(c Config, p Primitive, name string) *Telemetry {
 		t.attrs = append(t.attrs, AttrName.String(name))
 	}
 	t.plain = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(t.attrs...))}
+	t.plainRec = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(t.attrs...))}
 	for o := range outcomes {
 		kv := AttrOutcome.String(outcomeNames[o])
 		t.outcomeKV[o] = kv
@@ -240,6 +260,20 @@ func (t *Telemetry) begin(ctx context.Context, spanName string, release bool) (c
 	}
 	ctx, a.span = startSpan(ctx, spanName, t.attrs)
 	return ctx, a
+}
+
+// enqueued records where a blocking acquisition joined the line: ahead keys (units) were
+// ahead of its key, created at rev. An event of the span ctx carries, if it records.
+func (t *Telemetry) enqueued(ctx context.Context, ahead int, rev int64) {
+	if t == nil {
+		return
+	}
+	if t.ins.ahead.Enabled(ctx) {
+		t.ins.ahead.Record(ctx, int64(ahead), t.plainRec...)
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.AddEvent("etcdsync.enqueued", trace.WithAttributes(attrAhead.Int(ahead), attrToken.Int64(rev)))
+	}
 }
 
 // Held counts h, the hold the acquisition was granted, among the holds (see

@@ -30,6 +30,7 @@ func quietTelemetry(tb testing.TB) map[string]*core.Telemetry {
 // calls.
 func instrumentedCycle(ctx context.Context, tel *core.Telemetry) {
 	lctx, a := tel.BeginWait(ctx, "etcdsync.mutex.Lock")
+	tel.Enqueued(lctx, 0, 1)
 	a.Held(nil)
 	a.End(nil)
 	_, r := tel.BeginRelease(lctx, "etcdsync.mutex.Unlock")

@@ -59,6 +59,8 @@ type Spec struct {
 	// is then their total weight, and the acquiring Txn reads the keys of more than one
 	// unit besides counting the range.
 	Units bool
+	// Tel, if not nil, records where a blocking acquisition joined the line.
+	Tel *Telemetry
 	// Guard, if not empty, is ANDed into the If of every Txn that may write the key: when
 	// it fails, the acquisition writes nothing and returns ErrGuard (see try.go).
 	Guard []clientv3.Cmp
@@ -88,6 +90,9 @@ func (q *Queue) AcquireNotify(ctx context.Context, spec Spec, onKey func(string)
 		}
 		if err == nil && onQueued != nil {
 			onQueued()
+		}
+		if err == nil {
+			spec.Tel.enqueued(ctx, e.ahead, e.rev)
 		}
 		if err == nil && e.ahead >= spec.Slots {
 			err = q.wait(ctx, sess, spec, sl.key(), e)

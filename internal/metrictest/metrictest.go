@@ -29,6 +29,7 @@ const (
 	Holds           = "etcdsync.holds"
 	Waiters         = "etcdsync.waiters"
 	LeaseRenewals   = "etcdsync.lease.renewals"
+	QueueAhead      = "etcdsync.queue.ahead"
 )
 
 // Reader is a MeterProvider whose measurements a test collects when it likes.
@@ -72,6 +73,22 @@ func (d Data) Count(name string, attrs ...attribute.KeyValue) uint64 {
 		}
 	}
 	return n
+}
+
+// Histogram is the number and the sum of the measurements of the integer histogram name
+// whose attributes include every one of attrs.
+func (d Data) Histogram(name string, attrs ...attribute.KeyValue) (count uint64, sum int64) {
+	for _, m := range d.metrics(name) {
+		if h, ok := m.Data.(metricdata.Histogram[int64]); ok {
+			for _, p := range h.DataPoints {
+				if has(p.Attributes, attrs) {
+					count += p.Count
+					sum += p.Sum
+				}
+			}
+		}
+	}
+	return count, sum
 }
 
 // Sum is the value of the counter or up-down counter name, over the points whose
