@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
+	"github.com/etcdsync/etcdsync/internal/core"
 )
 
 // The backoff of Retry without the Backoff option, and of Timeout.
@@ -68,22 +68,7 @@ func retryOptions(opts []RetryOption) (retryConfig, error) {
 	return c, errors.Join(c.errs...)
 }
 
-// delays is the sequence of Retry's waits.
-type delays struct {
-	b   *backoff.ExponentialBackOff
-	max time.Duration
+// delays is the sequence of Retry's waits: the core's backoff, with Retry's bounds.
+func (c retryConfig) delays() *core.Backoff {
+	return &core.Backoff{Initial: c.initial, Max: c.max}
 }
-
-func (c retryConfig) delays() delays {
-	b := &backoff.ExponentialBackOff{
-		InitialInterval:     c.initial,
-		RandomizationFactor: 0.5,
-		Multiplier:          2,
-		MaxInterval:         c.max,
-	}
-	b.Reset()
-	return delays{b: b, max: c.max}
-}
-
-// next is the next delay: the backoff caps the interval before its jitter, so cap after it.
-func (d delays) next() time.Duration { return min(d.b.NextBackOff(), d.max) }

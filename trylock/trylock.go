@@ -147,6 +147,9 @@ func (e *gaveUpError) Unwrap() []error { return []error{e.why, e.last} }
 
 // retry runs the tries of Retry and Timeout.
 func retry(ctx context.Context, l Locker, cfg retryConfig) error {
+	if err := ctx.Err(); err != nil {
+		return gaveUp(ctx, err, nil, 0) // before the release watch, so that nothing is sent
+	}
 	var arm func() <-chan struct{}
 	if rw, ok := l.(ReleaseWatcher); ok {
 		var stop func()
@@ -173,7 +176,7 @@ func retry(ctx context.Context, l Locker, cfg retryConfig) error {
 		if cfg.attempts > 0 && try >= cfg.attempts {
 			return fmt.Errorf("trylock: gave up after %d tries: %w", try, err)
 		}
-		if err := pause(ctx, delays.next(), released); err != nil {
+		if err := pause(ctx, delays.Next(), released); err != nil {
 			return gaveUp(ctx, err, last, try)
 		}
 	}
