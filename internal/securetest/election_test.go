@@ -19,7 +19,7 @@ import (
 // Observe has reported each change in order and no key is left under keys (as admin sees).
 func runElection(t *testing.T, a, b, admin *clientv3.Client, name, keys string, opts ...core.Option) {
 	t.Helper()
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	ea, err := election.New(a, name, opts...)
 	require.NoError(t, err)
 	eb, err := election.New(b, name, opts...)

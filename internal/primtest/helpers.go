@@ -1,0 +1,46 @@
+package primtest
+
+import (
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/rpcstat"
+)
+
+// Keys counts the keys of name in etcd, under the default prefix.
+func Keys(tb testing.TB, cli *clientv3.Client, name string) int64 {
+	tb.Helper()
+	return etcdtest.CountKeys(tb, cli, core.NamePrefix(name))
+}
+
+// AwaitKeys returns once name has n keys, woken by watch events rather than polling.
+func AwaitKeys(tb testing.TB, cli *clientv3.Client, name string, n int64) {
+	tb.Helper()
+	etcdtest.AwaitKeys(tb, cli, core.NamePrefix(name), n)
+}
+
+// CountedClient is a client of c whose RPCs cnt counts, closed in tb.Cleanup.
+func CountedClient(tb testing.TB, c *etcdtest.Cluster, cnt *rpcstat.Counter) *clientv3.Client {
+	tb.Helper()
+	cfg := c.ClientConfig()
+	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
+	cli, err := c.Open(cfg)
+	if err != nil {
+		tb.Fatalf("primtest: open a counted client: %v", err)
+	}
+	tb.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// Make is the handle o opens on name over cli; it fails tb if New refuses.
+func (o Open) Make(tb testing.TB, cli *clientv3.Client, name string, opts ...core.Option) Locker {
+	tb.Helper()
+	l, err := o(cli, name, opts...)
+	if err != nil {
+		tb.Fatalf("primtest: open %q: %v", name, err)
+	}
+	return l
+}

@@ -1,0 +1,171 @@
+package primtest_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
+	"github.com/etcdsync/etcdsync/internal/rpcstat"
+)
+
+// TestBadInputIsRejectedAndWritesNothing: New of every package refuses a bad name, a bad
+// option and a nil client with ErrInvalidName or ErrInvalidOption and a nil handle; a handle
+// without a hold says so from Unlock and Err; none of it writes to etcd.
+func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
+	cli := cluster.Client(t)
+	sess, err := concurrency.NewSession(cli)
+	require.NoError(t, err)
+	defer sess.Close()
+	before := etcdtest.Revision(t, cli)
+	tested := map[string]bool{}
+	for _, k := range primtest.Kinds {
+		if !tested[k.Package] {
+			tested[k.Package] = true
+			t.Run(k.Package, func(t *testing.T) { newRefusesBadInput(t, k, cli, sess) })
+		}
+		t.Run(k.Name+"/no hold", func(t *testing.T) {
+			ctx := etcdtest.Context(t)
+			l := k.Second.Make(t, cli, strings.Repeat("x", 512), k.WithTTL(time.Second))
+			assert.ErrorIs(t, l.Unlock(ctx), k.NotHeld)
+			assert.ErrorIs(t, l.Err(), core.ErrNotLocked)
+			assert.Zero(t, l.Token())
+			assert.Empty(t, l.Key())
+		})
+	}
+	etcdtest.NoWrites(t, cli, before, "bad input wrote to etcd")
+}
+
+func newRefusesBadInput(t *testing.T, k primtest.Kind, cli *clientv3.Client, sess *concurrency.Session) {
+	for _, tc := range []struct {
+		desc string
+		cli  *clientv3.Client
+		name string
+		opts []core.Option
+		want error
+	}{
+		{"empty name", cli, "", nil, core.ErrInvalidName},
+		{"NUL in name", cli, "a\x00b", nil, core.ErrInvalidName},
+		{"name over 512 bytes", cli, strings.Repeat("x", 513), nil, core.ErrInvalidName},
+		{"name not UTF-8", cli, "\xff", nil, core.ErrInvalidName},
+		{"name not UTF-8 inside", cli, "a\xffb", nil, core.ErrInvalidName},
+		{"TTL under a second", cli, "ok", []core.Option{k.WithTTL(500 * time.Millisecond)}, core.ErrInvalidOption},
+		{"negative TTL", cli, "ok", []core.Option{k.WithTTL(-time.Second)}, core.ErrInvalidOption},
+		{"nil session", cli, "ok", []core.Option{k.WithSession(nil)}, core.ErrInvalidOption},
+		{"TTL and session", cli, "ok", []core.Option{k.WithTTL(time.Minute), k.WithSession(sess)}, core.ErrInvalidOption},
+		{"nil option", cli, "ok", []core.Option{nil}, core.ErrInvalidOption},
+		{"prefix without a trailing slash", cli, "ok", []core.Option{k.WithPrefix("app")}, core.ErrInvalidOption},
+		{"empty prefix", cli, "ok", []core.Option{k.WithPrefix("")}, core.ErrInvalidOption},
+		{"prefix with NUL", cli, "ok", []core.Option{k.WithPrefix("a\x00/")}, core.ErrInvalidOption},
+		{"nil client", nil, "ok", nil, core.ErrInvalidOption},
+	} {
+		t.Run(tc.desc, func(t *testing.T) {
+			l, err := k.First(tc.cli, tc.name, tc.opts...)
+			assert.ErrorIs(t, err, tc.want)
+			assert.Nil(t, l)
+		})
+	}
+}
+
+// TestCancelledWaitReturnsContextErrorAndLeavesNoKey: a wait whose ctx is cancelled, or
+// whose deadline passes, returns ctx's error promptly and deletes its key before it returns.
+// (trylock.Retry waits with no key: see trylock's TestRetryReturnsPromptlyWhenCtxIsCancelled.)
+func TestCancelledWaitReturnsContextErrorAndLeavesNoKey(t *testing.T) {
+	for _, k := range primtest.Kinds {
+		if !k.InLine {
+			continue
+		}
+		t.Run(k.Name, func(t *testing.T) {
+			ctx := etcdtest.Context(t)
+			name := "cancel-" + k.Name
+			admin := cluster.Client(t)
+			first := k.First.Make(t, cluster.Client(t), name)
+			require.NoError(t, first.Lock(ctx))
+			held := etcdtest.CountKeys(t, admin, k.Keys(name))
+
+			second := k.Second.Make(t, cluster.Client(t), name)
+			wctx, cancel := context.WithCancel(ctx)
+			errc := etcdtest.Async(func() error { return second.Lock(wctx) })
+			etcdtest.AwaitKeys(t, admin, k.Keys(name), held+1)
+			if k.KeyWhileWaiting {
+				assert.NotEmpty(t, second.Key(), "the waiter's key")
+			}
+			cancel()
+			assert.ErrorIs(t, etcdtest.Within(t, errc, 10*time.Second, "a cancelled wait returns"), context.Canceled)
+			assert.Equal(t, held, etcdtest.CountKeys(t, admin, k.Keys(name)), "the cancelled waiter's key is left")
+			assert.Empty(t, second.Key())
+			assert.ErrorIs(t, second.Err(), core.ErrNotLocked)
+			assert.Zero(t, second.Token())
+
+			dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			defer dcancel()
+			assert.ErrorIs(t, second.Lock(dctx), context.DeadlineExceeded)
+			assert.Equal(t, held, etcdtest.CountKeys(t, admin, k.Keys(name)), "the timed-out waiter's key is left")
+			require.NoError(t, first.Unlock(ctx))
+			assert.Zero(t, etcdtest.CountKeys(t, admin, k.Keys(name)))
+		})
+	}
+}
+
+// TestAWaitWithADoneContextSendsNothing: Lock and TryLock with a ctx that has ended return
+// its error without an RPC, also when the handle's turn is free (a select must not pick it).
+func TestAWaitWithADoneContextSendsNothing(t *testing.T) {
+	for _, k := range primtest.Kinds {
+		t.Run(k.Name, func(t *testing.T) {
+			cnt := &rpcstat.Counter{}
+			l := k.Second.Make(t, primtest.CountedClient(t, cluster, cnt), "done-context-"+k.Name)
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			for range 20 {
+				assert.ErrorIs(t, l.Lock(ctx), context.Canceled)
+				if k.Busy != nil {
+					assert.ErrorIs(t, l.TryLock(ctx), context.Canceled)
+				}
+			}
+			assert.Empty(t, cnt.Counts(), "RPCs sent for a done context")
+		})
+	}
+}
+
+// TestAFailedTryReturnsAtOnceAndWritesNothing: a try while another holds answers Busy at
+// once, writes nothing (one Txn that compares, where etcd's TryLock writes and deletes), and
+// leaves the handle without a hold; once the holder lets go, the try takes it.
+func TestAFailedTryReturnsAtOnceAndWritesNothing(t *testing.T) {
+	for _, k := range primtest.Kinds {
+		if k.Busy == nil {
+			continue
+		}
+		t.Run(k.Name, func(t *testing.T) {
+			ctx := etcdtest.Context(t)
+			name := "try-" + k.Name
+			admin := cluster.Client(t)
+			first := k.First.Make(t, cluster.Client(t), name)
+			require.NoError(t, first.TryLock(ctx))
+			held := etcdtest.CountKeys(t, admin, k.Keys(name))
+			second := k.Second.Make(t, cluster.Client(t), name)
+
+			before := etcdtest.Revision(t, admin)
+			start := time.Now()
+			assert.ErrorIs(t, second.TryLock(ctx), k.Busy)
+			assert.Less(t, time.Since(start), 5*time.Second, "the try waited")
+			etcdtest.NoWrites(t, admin, before, "a failed try wrote")
+			assert.Equal(t, held, etcdtest.CountKeys(t, admin, k.Keys(name)))
+			assert.ErrorIs(t, second.Err(), core.ErrNotLocked)
+			assert.Zero(t, second.Token())
+			assert.Empty(t, second.Key())
+
+			require.NoError(t, first.Unlock(ctx))
+			require.NoError(t, second.TryLock(ctx))
+			require.NoError(t, second.Unlock(ctx))
+			assert.Zero(t, etcdtest.CountKeys(t, admin, k.Keys(name)))
+		})
+	}
+}
