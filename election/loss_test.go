@@ -12,6 +12,7 @@ import (
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 )
 
 // TestARangeDeleteMakesNoCandidateLeadOnAGoneKey: an operator's `etcdctl del --prefix` takes
@@ -20,13 +21,13 @@ import (
 func TestARangeDeleteMakesNoCandidateLeadOnAGoneKey(t *testing.T) {
 	const name = "range-delete"
 	for i := range 5 {
-		ctx := testContext(t)
+		ctx := etcdtest.Context(t)
 		admin := cluster.Client(t)
 		leader := newElection(t, cluster.Client(t), name)
 		require.NoError(t, leader.Campaign(ctx, "leader"))
 		candidate := newElection(t, cluster.Client(t), name)
 		won := campaignAsync(ctx, candidate, "candidate")
-		awaitKeys(t, admin, name, 2)
+		primtest.AwaitKeys(t, admin, name, 2)
 		_, err := admin.Delete(ctx, core.NamePrefix(name), clientv3.WithPrefix())
 		require.NoError(t, err)
 		assert.ErrorIs(t, etcdtest.Within(t, won, 10*time.Second, "the candidate's Campaign"), election.ErrLost,
@@ -38,7 +39,7 @@ func TestARangeDeleteMakesNoCandidateLeadOnAGoneKey(t *testing.T) {
 // TestObserveTakesEveryDeleteOfARevision: the same range delete, seen by an observer: it
 // reports that nobody leads, never the deleted candidate, and then the next real leader.
 func TestObserveTakesEveryDeleteOfARevision(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "observe-range-delete"
 	admin := cluster.Client(t)
 	octx, stop := context.WithCancel(ctx)
@@ -50,7 +51,7 @@ func TestObserveTakesEveryDeleteOfARevision(t *testing.T) {
 	assert.Equal(t, election.Leader{Value: "leader", Token: leader.Token()}, next(t, obs))
 	candidate := newElection(t, cluster.Client(t), name)
 	won := campaignAsync(ctx, candidate, "candidate")
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 
 	_, err := admin.Delete(ctx, core.NamePrefix(name), clientv3.WithPrefix())
 	require.NoError(t, err)
@@ -68,7 +69,7 @@ func TestObserveTakesEveryDeleteOfARevision(t *testing.T) {
 // leadership stays (Proclaim still works); an operator then deletes the key. That is a loss:
 // Err says ErrLost, and so does the next Resign, not nil as if the failed Resign had done it.
 func TestAFailedResignIsNeverCreditedWithALaterDelete(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "failed-resign"
 	admin := cluster.Client(t)
 	e := newElection(t, cluster.Client(t), name)

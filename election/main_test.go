@@ -17,29 +17,11 @@ var cluster *etcdtest.Cluster
 
 func TestMain(m *testing.M) { etcdtest.Main(m, &cluster) }
 
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func newElection(t *testing.T, cli *clientv3.Client, name string, opts ...election.Option) *election.Election {
 	t.Helper()
 	e, err := election.New(cli, name, opts...)
 	require.NoError(t, err)
 	return e
-}
-
-// keysOf counts the keys of name in etcd.
-func keysOf(t *testing.T, cli *clientv3.Client, name string) int64 {
-	t.Helper()
-	return etcdtest.CountKeys(t, cli, core.NamePrefix(name))
-}
-
-// awaitKeys returns once name has n keys, woken by watch events rather than polling.
-func awaitKeys(t *testing.T, cli *clientv3.Client, name string, n int64) {
-	t.Helper()
-	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), n)
 }
 
 // campaignAsync starts a Campaign and returns where its result arrives.
@@ -50,7 +32,7 @@ func campaignAsync(ctx context.Context, e *election.Election, value string) <-ch
 // leaderLease is the lease of the name's first key.
 func leaderLease(t *testing.T, cli *clientv3.Client, name string) clientv3.LeaseID {
 	t.Helper()
-	resp, err := cli.Get(testContext(t), core.NamePrefix(name), clientv3.WithFirstCreate()...)
+	resp, err := cli.Get(etcdtest.Context(t), core.NamePrefix(name), clientv3.WithFirstCreate()...)
 	require.NoError(t, err)
 	require.NotEmpty(t, resp.Kvs, "no leader key")
 	return clientv3.LeaseID(resp.Kvs[0].Lease)

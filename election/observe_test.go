@@ -11,11 +11,12 @@ import (
 
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
 )
 
 func TestObserveSeesEveryValueInOrderAndTheHandover(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name, proclaims = "observe-all", 40
 	admin := cluster.Client(t)
 	watcher := newElection(t, cluster.Client(t), name)
@@ -27,7 +28,7 @@ func TestObserveSeesEveryValueInOrderAndTheHandover(t *testing.T) {
 	second := newElection(t, cluster.Client(t), name)
 	require.NoError(t, first.Campaign(ctx, "first-0"))
 	waiting := campaignAsync(ctx, second, "second")
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 
 	// The reader keeps up; the proclaims are as fast as etcd takes them, so several may
 	// come in one watch response.
@@ -63,7 +64,7 @@ func TestObserveSeesEveryValueInOrderAndTheHandover(t *testing.T) {
 }
 
 func TestObserveStartsWithTheCurrentLeaderAndSendsNoRepeats(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "observe-current"
 	leader := newElection(t, cluster.Client(t), name)
 	require.NoError(t, leader.Campaign(ctx, "v1"))
@@ -82,7 +83,7 @@ func TestObserveStartsWithTheCurrentLeaderAndSendsNoRepeats(t *testing.T) {
 // its reader does not read: the reader then gets a suffix of them, in order, ending with
 // the latest.
 func TestObserveCoalescesForASlowReader(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name, proclaims = "observe-slow", 300
 	leader := newElection(t, cluster.Client(t), name)
 	require.NoError(t, leader.Campaign(ctx, "0"))
@@ -107,7 +108,7 @@ func TestObserveCoalescesForASlowReader(t *testing.T) {
 // TestObserversOfOneClientShareItsWatch: one watch and one read for all the observers of a
 // client, however many there are.
 func TestObserversOfOneClientShareItsWatch(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "observe-shared"
 	cnt := &rpcstat.Counter{}
 	cfg := cluster.ClientConfig()

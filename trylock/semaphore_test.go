@@ -15,7 +15,7 @@ import (
 // TestPermitsOfASemaphore: the generic adapter over a real *semaphore.Semaphore fails with
 // ErrNoPermits, writes nothing, and its retry wakes when a permit is released.
 func TestPermitsOfASemaphore(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "adapt-semaphore"
 	admin, cli := cluster.Client(t), cluster.Client(t)
 	_, err := admin.Delete(ctx, name+"/limit") // a limit recorded by an earlier -count run

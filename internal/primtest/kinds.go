@@ -56,11 +56,11 @@ type Kind struct {
 	Keys func(name string) string
 	// InLine: Second waits with a key in etcd; trylock.Retry writes none while it waits.
 	InLine bool
-	// Fenced: both holds have a fencing token (a read hold has none), Second's above First's.
-	Fenced bool
+	// Reads: Second takes a read hold, which others share, with no token, never IsOwner.
+	Reads bool
 	// Busy is what Second's TryLock answers while First holds; nil without a try.
 	Busy error
-	// NotHeld is what Unlock answers without a hold (Err matches ErrNotLocked).
+	// NotHeld is what Unlock and Err answer without a hold; it matches ErrNotLocked.
 	NotHeld error
 	// KeyWhileWaiting: Key names the waiter's key while Lock waits, not only the hold's.
 	KeyWhileWaiting bool
@@ -79,10 +79,10 @@ var Kinds = []Kind{
 	}),
 	exclusive("rwmutex/write-after-write", "rwmutex", openWriter, rwmutex.WithTTL, rwmutex.WithSession, rwmutex.WithPrefix, nil),
 	exclusive("rwmutex/read-after-write", "rwmutex", openWriter, rwmutex.WithTTL, rwmutex.WithSession, rwmutex.WithPrefix, func(k *Kind) {
-		k.Second, k.Fenced = openReader, false
+		k.Second, k.Reads = openReader, true
 	}),
 	exclusive("rwmutex/write-after-read", "rwmutex", openReader, rwmutex.WithTTL, rwmutex.WithSession, rwmutex.WithPrefix, func(k *Kind) {
-		k.Second, k.Fenced = openWriter, false
+		k.Second = openWriter
 	}),
 	exclusive("reentrant", "reentrant", openReentrant, reentrant.WithTTL, reentrant.WithSession, reentrant.WithPrefix, nil),
 	exclusive("semaphore", "semaphore", openSemaphore, semaphore.WithTTL, semaphore.WithSession, semaphore.WithPrefix, func(k *Kind) {
@@ -113,7 +113,7 @@ func exclusive(name, pkg string, open Open, ttl func(time.Duration) core.Option,
 	k := Kind{
 		Name: name, Package: pkg, First: open, Second: open,
 		WithTTL: ttl, WithSession: session, WithPrefix: prefix,
-		Keys: core.NamePrefix, InLine: true, Fenced: true,
+		Keys: core.NamePrefix, InLine: true,
 		Busy: core.ErrLocked, NotHeld: core.ErrNotLocked,
 	}
 	if adjust != nil {

@@ -3,6 +3,7 @@ package primtest_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 			ctx := etcdtest.Context(t)
 			l := k.Second.Make(t, cli, strings.Repeat("x", 512), k.WithTTL(time.Second))
 			assert.ErrorIs(t, l.Unlock(ctx), k.NotHeld)
-			assert.ErrorIs(t, l.Err(), core.ErrNotLocked)
+			assert.ErrorIs(t, l.Err(), k.NotHeld)
 			assert.Zero(t, l.Token())
 			assert.Empty(t, l.Key())
 		})
@@ -102,7 +103,7 @@ func TestCancelledWaitReturnsContextErrorAndLeavesNoKey(t *testing.T) {
 			assert.ErrorIs(t, etcdtest.Within(t, errc, 10*time.Second, "a cancelled wait returns"), context.Canceled)
 			assert.Equal(t, held, etcdtest.CountKeys(t, admin, k.Keys(name)), "the cancelled waiter's key is left")
 			assert.Empty(t, second.Key())
-			assert.ErrorIs(t, second.Err(), core.ErrNotLocked)
+			assert.ErrorIs(t, second.Err(), k.NotHeld)
 			assert.Zero(t, second.Token())
 
 			dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -158,7 +159,7 @@ func TestAFailedTryReturnsAtOnceAndWritesNothing(t *testing.T) {
 			assert.Less(t, time.Since(start), 5*time.Second, "the try waited")
 			etcdtest.NoWrites(t, admin, before, "a failed try wrote")
 			assert.Equal(t, held, etcdtest.CountKeys(t, admin, k.Keys(name)))
-			assert.ErrorIs(t, second.Err(), core.ErrNotLocked)
+			assert.ErrorIs(t, second.Err(), k.NotHeld)
 			assert.Zero(t, second.Token())
 			assert.Empty(t, second.Key())
 
@@ -166,6 +167,127 @@ func TestAFailedTryReturnsAtOnceAndWritesNothing(t *testing.T) {
 			require.NoError(t, second.TryLock(ctx))
 			require.NoError(t, second.Unlock(ctx))
 			assert.Zero(t, etcdtest.CountKeys(t, admin, k.Keys(name)))
+		})
+	}
+}
+
+// TestIsOwnerFencesWritesOnlyWhileHeld: a Txn under IsOwner succeeds while the hold lasts,
+// and neither before nor after it; a read hold never fences.
+func TestIsOwnerFencesWritesOnlyWhileHeld(t *testing.T) {
+	for _, k := range primtest.Kinds {
+		t.Run(k.Name, func(t *testing.T) {
+			ctx := etcdtest.Context(t)
+			cli := cluster.Client(t)
+			l := k.Second.Make(t, cli, "owner-"+k.Name)
+			data := "owner-data-" + k.Name
+			fencedPut := func(v string) bool {
+				resp, err := cli.Txn(ctx).If(l.IsOwner()).Then(clientv3.OpPut(data, v)).Commit()
+				require.NoError(t, err)
+				return resp.Succeeded
+			}
+			assert.False(t, fencedPut("before"), "IsOwner held before Lock")
+			require.NoError(t, l.Lock(ctx))
+			assert.Equal(t, !k.Reads, fencedPut("held"), "IsOwner while held")
+			require.NoError(t, l.Unlock(ctx))
+			assert.False(t, fencedPut("after"), "IsOwner held after Unlock")
+			resp, err := cli.Get(ctx, data)
+			require.NoError(t, err)
+			if !k.Reads {
+				require.Len(t, resp.Kvs, 1)
+				assert.Equal(t, "held", string(resp.Kvs[0].Value))
+			} else {
+				assert.Empty(t, resp.Kvs)
+			}
+		})
+	}
+}
+
+// TestTokensIncreaseAcrossHolders: each hold's token is above the one before it, whichever
+// handle holds; without a hold it is 0.
+func TestTokensIncreaseAcrossHolders(t *testing.T) {
+	for _, k := range primtest.Kinds {
+		if k.Reads {
+			continue
+		}
+		t.Run(k.Name, func(t *testing.T) {
+			ctx := etcdtest.Context(t)
+			name := "tokens-" + k.Name
+			handles := []primtest.Locker{k.Second.Make(t, cluster.Client(t), name), k.Second.Make(t, cluster.Client(t), name)}
+			var last int64
+			for i := range 6 {
+				l := handles[i%2]
+				require.NoError(t, l.Lock(ctx))
+				assert.Greater(t, l.Token(), last)
+				last = l.Token()
+				require.NoError(t, l.Unlock(ctx))
+				assert.Zero(t, l.Token())
+			}
+		})
+	}
+}
+
+// TestWaitersAreServedInArrivalOrder: waiters queued one after another while First holds
+// are served in that order once it lets go.
+func TestWaitersAreServedInArrivalOrder(t *testing.T) {
+	for _, k := range primtest.Kinds {
+		if !k.InLine || k.Reads {
+			continue // trylock has no line; readers are served together
+		}
+		t.Run(k.Name, func(t *testing.T) {
+			ctx := etcdtest.Context(t)
+			name := "fifo-" + k.Name
+			const waiters = 5
+			admin := cluster.Client(t)
+			first := k.First.Make(t, cluster.Client(t), name)
+			require.NoError(t, first.Lock(ctx))
+			held := etcdtest.CountKeys(t, admin, k.Keys(name))
+			var (
+				mu    sync.Mutex
+				order []int
+				wg    sync.WaitGroup
+			)
+			for i := range waiters {
+				l := k.Second.Make(t, cluster.Client(t), name)
+				wg.Go(func() {
+					if !assert.NoError(t, l.Lock(ctx)) {
+						return
+					}
+					mu.Lock()
+					order = append(order, i)
+					mu.Unlock()
+					assert.NoError(t, l.Unlock(ctx))
+				})
+				etcdtest.AwaitKeys(t, admin, k.Keys(name), held+int64(i)+1) // waiter i is in line before i+1 starts
+			}
+			require.NoError(t, first.Unlock(ctx))
+			wg.Wait()
+			assert.Equal(t, []int{0, 1, 2, 3, 4}, order)
+			assert.Zero(t, etcdtest.CountKeys(t, admin, k.Keys(name)))
+		})
+	}
+}
+
+// TestNestedNamesAreIndependent: names that are prefixes of one another, or that look like
+// another name's keys (an rwmutex's kinds, a semaphore's permits and limit record), never
+// see each other's keys: each is held at once, with one key of its own.
+func TestNestedNamesAreIndependent(t *testing.T) {
+	suffixes := []string{"", "/b", "b", "/", "%2Fb", "/read", "/write", "/permit", "/limit", "%2Fwrite"}
+	for _, k := range primtest.Kinds {
+		t.Run(k.Name, func(t *testing.T) {
+			ctx := etcdtest.Context(t)
+			cli := cluster.Client(t)
+			base := "nested-" + k.Name
+			var held []primtest.Locker
+			for _, suffix := range suffixes {
+				l := k.First.Make(t, cli, base+suffix)
+				lock := etcdtest.Async(func() error { return l.Lock(ctx) })
+				require.NoError(t, etcdtest.Within(t, lock, 5*time.Second, "Lock of "+base+suffix+" (blocked by another name?)"))
+				held = append(held, l)
+			}
+			for i, l := range held {
+				assert.Equal(t, int64(1), etcdtest.CountKeys(t, cli, k.Keys(base+suffixes[i])), "name %q sees another's key", base+suffixes[i])
+				require.NoError(t, l.Unlock(ctx))
+			}
 		})
 	}
 }
