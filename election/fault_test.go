@@ -3,9 +3,7 @@ package election_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,23 +12,11 @@ import (
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/faulttest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 )
 
 // faultTTL is short, so that a leader cut off by a fault hands over soon.
 const faultTTL = 2 * time.Second
-
-// candidate is an Election as the fault harness drives a lock: Lock campaigns (with a
-// value of its own each time), Unlock resigns.
-type candidate struct {
-	*election.Election
-	terms atomic.Int64
-}
-
-func (c *candidate) Lock(ctx context.Context) error {
-	return c.Campaign(ctx, "term-"+strconv.FormatInt(c.terms.Add(1), 10))
-}
-
-func (c *candidate) Unlock(ctx context.Context) error { return c.Resign(ctx) }
 
 // TestFault runs the election through every fault of the shared harness (leader stopped and
 // killed, leader partitioned, a leader paused and one whose lease is revoked, compaction
@@ -51,7 +37,7 @@ func workload() faulttest.Workload {
 			if err != nil {
 				return nil, err
 			}
-			return &candidate{Election: e}, nil
+			return primtest.NewCandidate(e), nil
 		},
 		Observe: observe,
 		Prefix:  core.NamePrefix,

@@ -70,12 +70,12 @@ func TestOurCandidateWaitsForEtcdsLeaderAndSeesIt(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, election.Leader{Value: "theirs", Token: theirs.Rev()}, l)
 	obs := newElection(t, cluster.Client(t), name).Observe(ctx)
-	assert.Equal(t, election.Leader{Value: "theirs", Token: theirs.Rev()}, next(t, obs))
+	assert.Equal(t, election.Leader{Value: "theirs", Token: theirs.Rev()}, primtest.NextLeader(t, obs))
 
 	won := campaignAsync(ctx, ours, "ours")
 	primtest.AwaitKeys(t, cluster.Client(t), name, 2)
 	require.NoError(t, theirs.Proclaim(ctx, "theirs, proclaimed"))
-	assert.Equal(t, election.Leader{Value: "theirs, proclaimed", Token: theirs.Rev()}, next(t, obs))
+	assert.Equal(t, election.Leader{Value: "theirs, proclaimed", Token: theirs.Rev()}, primtest.NextLeader(t, obs))
 	select {
 	case err := <-won:
 		t.Fatalf("our Campaign returned while etcd's leads: %v", err)
@@ -83,10 +83,10 @@ func TestOurCandidateWaitsForEtcdsLeaderAndSeesIt(t *testing.T) {
 	}
 	require.NoError(t, theirs.Resign(ctx))
 	require.NoError(t, etcdtest.Within(t, won, 10*time.Second, "our Campaign after etcd's Resign"))
-	assert.Equal(t, election.Leader{Value: "ours", Token: ours.Token()}, next(t, obs))
+	assert.Equal(t, election.Leader{Value: "ours", Token: ours.Token()}, primtest.NextLeader(t, obs))
 	l, err = ours.Leader(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, election.Leader{Value: "ours", Token: ours.Token()}, l)
 	require.NoError(t, ours.Resign(ctx))
-	assert.Equal(t, election.Leader{}, next(t, obs))
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs))
 }

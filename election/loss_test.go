@@ -45,24 +45,24 @@ func TestObserveTakesEveryDeleteOfARevision(t *testing.T) {
 	octx, stop := context.WithCancel(ctx)
 	defer stop()
 	obs := newElection(t, cluster.Client(t), name).Observe(octx)
-	assert.Equal(t, election.Leader{}, next(t, obs))
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs))
 	leader := newElection(t, cluster.Client(t), name)
 	require.NoError(t, leader.Campaign(ctx, "leader"))
-	assert.Equal(t, election.Leader{Value: "leader", Token: leader.Token()}, next(t, obs))
+	assert.Equal(t, election.Leader{Value: "leader", Token: leader.Token()}, primtest.NextLeader(t, obs))
 	candidate := newElection(t, cluster.Client(t), name)
 	won := campaignAsync(ctx, candidate, "candidate")
 	primtest.AwaitKeys(t, admin, name, 2)
 
 	_, err := admin.Delete(ctx, core.NamePrefix(name), clientv3.WithPrefix())
 	require.NoError(t, err)
-	assert.Equal(t, election.Leader{}, next(t, obs), "a candidate whose key went at the same revision reported as leader")
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs), "a candidate whose key went at the same revision reported as leader")
 	etcdtest.Within(t, won, 10*time.Second, "the candidate's Campaign")
 
 	successor := newElection(t, cluster.Client(t), name)
 	require.NoError(t, successor.Campaign(ctx, "successor"))
-	assert.Equal(t, election.Leader{Value: "successor", Token: successor.Token()}, next(t, obs), "the next real leader")
+	assert.Equal(t, election.Leader{Value: "successor", Token: successor.Token()}, primtest.NextLeader(t, obs), "the next real leader")
 	require.NoError(t, successor.Resign(ctx))
-	assert.Equal(t, election.Leader{}, next(t, obs))
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs))
 }
 
 // TestAFailedResignIsNeverCreditedWithALaterDelete: Resign with a cancelled ctx fails and

@@ -22,7 +22,7 @@ func TestObserveSeesEveryValueInOrderAndTheHandover(t *testing.T) {
 	watcher := newElection(t, cluster.Client(t), name)
 	octx, stop := context.WithCancel(ctx)
 	obs := watcher.Observe(octx)
-	assert.Equal(t, election.Leader{}, next(t, obs), "no leader yet")
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs), "no leader yet")
 
 	first := newElection(t, cluster.Client(t), name)
 	second := newElection(t, cluster.Client(t), name)
@@ -69,14 +69,14 @@ func TestObserveStartsWithTheCurrentLeaderAndSendsNoRepeats(t *testing.T) {
 	leader := newElection(t, cluster.Client(t), name)
 	require.NoError(t, leader.Campaign(ctx, "v1"))
 	obs := newElection(t, cluster.Client(t), name).Observe(ctx)
-	assert.Equal(t, election.Leader{Value: "v1", Token: leader.Token()}, next(t, obs))
+	assert.Equal(t, election.Leader{Value: "v1", Token: leader.Token()}, primtest.NextLeader(t, obs))
 
 	// Proclaiming the same value changes nothing an observer sees.
 	require.NoError(t, leader.Proclaim(ctx, "v1"))
 	require.NoError(t, leader.Proclaim(ctx, "v2"))
-	assert.Equal(t, election.Leader{Value: "v2", Token: leader.Token()}, next(t, obs))
+	assert.Equal(t, election.Leader{Value: "v2", Token: leader.Token()}, primtest.NextLeader(t, obs))
 	require.NoError(t, leader.Resign(ctx))
-	assert.Equal(t, election.Leader{}, next(t, obs))
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs))
 }
 
 // TestObserveCoalescesForASlowReader proclaims more values than an observer queues while
@@ -88,13 +88,13 @@ func TestObserveCoalescesForASlowReader(t *testing.T) {
 	leader := newElection(t, cluster.Client(t), name)
 	require.NoError(t, leader.Campaign(ctx, "0"))
 	obs := newElection(t, cluster.Client(t), name).Observe(ctx)
-	assert.Equal(t, election.Leader{Value: "0", Token: leader.Token()}, next(t, obs))
+	assert.Equal(t, election.Leader{Value: "0", Token: leader.Token()}, primtest.NextLeader(t, obs))
 	for i := 1; i <= proclaims; i++ {
 		require.NoError(t, leader.Proclaim(ctx, fmt.Sprint(i)))
 	}
 	last := 0
 	for last != proclaims {
-		l := next(t, obs)
+		l := primtest.NextLeader(t, obs)
 		var n int
 		_, err := fmt.Sscan(l.Value, &n)
 		require.NoError(t, err)
@@ -102,7 +102,7 @@ func TestObserveCoalescesForASlowReader(t *testing.T) {
 		last = n
 	}
 	require.NoError(t, leader.Resign(ctx))
-	assert.Equal(t, election.Leader{}, next(t, obs))
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs))
 }
 
 // TestObserversOfOneClientShareItsWatch: one watch and one read for all the observers of a
@@ -123,11 +123,11 @@ func TestObserversOfOneClientShareItsWatch(t *testing.T) {
 		chans = append(chans, newElection(t, cli, name).Observe(ctx))
 	}
 	for _, obs := range chans {
-		assert.Equal(t, "a", next(t, obs).Value)
+		assert.Equal(t, "a", primtest.NextLeader(t, obs).Value)
 	}
 	require.NoError(t, leader.Proclaim(ctx, "b"))
 	for _, obs := range chans {
-		assert.Equal(t, "b", next(t, obs).Value)
+		assert.Equal(t, "b", primtest.NextLeader(t, obs).Value)
 	}
 	counts := cnt.Counts()
 	assert.Equal(t, int64(1), counts["Watch.send"], "watches created for %d observers", len(chans))

@@ -343,34 +343,6 @@ func TestLocksCancelledAtAnyMomentLeaveNoKey(t *testing.T) {
 	assert.Zero(t, primtest.Keys(t, admin, name))
 }
 
-// TestUnlockWhoseContextEndsMidwayIsRetriedCleanly: an Unlock whose ctx ends while its
-// fenced delete is in flight may be told to try again; the retry then reports a release,
-// not a loss, also when the delete had been applied and the hold's watch saw the key go.
-func TestUnlockWhoseContextEndsMidwayIsRetriedCleanly(t *testing.T) {
-	ctx := etcdtest.Context(t)
-	const name = "unlock-timeout"
-	admin := cluster.Client(t)
-	m := newMutex(t, cluster.Client(t), name)
-	retried := 0
-	for i := range 100 {
-		require.NoError(t, m.Lock(ctx))
-		done := m.Done() // the watch that sees the key go
-		uctx, cancel := context.WithTimeout(ctx, time.Duration(i%50)*100*time.Microsecond)
-		err := m.Unlock(uctx)
-		cancel()
-		if err != nil {
-			// The deadline, or etcd's "request timed out" for a request that carried it.
-			require.NotErrorIs(t, err, mutex.ErrLost, "iteration %d", i)
-			retried++
-			require.NoError(t, m.Unlock(ctx), "iteration %d: the retry", i)
-		}
-		etcdtest.Within(t, done, 5*time.Second, "Done after Unlock")
-		require.ErrorIs(t, m.Unlock(ctx), mutex.ErrNotLocked, "iteration %d", i)
-		require.Zero(t, primtest.Keys(t, admin, name), "iteration %d", i)
-	}
-	t.Logf("%d of 100 Unlocks timed out and were retried", retried)
-}
-
 // TestLockOnARevokedCallerSessionFailsAtOnce: a WithSession session whose lease was revoked
 // cannot be replaced; Lock says ErrLost at once, before the session's keep-alive notices,
 // with one Txn, not a retry loop until then.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
 	"github.com/etcdsync/etcdsync/reentrant"
 )
@@ -18,12 +19,7 @@ var cluster *etcdtest.Cluster
 
 func TestMain(m *testing.M) { etcdtest.Main(m, &cluster) }
 
-func newMutex(t *testing.T, cli *clientv3.Client, name string, opts ...reentrant.Option) *reentrant.Mutex {
-	t.Helper()
-	m, err := reentrant.New(cli, name, opts...)
-	require.NoError(t, err)
-	return m
-}
+var newMutex = primtest.MustNew(reentrant.New)
 
 // keysOf returns the keys of name in etcd, in queue order (oldest first).
 func keysOf(t *testing.T, cli *clientv3.Client, name string) []*mvccpb.KeyValue {

@@ -20,12 +20,7 @@ var cluster *etcdtest.Cluster
 
 func TestMain(m *testing.M) { etcdtest.Main(m, &cluster) }
 
-func newMutex(t *testing.T, cli *clientv3.Client, name string) *mutex.Mutex {
-	t.Helper()
-	m, err := mutex.New(cli, name)
-	require.NoError(t, err)
-	return m
-}
+var newMutex = primtest.MustNew(mutex.New)
 
 // unchanged fails the test if anything was written to etcd since before, or if name has
 // other than keys keys: the failed tries in between left nothing behind.

@@ -2,9 +2,11 @@ package primtest
 
 import (
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
@@ -43,4 +45,34 @@ func (o Open) Make(tb testing.TB, cli *clientv3.Client, name string, opts ...cor
 		tb.Fatalf("primtest: open %q: %v", name, err)
 	}
 	return l
+}
+
+// MustNew turns a package's New into a test's constructor, which fails tb when New refuses:
+//
+//	var newMutex = primtest.MustNew(mutex.New)
+func MustNew[T any](newT func(*clientv3.Client, string, ...core.Option) (T, error)) func(testing.TB, *clientv3.Client, string, ...core.Option) T {
+	return func(tb testing.TB, cli *clientv3.Client, name string, opts ...core.Option) T {
+		tb.Helper()
+		h, err := newT(cli, name, opts...)
+		if err != nil {
+			tb.Fatalf("primtest: new %q: %v", name, err)
+		}
+		return h
+	}
+}
+
+// NextLeader returns the next Leader that obs, an Election's Observe, sends; it fails tb if
+// none comes within 20 s or obs closes.
+func NextLeader(tb testing.TB, obs <-chan election.Leader) election.Leader {
+	tb.Helper()
+	select {
+	case l, ok := <-obs:
+		if !ok {
+			tb.Fatal("Observe closed its channel")
+		}
+		return l
+	case <-time.After(20 * time.Second):
+		tb.Fatal("Observe sent nothing within 20s")
+		return election.Leader{}
+	}
 }

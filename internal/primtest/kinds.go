@@ -196,14 +196,25 @@ func (l *reentrantLocker) own(owner context.Context, err error) error {
 	return err
 }
 
-// Unlock counts down the owner's hold; without one it asks with ctx, which owns nothing.
+// Unlock counts down the owner's hold, on the owning context but ending when ctx does;
+// without an owner it asks with ctx, which owns nothing.
 func (l *reentrantLocker) Unlock(ctx context.Context) error {
 	l.mu.Lock()
-	if l.owner != nil {
-		ctx = l.owner
-	}
+	owner := l.owner
 	l.mu.Unlock()
-	return l.Mutex.Unlock(ctx)
+	if owner == nil {
+		return l.Mutex.Unlock(ctx)
+	}
+	octx, cancel := context.WithCancel(context.WithoutCancel(owner))
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	err := l.Mutex.Unlock(octx)
+	if err == nil || errors.Is(err, reentrant.ErrLost) {
+		l.mu.Lock()
+		l.owner = nil // released, or lost: the next Unlock has no owner
+		l.mu.Unlock()
+	}
+	return err
 }
 
 // openSemaphore opens a semaphore.Semaphore of Limit, whose Lock takes a permit and Unlock
@@ -248,11 +259,12 @@ func (l *permitLocker) IsOwner() clientv3.Cmp            { return l.permit().IsO
 // openCandidate opens an election.Election as a Candidate.
 func openCandidate(cli *clientv3.Client, name string, opts ...core.Option) (Locker, error) {
 	e, err := election.New(cli, name, opts...)
-	return handle(e, err, func(e *election.Election) Locker { return NewCandidate(e) })
+	return handle(e, err, func(e *election.Election) Locker { return candidateLocker{NewCandidate(e)} })
 }
 
-// Candidate is an Election as a Locker: Lock campaigns, with a value of its own each time
-// ("term-1", "term-2", ...), and Unlock resigns. An election has no try.
+// Candidate is an Election as a lock, as the fault harness drives one too: Lock campaigns,
+// with a value of its own each time ("term-1", "term-2", ...), and Unlock resigns. It has
+// no TryLock: an election has no try.
 type Candidate struct {
 	*election.Election
 	terms atomic.Int64
@@ -265,6 +277,9 @@ func (c *Candidate) Lock(ctx context.Context) error {
 	return c.Campaign(ctx, "term-"+strconv.FormatInt(c.terms.Add(1), 10))
 }
 
-func (*Candidate) TryLock(context.Context) error { return ErrNoTry }
-
 func (c *Candidate) Unlock(ctx context.Context) error { return c.Resign(ctx) }
+
+// candidateLocker is a Candidate in the table, whose TryLock says there is none.
+type candidateLocker struct{ *Candidate }
+
+func (candidateLocker) TryLock(context.Context) error { return ErrNoTry }

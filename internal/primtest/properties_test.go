@@ -291,3 +291,35 @@ func TestNestedNamesAreIndependent(t *testing.T) {
 		})
 	}
 }
+
+// TestUnlockWhoseContextEndsMidwayIsRetriedCleanly: an Unlock whose ctx ends while its
+// fenced delete is in flight may be told to try again; the retry then reports a release,
+// not a loss, also when the delete had been applied and the hold's watch saw the key go.
+func TestUnlockWhoseContextEndsMidwayIsRetriedCleanly(t *testing.T) {
+	for _, k := range primtest.Kinds {
+		t.Run(k.Name, func(t *testing.T) {
+			ctx := etcdtest.Context(t)
+			name := "unlock-timeout-" + k.Name
+			admin := cluster.Client(t)
+			l := k.Second.Make(t, cluster.Client(t), name)
+			retried := 0
+			for i := range 100 {
+				require.NoError(t, l.Lock(ctx))
+				done := l.Done() // the watch that sees the key go
+				uctx, cancel := context.WithTimeout(ctx, time.Duration(i%50)*100*time.Microsecond)
+				err := l.Unlock(uctx)
+				cancel()
+				if err != nil {
+					// The deadline, or etcd's "request timed out" for a request that carried it.
+					require.NotErrorIs(t, err, core.ErrLost, "iteration %d", i)
+					retried++
+					require.NoError(t, l.Unlock(ctx), "iteration %d: the retry", i)
+				}
+				etcdtest.Within(t, done, 5*time.Second, "Done after Unlock")
+				require.ErrorIs(t, l.Unlock(ctx), k.NotHeld, "iteration %d", i)
+				require.Zero(t, etcdtest.CountKeys(t, admin, k.Keys(name)), "iteration %d", i)
+			}
+			t.Logf("%d of 100 Unlocks timed out and were retried", retried)
+		})
+	}
+}
