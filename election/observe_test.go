@@ -111,11 +111,7 @@ func TestObserversOfOneClientShareItsWatch(t *testing.T) {
 	ctx := etcdtest.Context(t)
 	const name = "observe-shared"
 	cnt := &rpcstat.Counter{}
-	cfg := cluster.ClientConfig()
-	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err := cluster.Open(cfg)
-	require.NoError(t, err)
-	defer cli.Close()
+	cli := primtest.CountedClient(t, cluster, cnt)
 	leader := newElection(t, cluster.Client(t), name)
 	require.NoError(t, leader.Campaign(ctx, "a"))
 	var chans []<-chan election.Leader

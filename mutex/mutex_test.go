@@ -103,45 +103,6 @@ func TestWithPrefixKeepsKeysUnderItAndNamesApart(t *testing.T) {
 	require.NoError(t, theirs.Unlock(ctx))
 }
 
-func TestRevokedLeaseEndsHoldAndServesNextWaiter(t *testing.T) {
-	ctx := etcdtest.Context(t)
-	const name = "revoked"
-	admin := cluster.Client(t)
-	holder := newMutex(t, cluster.Client(t), name)
-	require.NoError(t, holder.Lock(ctx))
-	done := holder.Done()
-	assert.NoError(t, holder.Err())
-
-	waiter := newMutex(t, cluster.Client(t), name)
-	errc := make(chan error, 1)
-	go func() { errc <- waiter.Lock(ctx) }()
-	primtest.AwaitKeys(t, admin, name, 2)
-
-	resp, err := admin.Get(ctx, holder.Key())
-	require.NoError(t, err)
-	require.Len(t, resp.Kvs, 1)
-	_, err = admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
-	require.NoError(t, err)
-
-	etcdtest.Within(t, done, 3*time.Second, "Done closes after the lease is revoked")
-	assert.ErrorIs(t, holder.Err(), mutex.ErrLost)
-	require.NoError(t, etcdtest.Within(t, errc, 3*time.Second, "the next waiter is served"))
-	assert.NoError(t, waiter.Err())
-
-	// The lost holder's Unlock says so, frees the handle, and leaves the new hold alone.
-	assert.ErrorIs(t, holder.Unlock(ctx), mutex.ErrLost)
-	assert.ErrorIs(t, holder.Err(), mutex.ErrNotLocked)
-	assert.Equal(t, int64(1), primtest.Keys(t, admin, name))
-	// The revoked session is replaced for the next acquisition.
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	relock := make(chan error, 1)
-	go func() { relock <- holder.Lock(lctx) }()
-	require.NoError(t, waiter.Unlock(ctx))
-	require.NoError(t, <-relock)
-	require.NoError(t, holder.Unlock(ctx))
-}
-
 func TestAHolderThatStopsRenewingLosesTheLockAndItsFence(t *testing.T) {
 	ctx := etcdtest.Context(t)
 	const name = "stops-renewing"
@@ -349,11 +310,7 @@ func TestLocksCancelledAtAnyMomentLeaveNoKey(t *testing.T) {
 func TestLockOnARevokedCallerSessionFailsAtOnce(t *testing.T) {
 	ctx := etcdtest.Context(t)
 	cnt := &rpcstat.Counter{}
-	cfg := cluster.ClientConfig()
-	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err := cluster.Open(cfg)
-	require.NoError(t, err)
-	defer cli.Close()
+	cli := primtest.CountedClient(t, cluster, cnt)
 	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(60))
 	require.NoError(t, err)
 	defer sess.Close()

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
@@ -41,11 +40,7 @@ func TestReadersOfOneHandleShareOneKey(t *testing.T) {
 	const name, readers = "one-key", 32
 	admin := cluster.Client(t)
 	cnt := &rpcstat.Counter{}
-	cfg := cluster.ClientConfig()
-	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err := cluster.Open(cfg)
-	require.NoError(t, err)
-	defer cli.Close()
+	cli := primtest.CountedClient(t, cluster, cnt)
 	rw := newRW(t, cli, name)
 	require.NoError(t, rw.RLock(ctx))
 	before, rev := cnt.Counts(), etcdtest.Revision(t, admin)
@@ -321,40 +316,28 @@ func TestCancelledReadersOfOneGroupLeaveNoKey(t *testing.T) {
 	assert.Zero(t, primtest.Keys(t, admin, name))
 }
 
-func TestRevokedLeaseEndsReadAndWriteHolds(t *testing.T) {
+// TestARevokedLeaseEndsEveryReadHoldOfTheGroup: the readers of one handle share one key;
+// when its lease is revoked, each of them is told of the loss. (One hold of either side:
+// primtest's TestARevokedLeaseEndsTheHoldAndServesTheNext.)
+func TestARevokedLeaseEndsEveryReadHoldOfTheGroup(t *testing.T) {
 	ctx := etcdtest.Context(t)
 	const name = "revoked"
 	admin := cluster.Client(t)
-	revoke := func(rw *rwmutex.RWMutex) {
-		t.Helper()
-		resp, err := admin.Get(ctx, core.NamePrefix(name), clientv3.WithPrefix())
-		require.NoError(t, err)
-		require.NotEmpty(t, resp.Kvs)
-		_, err = admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
-		require.NoError(t, err)
-		etcdtest.Within(t, rw.Done(), 5*time.Second, "Done after the lease was revoked")
-		assert.ErrorIs(t, rw.Err(), rwmutex.ErrLost)
-	}
-
 	r := newRW(t, cluster.Client(t), name)
 	require.NoError(t, r.RLock(ctx))
 	require.NoError(t, r.RLock(ctx))
-	done := r.Done()
-	revoke(r)
-	etcdtest.Within(t, done, time.Second, "the read hold's Done")
+	resp, err := admin.Get(ctx, r.Key())
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	_, err = admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	require.NoError(t, err)
+	etcdtest.Within(t, r.Done(), 5*time.Second, "Done after the lease was revoked")
+	assert.ErrorIs(t, r.Err(), rwmutex.ErrLost)
 	assert.ErrorIs(t, r.RUnlock(ctx), rwmutex.ErrLost)
 	assert.ErrorIs(t, r.RUnlock(ctx), rwmutex.ErrLost)
 	assert.ErrorIs(t, r.RUnlock(ctx), rwmutex.ErrNotLocked)
 	require.NoError(t, r.RLock(ctx), "RLock after a loss takes a new lease")
 	require.NoError(t, r.RUnlock(ctx))
-
-	w := newRW(t, cluster.Client(t), name)
-	require.NoError(t, w.Lock(ctx))
-	revoke(w)
-	assert.ErrorIs(t, w.Unlock(ctx), rwmutex.ErrLost)
-	assert.ErrorIs(t, w.Err(), rwmutex.ErrNotLocked)
-	require.NoError(t, w.Lock(ctx), "Lock after a loss takes a new lease")
-	require.NoError(t, w.Unlock(ctx))
 	assert.Zero(t, primtest.Keys(t, admin, name))
 }
 

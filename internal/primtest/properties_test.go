@@ -323,3 +323,46 @@ func TestUnlockWhoseContextEndsMidwayIsRetriedCleanly(t *testing.T) {
 		})
 	}
 }
+
+// TestARevokedLeaseEndsTheHoldAndServesTheNext: once the holder's lease is revoked, its
+// Done closes and Err says ErrLost, the waiter is served, the lost holder's Unlock says
+// ErrLost and leaves the new hold alone, and its next Lock takes a new lease.
+func TestARevokedLeaseEndsTheHoldAndServesTheNext(t *testing.T) {
+	for _, k := range primtest.Kinds {
+		t.Run(k.Name, func(t *testing.T) {
+			ctx := etcdtest.Context(t)
+			name := "revoked-" + k.Name
+			admin := cluster.Client(t)
+			first := k.First.Make(t, cluster.Client(t), name)
+			require.NoError(t, first.Lock(ctx))
+			done := first.Done()
+			assert.NoError(t, first.Err())
+			held := etcdtest.CountKeys(t, admin, k.Keys(name))
+
+			second := k.Second.Make(t, cluster.Client(t), name)
+			served := etcdtest.Async(func() error { return second.Lock(ctx) })
+			if k.InLine {
+				etcdtest.AwaitKeys(t, admin, k.Keys(name), held+1)
+			}
+			resp, err := admin.Get(ctx, first.Key())
+			require.NoError(t, err)
+			require.Len(t, resp.Kvs, 1)
+			_, err = admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+			require.NoError(t, err)
+
+			etcdtest.Within(t, done, 5*time.Second, "Done closes after the lease is revoked")
+			assert.ErrorIs(t, first.Err(), core.ErrLost)
+			require.NoError(t, etcdtest.Within(t, served, 5*time.Second, "the next waiter is served"))
+			assert.NoError(t, second.Err())
+
+			assert.ErrorIs(t, first.Unlock(ctx), core.ErrLost)
+			assert.ErrorIs(t, first.Err(), k.NotHeld)
+			assert.Equal(t, held, etcdtest.CountKeys(t, admin, k.Keys(name)), "a lost hold's Unlock touched the new one")
+			relocked := etcdtest.Async(func() error { return first.Lock(ctx) })
+			require.NoError(t, second.Unlock(ctx))
+			require.NoError(t, etcdtest.Within(t, relocked, 10*time.Second, "Lock after a loss"))
+			require.NoError(t, first.Unlock(ctx))
+			assert.Zero(t, etcdtest.CountKeys(t, admin, k.Keys(name)))
+		})
+	}
+}
