@@ -86,22 +86,17 @@ func TestCancelledWaitReturnsContextErrorAndLeavesNoKey(t *testing.T) {
 		}
 		t.Run(k.Name, func(t *testing.T) {
 			ctx := etcdtest.Context(t)
-			name := "cancel-" + k.Name
-			admin := cluster.Client(t)
-			first := k.First.Make(t, cluster.Client(t), name)
-			require.NoError(t, first.Lock(ctx))
-			held := etcdtest.CountKeys(t, admin, k.Keys(name))
-
-			second := k.Second.Make(t, cluster.Client(t), name)
+			c := hold(ctx, t, k, "cancel", primtest.Locker.Lock)
+			second := c.second()
 			wctx, cancel := context.WithCancel(ctx)
 			errc := etcdtest.Async(func() error { return second.Lock(wctx) })
-			etcdtest.AwaitKeys(t, admin, k.Keys(name), held+1)
+			c.awaitWaiters(1)
 			if k.KeyWhileWaiting {
 				assert.NotEmpty(t, second.Key(), "the waiter's key")
 			}
 			cancel()
 			assert.ErrorIs(t, etcdtest.Within(t, errc, 10*time.Second, "a cancelled wait returns"), context.Canceled)
-			assert.Equal(t, held, etcdtest.CountKeys(t, admin, k.Keys(name)), "the cancelled waiter's key is left")
+			assert.Equal(t, c.held, c.keys(), "the cancelled waiter's key is left")
 			assert.Empty(t, second.Key())
 			assert.ErrorIs(t, second.Err(), k.NotHeld)
 			assert.Zero(t, second.Token())
@@ -109,9 +104,9 @@ func TestCancelledWaitReturnsContextErrorAndLeavesNoKey(t *testing.T) {
 			dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
 			defer dcancel()
 			assert.ErrorIs(t, second.Lock(dctx), context.DeadlineExceeded)
-			assert.Equal(t, held, etcdtest.CountKeys(t, admin, k.Keys(name)), "the timed-out waiter's key is left")
-			require.NoError(t, first.Unlock(ctx))
-			assert.Zero(t, etcdtest.CountKeys(t, admin, k.Keys(name)))
+			assert.Equal(t, c.held, c.keys(), "the timed-out waiter's key is left")
+			require.NoError(t, c.first.Unlock(ctx))
+			assert.Zero(t, c.keys())
 		})
 	}
 }
@@ -146,27 +141,22 @@ func TestAFailedTryReturnsAtOnceAndWritesNothing(t *testing.T) {
 		}
 		t.Run(k.Name, func(t *testing.T) {
 			ctx := etcdtest.Context(t)
-			name := "try-" + k.Name
-			admin := cluster.Client(t)
-			first := k.First.Make(t, cluster.Client(t), name)
-			require.NoError(t, first.TryLock(ctx))
-			held := etcdtest.CountKeys(t, admin, k.Keys(name))
-			second := k.Second.Make(t, cluster.Client(t), name)
-
-			before := etcdtest.Revision(t, admin)
+			c := hold(ctx, t, k, "try", primtest.Locker.TryLock)
+			second := c.second()
+			before := etcdtest.Revision(t, c.admin)
 			start := time.Now()
 			assert.ErrorIs(t, second.TryLock(ctx), k.Busy)
 			assert.Less(t, time.Since(start), 5*time.Second, "the try waited")
-			etcdtest.NoWrites(t, admin, before, "a failed try wrote")
-			assert.Equal(t, held, etcdtest.CountKeys(t, admin, k.Keys(name)))
+			etcdtest.NoWrites(t, c.admin, before, "a failed try wrote")
+			assert.Equal(t, c.held, c.keys())
 			assert.ErrorIs(t, second.Err(), k.NotHeld)
 			assert.Zero(t, second.Token())
 			assert.Empty(t, second.Key())
 
-			require.NoError(t, first.Unlock(ctx))
+			require.NoError(t, c.first.Unlock(ctx))
 			require.NoError(t, second.TryLock(ctx))
 			require.NoError(t, second.Unlock(ctx))
-			assert.Zero(t, etcdtest.CountKeys(t, admin, k.Keys(name)))
+			assert.Zero(t, c.keys())
 		})
 	}
 }
@@ -235,19 +225,14 @@ func TestWaitersAreServedInArrivalOrder(t *testing.T) {
 		}
 		t.Run(k.Name, func(t *testing.T) {
 			ctx := etcdtest.Context(t)
-			name := "fifo-" + k.Name
-			const waiters = 5
-			admin := cluster.Client(t)
-			first := k.First.Make(t, cluster.Client(t), name)
-			require.NoError(t, first.Lock(ctx))
-			held := etcdtest.CountKeys(t, admin, k.Keys(name))
+			c := hold(ctx, t, k, "fifo", primtest.Locker.Lock)
 			var (
 				mu    sync.Mutex
 				order []int
 				wg    sync.WaitGroup
 			)
-			for i := range waiters {
-				l := k.Second.Make(t, cluster.Client(t), name)
+			for i := range 5 {
+				l := c.second()
 				wg.Go(func() {
 					if !assert.NoError(t, l.Lock(ctx)) {
 						return
@@ -257,12 +242,12 @@ func TestWaitersAreServedInArrivalOrder(t *testing.T) {
 					mu.Unlock()
 					assert.NoError(t, l.Unlock(ctx))
 				})
-				etcdtest.AwaitKeys(t, admin, k.Keys(name), held+int64(i)+1) // waiter i is in line before i+1 starts
+				c.awaitWaiters(int64(i) + 1) // waiter i is in line before i+1 starts
 			}
-			require.NoError(t, first.Unlock(ctx))
+			require.NoError(t, c.first.Unlock(ctx))
 			wg.Wait()
 			assert.Equal(t, []int{0, 1, 2, 3, 4}, order)
-			assert.Zero(t, etcdtest.CountKeys(t, admin, k.Keys(name)))
+			assert.Zero(t, c.keys())
 		})
 	}
 }
@@ -331,23 +316,20 @@ func TestARevokedLeaseEndsTheHoldAndServesTheNext(t *testing.T) {
 	for _, k := range primtest.Kinds {
 		t.Run(k.Name, func(t *testing.T) {
 			ctx := etcdtest.Context(t)
-			name := "revoked-" + k.Name
-			admin := cluster.Client(t)
-			first := k.First.Make(t, cluster.Client(t), name)
-			require.NoError(t, first.Lock(ctx))
+			c := hold(ctx, t, k, "revoked", primtest.Locker.Lock)
+			first := c.first
 			done := first.Done()
 			assert.NoError(t, first.Err())
-			held := etcdtest.CountKeys(t, admin, k.Keys(name))
 
-			second := k.Second.Make(t, cluster.Client(t), name)
+			second := c.second()
 			served := etcdtest.Async(func() error { return second.Lock(ctx) })
 			if k.InLine {
-				etcdtest.AwaitKeys(t, admin, k.Keys(name), held+1)
+				c.awaitWaiters(1)
 			}
-			resp, err := admin.Get(ctx, first.Key())
+			resp, err := c.admin.Get(ctx, first.Key())
 			require.NoError(t, err)
 			require.Len(t, resp.Kvs, 1)
-			_, err = admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+			_, err = c.admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
 			require.NoError(t, err)
 
 			etcdtest.Within(t, done, 5*time.Second, "Done closes after the lease is revoked")
@@ -357,12 +339,12 @@ func TestARevokedLeaseEndsTheHoldAndServesTheNext(t *testing.T) {
 
 			assert.ErrorIs(t, first.Unlock(ctx), core.ErrLost)
 			assert.ErrorIs(t, first.Err(), k.NotHeld)
-			assert.Equal(t, held, etcdtest.CountKeys(t, admin, k.Keys(name)), "a lost hold's Unlock touched the new one")
+			assert.Equal(t, c.held, c.keys(), "a lost hold's Unlock touched the new one")
 			relocked := etcdtest.Async(func() error { return first.Lock(ctx) })
 			require.NoError(t, second.Unlock(ctx))
 			require.NoError(t, etcdtest.Within(t, relocked, 10*time.Second, "Lock after a loss"))
 			require.NoError(t, first.Unlock(ctx))
-			assert.Zero(t, etcdtest.CountKeys(t, admin, k.Keys(name)))
+			assert.Zero(t, c.keys())
 		})
 	}
 }
