@@ -74,24 +74,24 @@ func PermitKeys(name string) string { return core.NamePrefix(name) + core.KindPe
 
 // Kinds is every primitive, and each way an rwmutex's two sides exclude each other.
 var Kinds = []Kind{
-	exclusive("mutex", "mutex", openMutex, mutex.WithTTL, mutex.WithSession, mutex.WithPrefix, func(k *Kind) {
+	kind("mutex", "mutex", openMutex, mutex.WithTTL, mutex.WithSession, mutex.WithPrefix, func(k *Kind) {
 		k.KeyWhileWaiting = true
 	}),
-	exclusive("rwmutex/write-after-write", "rwmutex", openWriter, rwmutex.WithTTL, rwmutex.WithSession, rwmutex.WithPrefix, nil),
-	exclusive("rwmutex/read-after-write", "rwmutex", openWriter, rwmutex.WithTTL, rwmutex.WithSession, rwmutex.WithPrefix, func(k *Kind) {
+	kind("rwmutex/write-after-write", "rwmutex", openWriter, rwmutex.WithTTL, rwmutex.WithSession, rwmutex.WithPrefix, nil),
+	kind("rwmutex/read-after-write", "rwmutex", openWriter, rwmutex.WithTTL, rwmutex.WithSession, rwmutex.WithPrefix, func(k *Kind) {
 		k.Second, k.Reads = openReader, true
 	}),
-	exclusive("rwmutex/write-after-read", "rwmutex", openReader, rwmutex.WithTTL, rwmutex.WithSession, rwmutex.WithPrefix, func(k *Kind) {
+	kind("rwmutex/write-after-read", "rwmutex", openReader, rwmutex.WithTTL, rwmutex.WithSession, rwmutex.WithPrefix, func(k *Kind) {
 		k.Second = openWriter
 	}),
-	exclusive("reentrant", "reentrant", openReentrant, reentrant.WithTTL, reentrant.WithSession, reentrant.WithPrefix, nil),
-	exclusive("semaphore", "semaphore", openSemaphore, semaphore.WithTTL, semaphore.WithSession, semaphore.WithPrefix, func(k *Kind) {
+	kind("reentrant", "reentrant", openReentrant, reentrant.WithTTL, reentrant.WithSession, reentrant.WithPrefix, nil),
+	kind("semaphore", "semaphore", openSemaphore, semaphore.WithTTL, semaphore.WithSession, semaphore.WithPrefix, func(k *Kind) {
 		k.Keys, k.Busy = PermitKeys, semaphore.ErrNoPermits
 	}),
-	exclusive("trylock", "mutex", openTrylock, mutex.WithTTL, mutex.WithSession, mutex.WithPrefix, func(k *Kind) {
+	kind("trylock", "mutex", openTrylock, mutex.WithTTL, mutex.WithSession, mutex.WithPrefix, func(k *Kind) {
 		k.InLine = false
 	}),
-	exclusive("election", "election", openCandidate, election.WithTTL, election.WithSession, election.WithPrefix, func(k *Kind) {
+	kind("election", "election", openCandidate, election.WithTTL, election.WithSession, election.WithPrefix, func(k *Kind) {
 		k.Busy, k.NotHeld = nil, election.ErrNotLeader
 	}),
 }
@@ -107,8 +107,10 @@ var (
 	OpenCandidate Open = openCandidate
 )
 
-// exclusive is the Kind of a primitive whose holds exclude one another, as adjust leaves it.
-func exclusive(name, pkg string, open Open, ttl func(time.Duration) core.Option, session func(*concurrency.Session) core.Option,
+// kind is the Kind called name, of package pkg, whose First and Second open, with what
+// most kinds share (keys under the name, a waiter in line, ErrLocked for a busy try,
+// ErrNotLocked without a hold), as adjust leaves it.
+func kind(name, pkg string, open Open, ttl func(time.Duration) core.Option, session func(*concurrency.Session) core.Option,
 	prefix func(string) core.Option, adjust func(*Kind)) Kind {
 	k := Kind{
 		Name: name, Package: pkg, First: open, Second: open,
