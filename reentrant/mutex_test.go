@@ -297,11 +297,11 @@ func fencedIncrement(ctx context.Context, cli *clientv3.Client, m *reentrant.Mut
 	return nil
 }
 
-// TestCancelledLockOfANewOwnerOnTheHoldersHandleLeavesNoKey: a context that owns nothing
-// is a new owner also on the holder's own handle; cancelled or timed out, its Lock returns
-// the context it was given and leaves no key. (A cancelled Lock on another handle:
-// primtest's TestCancelledWaitReturnsContextErrorAndLeavesNoKey.)
-func TestCancelledLockOfANewOwnerOnTheHoldersHandleLeavesNoKey(t *testing.T) {
+// TestACancelledLockReturnsTheContextItWasGiven: a new owner's Lock, on the holder's own
+// handle or on another, that is cancelled or times out returns the context it was given,
+// counts nothing and leaves no key. (The cancelled wait of every primitive: primtest's
+// TestCancelledWaitReturnsContextErrorAndLeavesNoKey.)
+func TestACancelledLockReturnsTheContextItWasGiven(t *testing.T) {
 	ctx := etcdtest.Context(t)
 	const name = "cancel"
 	admin := cluster.Client(t)
@@ -309,25 +309,27 @@ func TestCancelledLockOfANewOwnerOnTheHoldersHandleLeavesNoKey(t *testing.T) {
 	octx, err := holder.Lock(ctx)
 	require.NoError(t, err)
 
-	wctx, cancel := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() {
-		got, err := holder.Lock(wctx)
-		assert.True(t, got == wctx, "a failed Lock returns the context it was given")
-		errc <- err
-	}()
-	primtest.AwaitKeys(t, admin, name, 2)
-	cancel()
-	assert.ErrorIs(t, etcdtest.Within(t, errc, 10*time.Second, "cancelled Lock returns"), context.Canceled)
-	assert.Len(t, keysOf(t, admin, name), 1, "the cancelled waiter's key is left")
-	assert.Zero(t, holder.Count(wctx))
+	for _, waiter := range []*reentrant.Mutex{holder, newMutex(t, cluster.Client(t), name)} {
+		wctx, cancel := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func() {
+			got, err := waiter.Lock(wctx)
+			assert.True(t, got == wctx, "a failed Lock returns the context it was given")
+			errc <- err
+		}()
+		primtest.AwaitKeys(t, admin, name, 2)
+		cancel()
+		assert.ErrorIs(t, etcdtest.Within(t, errc, 10*time.Second, "cancelled Lock returns"), context.Canceled)
+		assert.Len(t, keysOf(t, admin, name), 1, "the cancelled waiter's key is left")
+		assert.Zero(t, waiter.Count(wctx))
 
-	dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	got, err := holder.Lock(dctx)
-	dcancel()
-	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.True(t, got == dctx, "a failed Lock returns the context it was given")
-	assert.Len(t, keysOf(t, admin, name), 1, "the timed-out waiter's key is left")
+		dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		got, err := waiter.Lock(dctx)
+		dcancel()
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.True(t, got == dctx, "a failed Lock returns the context it was given")
+		assert.Len(t, keysOf(t, admin, name), 1, "the timed-out waiter's key is left")
+	}
 	require.NoError(t, holder.Unlock(octx))
 	assert.Empty(t, keysOf(t, admin, name))
 }
