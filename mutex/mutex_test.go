@@ -2,8 +2,6 @@ package mutex_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -228,38 +226,6 @@ func TestWithSessionUsesTheCallersLease(t *testing.T) {
 	require.NoError(t, sess.Close())
 	assert.ErrorIs(t, m.Lock(ctx), mutex.ErrLost, "Lock on an expired caller's session")
 	assert.Zero(t, primtest.Keys(t, cli, "with-session"))
-}
-
-func Example() {
-	cli, err := cluster.NewClient()
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer cli.Close()
-	ctx := context.Background()
-
-	m, err := mutex.New(cli, "nightly-report")
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	if err := m.Lock(ctx); err != nil {
-		fmt.Println(err)
-		return
-	}
-	// A fenced write: it applies only while this process still holds the lock.
-	resp, err := cli.Txn(ctx).If(m.IsOwner()).
-		Then(clientv3.OpPut("reports/last-run", "2026-11-22")).Commit()
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Println("written under the lock:", resp.Succeeded)
-	if err := m.Unlock(ctx); err != nil && !errors.Is(err, mutex.ErrLost) {
-		fmt.Println(err)
-	}
-	// Output: written under the lock: true
 }
 
 // TestLocksCancelledAtAnyMomentLeaveNoKey cancels waiting Locks at random moments, also
