@@ -11,14 +11,14 @@ import (
 	"github.com/etcdsync/etcdsync/internal/core"
 )
 
-// Election is one candidate's handle on the election of a name. It is safe for use by
-// several goroutines; it campaigns for one leadership at a time.
+// Election is one candidate's handle on the election of a name, safe for use by several
+// goroutines; it campaigns for one leadership at a time.
 //
-// Only New makes a usable Election. The zero Election and a nil *Election lead nothing and
-// campaign for nothing: Campaign and Leader return ErrInvalidOption, Proclaim and Resign an
-// error matching ErrInvalidOption and ErrNotLeader, Observe a closed channel, and the others
-// report no leadership (Token 0, Done closed, Err ErrNotLeader, IsOwner never true, Key "").
-// None of them blocks or panics.
+// Only [New] makes a usable Election. The zero Election and a nil *Election lead nothing and
+// campaign for nothing, and none of their methods blocks or panics: Campaign and Leader
+// return [ErrInvalidOption], Proclaim and Resign an error matching ErrInvalidOption and
+// [ErrNotLeader], Observe a closed channel, and the others report no leadership (Token 0,
+// Done closed, Err ErrNotLeader, IsOwner never true, Key "").
 type Election struct {
 	name      string
 	q         *core.Queue
@@ -35,8 +35,9 @@ type Election struct {
 // which also matches ErrNotLocked, the shared convention of Err without a hold.
 var errNoLeadership = fmt.Errorf("%w (%w)", ErrNotLeader, ErrNotLocked)
 
-// New returns a handle on the election of name over cli. It does no I/O. A bad name returns
-// ErrInvalidName, a bad option or a nil client ErrInvalidOption, both wrapped with detail.
+// New returns a handle on the election of name over cli. It does no I/O. Errors, wrapped
+// with the detail: [ErrInvalidName] for a bad name, [ErrInvalidOption] for a bad option or a
+// nil cli.
 func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 	if err := core.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("election: %w", err)
@@ -67,18 +68,20 @@ func (e *Election) queue() *core.Queue {
 }
 
 // Campaign enters value as a candidate and returns once this handle leads, in FIFO order
-// with every other candidate of the name. Uncontended it costs one Txn (and one lease grant
-// on the client's first use). Before it returns it makes sure the leadership is still
-// alive (its key there, its session live) and starts watching it, so Done closes at once if
-// it is lost later; a leadership lost while being won returns ErrLost. If ctx ends first it
-// returns ctx's error, wrapped, after deleting its key: a failed Campaign leaves no key
-// (see mutex.Mutex.Lock for the bounds). With ctx done already it returns ctx's error
-// having sent nothing. ErrInvalidOption: e was not made by New, or its client is closed.
+// with every other candidate of the name. Before it returns, the leadership is checked alive
+// (its key there, its session live) and watched, so that Done closes at once if it is lost
+// later. While this handle leads or campaigns, another Campaign waits until the leadership
+// ends: by Resign, or by loss, which a lost leader learns of when etcd says so (Done closes)
+// and never resigns; the waiting Campaign then forgets the lost leadership, as Resign would,
+// and campaigns. So does a Campaign that finds the leadership lost already.
 //
-// While this handle leads, or campaigns, another Campaign waits until the leadership ends:
-// by Resign, or by its loss, which a lost leader learns of when etcd says so (Done closes)
-// and never resigns; the waiting Campaign forgets the lost leadership, as Resign would, and
-// campaigns. So does a Campaign that finds the leadership lost already.
+// Errors: [ErrLost] for a leadership lost while being won. ctx's error, wrapped, when ctx
+// ends; with ctx done already, having sent nothing; otherwise after deleting its key, so that
+// a failed Campaign leaves no key (with a Txn in flight it awaits the answer up to 1 s more,
+// then the delete up to 1 s; a delete etcd has not answered by then finishes in the
+// background). [ErrInvalidOption]: e was not made by [New], or its client is closed.
+//
+// Cost: one Txn uncontended, and one lease grant on the client's first use.
 func (e *Election) Campaign(ctx context.Context, value string) (err error) {
 	if err := e.queue().Unusable(); err != nil {
 		return e.errorf("campaign", err)
@@ -160,11 +163,15 @@ func (e *Election) end(ctx context.Context, h *core.Hold) (ended bool, err error
 	return ended, err
 }
 
-// Proclaim replaces the leader's value without a new election: one Txn that writes only
-// while this handle's key is the one it created, retried through leader changes of etcd
-// until ctx ends (with ctx done already, ctx's error). Without leadership, or once it was
-// lost (also through a closed client), it returns ErrNotLeader and writes nothing; on an
-// Election not made by New, an error matching ErrInvalidOption and ErrNotLeader.
+// Proclaim replaces the leader's value without a new election, writing only while this
+// handle's key is the one it created; it retries through leader changes of etcd until ctx
+// ends.
+//
+// Errors: [ErrNotLeader], having written nothing, without leadership or once it was lost
+// (also through a closed client). ctx's error with ctx done already. On an Election not made
+// by [New], an error matching [ErrInvalidOption] and ErrNotLeader.
+//
+// Cost: one Txn.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
 	if e.queue() == nil {
 		return e.errorf("proclaim", fmt.Errorf("%w (%w)", e.queue().Unusable(), errNoLeadership))
@@ -184,15 +191,18 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 	return nil
 }
 
-// Resign ends the leadership: one Txn that deletes the key only while its create revision
-// is still this leadership's, so a late or repeated Resign never deposes a newer leader.
-// The next candidate in line then leads. It returns ErrNotLeader without leadership, and
-// ErrLost (the leadership has ended all the same) if it was lost before, or if the client
-// is closed. If etcd cannot be reached before ctx ends, or ctx is done already (Resign then
-// sends nothing), the leadership stays and Resign may be called again. A Resign that comes
-// while another one runs waits for its outcome: ErrNotLeader if that one ended the
-// leadership, else it tries itself. On an Election not made by New it returns an error
-// matching ErrInvalidOption and ErrNotLeader.
+// Resign ends the leadership with a delete fenced on the key's create revision, so that a
+// late or repeated Resign never deposes a newer leader; the next candidate in line then
+// leads. If etcd cannot be reached before ctx ends, or ctx is done already (then nothing is
+// sent), the leadership stays and Resign may be called again. A Resign during another one
+// waits for its outcome, then returns [ErrNotLeader] if that ended the leadership, and
+// otherwise tries itself.
+//
+// Errors: [ErrNotLeader] without leadership. [ErrLost] if it was lost before, or the client is
+// closed; the leadership has ended all the same. On an Election not made by [New], an error
+// matching [ErrInvalidOption] and ErrNotLeader.
+//
+// Cost: one Txn.
 func (e *Election) Resign(ctx context.Context) (err error) {
 	if e.queue() == nil {
 		return e.errorf("resign", fmt.Errorf("%w (%w)", e.queue().Unusable(), errNoLeadership))
@@ -230,23 +240,22 @@ func (e *Election) current() *core.Hold {
 	return e.hold
 }
 
-// Token is the fencing token of the leadership: its key's create revision, strictly
-// increasing across the successive leaders of the name. 0 without leadership. No I/O, as
-// for Done, Err, IsOwner and Key.
+// Token is the leadership's fencing token: its key's create revision, strictly increasing
+// across the successive leaders of the name; 0 without leadership. Like Done, Err, IsOwner
+// and Key, it does no I/O.
 func (e *Election) Token() int64 {
 	return e.current().Token()
 }
 
-// Done is closed when the leadership ends: by Resign, or by loss (then Err is ErrLost), as
-// soon as etcd says the key or the lease is gone. Without leadership it is an already
-// closed channel.
+// Done is closed when the leadership ends, by Resign or by loss (then Err is [ErrLost]), as
+// soon as etcd says the key or the lease is gone. Without leadership it is a closed channel.
 func (e *Election) Done() <-chan struct{} {
 	return e.current().Done()
 }
 
-// Err is nil while this handle leads, ErrLost once the leadership was lost (its key deleted,
-// its lease expired or revoked) until Resign or the next Campaign, and ErrNotLeader (which
-// also matches ErrNotLocked) without leadership.
+// Err is nil while this handle leads, [ErrLost] once the leadership was lost (its key
+// deleted, its lease expired or revoked) until Resign or the next Campaign, and
+// [ErrNotLeader] (which also matches [ErrNotLocked]) without leadership.
 func (e *Election) Err() error {
 	if h := e.current(); h != nil {
 		return h.Err()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 )
 
 // collect reads obs until it yields Leader{} after a leader was seen, or ctx ends, and
@@ -127,7 +128,7 @@ func TestObserveAcrossCompaction(t *testing.T) {
 	require.NoError(t, leader.Campaign(ctx, "0"))
 
 	obs := newElection(t, etcdtest.PinnedClient(t, c, follower), name).Observe(ctx)
-	seen := []election.Leader{next(t, obs)}
+	seen := []election.Leader{primtest.NextLeader(t, obs)}
 	require.NoError(t, leader.Proclaim(ctx, "1"))
 	c.Stop(follower)
 	for v := 2; v <= values; v++ {
@@ -139,9 +140,9 @@ func TestObserveAcrossCompaction(t *testing.T) {
 
 	// The latest value can reach the observer only by a read after the compaction.
 	for seen[len(seen)-1].Value != strconv.Itoa(values) {
-		seen = append(seen, next(t, obs))
+		seen = append(seen, primtest.NextLeader(t, obs))
 	}
 	require.NoError(t, leader.Resign(ctx))
-	seen = append(seen, next(t, obs))
+	seen = append(seen, primtest.NextLeader(t, obs))
 	checkSequence(t, seen, seen[0].Token, values, false)
 }

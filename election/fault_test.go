@@ -3,9 +3,7 @@ package election_test
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,34 +12,19 @@ import (
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/faulttest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 )
 
 // faultTTL is short, so that a leader cut off by a fault hands over soon.
 const faultTTL = 2 * time.Second
 
-// candidate is an Election as the fault harness drives a lock: Lock campaigns (with a
-// value of its own each time), Unlock resigns.
-type candidate struct {
-	*election.Election
-	terms atomic.Int64
-}
-
-func (c *candidate) Lock(ctx context.Context) error {
-	return c.Campaign(ctx, "term-"+strconv.FormatInt(c.terms.Add(1), 10))
-}
-
-func (c *candidate) Unlock(ctx context.Context) error { return c.Resign(ctx) }
-
-// TestFault runs the election through every fault of the shared harness (leader stopped and
-// killed, leader partitioned, a leader paused and one whose lease is revoked, compaction
-// under candidates, the whole cluster restarted) on a 3-member cluster with clients on
-// every member, and checks by fenced writes that there is never more than one leader, that
-// the history is linearizable, that a candidate leads soon after each fault heals, and that
-// no key is left. ETCDSYNC_SOAK=10m runs it for ten minutes.
+// TestFault runs the election through every fault of faulttest.Suite and its checks, with
+// observers on every member: never more than one leader, and every candidate and observer
+// sees the election move on after each fault. ETCDSYNC_SOAK=10m runs it for ten minutes.
 func TestFault(t *testing.T) { faulttest.Suite(t, workload()) }
 
 // TestExplore runs candidates and observers under schedules of operations and faults drawn
-// from seeds (see faulttest.Explore). ETCDSYNC_EXPLORE=10m draws new seeds.
+// from seeds (faulttest.Explore). ETCDSYNC_EXPLORE=10m draws new seeds.
 func TestExplore(t *testing.T) { faulttest.Explore(t, workload()) }
 
 func workload() faulttest.Workload {
@@ -51,7 +34,7 @@ func workload() faulttest.Workload {
 			if err != nil {
 				return nil, err
 			}
-			return &candidate{Election: e}, nil
+			return primtest.NewCandidate(e), nil
 		},
 		Observe: observe,
 		Prefix:  core.NamePrefix,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 )
 
 // The interop tests run ours beside etcd's concurrency.Election on one name without '/':
@@ -26,7 +27,7 @@ func etcdElection(t *testing.T, name string) *concurrency.Election {
 }
 
 func TestEtcdElectionSeesOurLeaderAndWaitsForIt(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "interop-ours"
 	ours := newElection(t, cluster.Client(t), name)
 	require.NoError(t, ours.Campaign(ctx, "ours"))
@@ -46,7 +47,7 @@ func TestEtcdElectionSeesOurLeaderAndWaitsForIt(t *testing.T) {
 
 	won := make(chan error, 1)
 	go func() { won <- theirs.Campaign(ctx, "theirs") }()
-	awaitKeys(t, cluster.Client(t), name, 2)
+	primtest.AwaitKeys(t, cluster.Client(t), name, 2)
 	select {
 	case err := <-won:
 		t.Fatalf("etcd's Campaign returned while ours leads: %v", err)
@@ -59,7 +60,7 @@ func TestEtcdElectionSeesOurLeaderAndWaitsForIt(t *testing.T) {
 }
 
 func TestOurCandidateWaitsForEtcdsLeaderAndSeesIt(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "interop-theirs"
 	theirs := etcdElection(t, name)
 	require.NoError(t, theirs.Campaign(ctx, "theirs"))
@@ -69,12 +70,12 @@ func TestOurCandidateWaitsForEtcdsLeaderAndSeesIt(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, election.Leader{Value: "theirs", Token: theirs.Rev()}, l)
 	obs := newElection(t, cluster.Client(t), name).Observe(ctx)
-	assert.Equal(t, election.Leader{Value: "theirs", Token: theirs.Rev()}, next(t, obs))
+	assert.Equal(t, election.Leader{Value: "theirs", Token: theirs.Rev()}, primtest.NextLeader(t, obs))
 
 	won := campaignAsync(ctx, ours, "ours")
-	awaitKeys(t, cluster.Client(t), name, 2)
+	primtest.AwaitKeys(t, cluster.Client(t), name, 2)
 	require.NoError(t, theirs.Proclaim(ctx, "theirs, proclaimed"))
-	assert.Equal(t, election.Leader{Value: "theirs, proclaimed", Token: theirs.Rev()}, next(t, obs))
+	assert.Equal(t, election.Leader{Value: "theirs, proclaimed", Token: theirs.Rev()}, primtest.NextLeader(t, obs))
 	select {
 	case err := <-won:
 		t.Fatalf("our Campaign returned while etcd's leads: %v", err)
@@ -82,10 +83,10 @@ func TestOurCandidateWaitsForEtcdsLeaderAndSeesIt(t *testing.T) {
 	}
 	require.NoError(t, theirs.Resign(ctx))
 	require.NoError(t, etcdtest.Within(t, won, 10*time.Second, "our Campaign after etcd's Resign"))
-	assert.Equal(t, election.Leader{Value: "ours", Token: ours.Token()}, next(t, obs))
+	assert.Equal(t, election.Leader{Value: "ours", Token: ours.Token()}, primtest.NextLeader(t, obs))
 	l, err = ours.Leader(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, election.Leader{Value: "ours", Token: ours.Token()}, l)
 	require.NoError(t, ours.Resign(ctx))
-	assert.Equal(t, election.Leader{}, next(t, obs))
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs))
 }

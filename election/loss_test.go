@@ -12,6 +12,7 @@ import (
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 )
 
 // TestARangeDeleteMakesNoCandidateLeadOnAGoneKey: an operator's `etcdctl del --prefix` takes
@@ -20,13 +21,13 @@ import (
 func TestARangeDeleteMakesNoCandidateLeadOnAGoneKey(t *testing.T) {
 	const name = "range-delete"
 	for i := range 5 {
-		ctx := testContext(t)
+		ctx := etcdtest.Context(t)
 		admin := cluster.Client(t)
 		leader := newElection(t, cluster.Client(t), name)
 		require.NoError(t, leader.Campaign(ctx, "leader"))
 		candidate := newElection(t, cluster.Client(t), name)
 		won := campaignAsync(ctx, candidate, "candidate")
-		awaitKeys(t, admin, name, 2)
+		primtest.AwaitKeys(t, admin, name, 2)
 		_, err := admin.Delete(ctx, core.NamePrefix(name), clientv3.WithPrefix())
 		require.NoError(t, err)
 		assert.ErrorIs(t, etcdtest.Within(t, won, 10*time.Second, "the candidate's Campaign"), election.ErrLost,
@@ -38,37 +39,37 @@ func TestARangeDeleteMakesNoCandidateLeadOnAGoneKey(t *testing.T) {
 // TestObserveTakesEveryDeleteOfARevision: the same range delete, seen by an observer: it
 // reports that nobody leads, never the deleted candidate, and then the next real leader.
 func TestObserveTakesEveryDeleteOfARevision(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "observe-range-delete"
 	admin := cluster.Client(t)
 	octx, stop := context.WithCancel(ctx)
 	defer stop()
 	obs := newElection(t, cluster.Client(t), name).Observe(octx)
-	assert.Equal(t, election.Leader{}, next(t, obs))
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs))
 	leader := newElection(t, cluster.Client(t), name)
 	require.NoError(t, leader.Campaign(ctx, "leader"))
-	assert.Equal(t, election.Leader{Value: "leader", Token: leader.Token()}, next(t, obs))
+	assert.Equal(t, election.Leader{Value: "leader", Token: leader.Token()}, primtest.NextLeader(t, obs))
 	candidate := newElection(t, cluster.Client(t), name)
 	won := campaignAsync(ctx, candidate, "candidate")
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 
 	_, err := admin.Delete(ctx, core.NamePrefix(name), clientv3.WithPrefix())
 	require.NoError(t, err)
-	assert.Equal(t, election.Leader{}, next(t, obs), "a candidate whose key went at the same revision reported as leader")
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs), "a candidate whose key went at the same revision reported as leader")
 	etcdtest.Within(t, won, 10*time.Second, "the candidate's Campaign")
 
 	successor := newElection(t, cluster.Client(t), name)
 	require.NoError(t, successor.Campaign(ctx, "successor"))
-	assert.Equal(t, election.Leader{Value: "successor", Token: successor.Token()}, next(t, obs), "the next real leader")
+	assert.Equal(t, election.Leader{Value: "successor", Token: successor.Token()}, primtest.NextLeader(t, obs), "the next real leader")
 	require.NoError(t, successor.Resign(ctx))
-	assert.Equal(t, election.Leader{}, next(t, obs))
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs))
 }
 
 // TestAFailedResignIsNeverCreditedWithALaterDelete: Resign with a cancelled ctx fails and
 // leadership stays (Proclaim still works); an operator then deletes the key. That is a loss:
 // Err says ErrLost, and so does the next Resign, not nil as if the failed Resign had done it.
 func TestAFailedResignIsNeverCreditedWithALaterDelete(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "failed-resign"
 	admin := cluster.Client(t)
 	e := newElection(t, cluster.Client(t), name)

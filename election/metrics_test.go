@@ -10,6 +10,7 @@ import (
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	mt "github.com/etcdsync/etcdsync/internal/metrictest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 )
 
 // TestMetricsCountLeaderships: a Campaign is an acquisition, a leadership a hold, a
@@ -17,7 +18,7 @@ import (
 // lost under that cause; spans tell the same.
 func TestMetricsCountLeaderships(t *testing.T) {
 	sr := mt.Spans(t)
-	ctx, parent := mt.Parent(testContext(t), "request")
+	ctx, parent := mt.Parent(etcdtest.Context(t), "request")
 	r := mt.NewReader(t)
 	const name = "metrics-leaderships"
 	prim := mt.Primitive.String("election")
@@ -27,7 +28,7 @@ func TestMetricsCountLeaderships(t *testing.T) {
 
 	require.NoError(t, first.Campaign(ctx, "first"))
 	campaigned := campaignAsync(ctx, next, "next")
-	awaitKeys(t, cli, name, 2)
+	primtest.AwaitKeys(t, cli, name, 2)
 	assert.EqualValues(t, 1, r.Collect(t).Sum(mt.Waiters, prim), "one candidate waits")
 	require.NoError(t, first.Resign(ctx))
 	require.NoError(t, etcdtest.Within(t, campaigned, 10*time.Second, "the next candidate, once the first resigned"))

@@ -9,9 +9,13 @@ type Leader struct {
 	Token int64
 }
 
-// Leader returns the current leader, read linearizably: one Range, retried through leader
-// changes of etcd until ctx ends (with ctx done already, ctx's error). ErrNoLeader when
-// nobody leads. ErrInvalidOption: e was not made by New, or its client is closed.
+// Leader returns the current leader, read linearizably, retried through leader changes of
+// etcd until ctx ends.
+//
+// Errors: [ErrNoLeader] when nobody leads. ctx's error with ctx done already.
+// [ErrInvalidOption]: e was not made by [New], or its client is closed.
+//
+// Cost: one Range.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	if err := e.queue().Unusable(); err != nil {
 		return Leader{}, e.errorf("leader", err)
@@ -26,20 +30,21 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 	return Leader{Value: hd.Value, Token: hd.Token}, nil
 }
 
-// Observe follows the election: the channel first yields the current leader (Leader{} when
-// nobody leads), then every change of leader or of its value, in the order etcd applied
-// them, each once, Leader{} whenever nobody leads. It closes when ctx ends, when the client
-// is closed, or when etcd refuses to let this client read the name (auth: no read
-// permission on it, or revoked), which Leader then reports as an error. Otherwise it rides
-// out leader changes of etcd, members that apply behind, and compaction (the observer then
-// reads the election again and sends what changed).
+// Observe follows the election: the channel first yields the current leader ([Leader]{}
+// when nobody leads), then every change of leader or of its value, in the order etcd applied
+// them, each once, and Leader{} whenever nobody leads. It rides out leader changes of etcd,
+// members that apply behind, and compaction (the observer then reads the election again and
+// sends what changed). It closes when ctx ends, when the client is closed, or when etcd
+// refuses to let this client read the name (no read permission, or revoked), which
+// [Election.Leader] then reports as an error; at once on an Election not made by [New] or
+// through a closed client, and with ctx done already, having yielded at most the current
+// leader.
 //
 // A reader that keeps up sees every change. One that lags keeps up to 128 changes queued;
-// past that it skips the oldest, so it may miss intermediate values, but never sees them
-// out of order and always ends with the latest. The observers of one client share one
-// watch of the name. On an Election not made by New, or through a closed client, the
-// channel is closed at once; with ctx done already, it closes at once too, having yielded
-// at most the current leader.
+// past that it skips the oldest, so it may miss intermediate values, but never sees them out
+// of order and always ends with the latest.
+//
+// Cost: the observers of one client share one watch of the name.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
 	if e.queue().Unusable() != nil {

@@ -11,23 +11,24 @@ import (
 
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
 )
 
 func TestObserveSeesEveryValueInOrderAndTheHandover(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name, proclaims = "observe-all", 40
 	admin := cluster.Client(t)
 	watcher := newElection(t, cluster.Client(t), name)
 	octx, stop := context.WithCancel(ctx)
 	obs := watcher.Observe(octx)
-	assert.Equal(t, election.Leader{}, next(t, obs), "no leader yet")
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs), "no leader yet")
 
 	first := newElection(t, cluster.Client(t), name)
 	second := newElection(t, cluster.Client(t), name)
 	require.NoError(t, first.Campaign(ctx, "first-0"))
 	waiting := campaignAsync(ctx, second, "second")
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 
 	// The reader keeps up; the proclaims are as fast as etcd takes them, so several may
 	// come in one watch response.
@@ -63,37 +64,37 @@ func TestObserveSeesEveryValueInOrderAndTheHandover(t *testing.T) {
 }
 
 func TestObserveStartsWithTheCurrentLeaderAndSendsNoRepeats(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "observe-current"
 	leader := newElection(t, cluster.Client(t), name)
 	require.NoError(t, leader.Campaign(ctx, "v1"))
 	obs := newElection(t, cluster.Client(t), name).Observe(ctx)
-	assert.Equal(t, election.Leader{Value: "v1", Token: leader.Token()}, next(t, obs))
+	assert.Equal(t, election.Leader{Value: "v1", Token: leader.Token()}, primtest.NextLeader(t, obs))
 
 	// Proclaiming the same value changes nothing an observer sees.
 	require.NoError(t, leader.Proclaim(ctx, "v1"))
 	require.NoError(t, leader.Proclaim(ctx, "v2"))
-	assert.Equal(t, election.Leader{Value: "v2", Token: leader.Token()}, next(t, obs))
+	assert.Equal(t, election.Leader{Value: "v2", Token: leader.Token()}, primtest.NextLeader(t, obs))
 	require.NoError(t, leader.Resign(ctx))
-	assert.Equal(t, election.Leader{}, next(t, obs))
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs))
 }
 
 // TestObserveCoalescesForASlowReader proclaims more values than an observer queues while
 // its reader does not read: the reader then gets a suffix of them, in order, ending with
 // the latest.
 func TestObserveCoalescesForASlowReader(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name, proclaims = "observe-slow", 300
 	leader := newElection(t, cluster.Client(t), name)
 	require.NoError(t, leader.Campaign(ctx, "0"))
 	obs := newElection(t, cluster.Client(t), name).Observe(ctx)
-	assert.Equal(t, election.Leader{Value: "0", Token: leader.Token()}, next(t, obs))
+	assert.Equal(t, election.Leader{Value: "0", Token: leader.Token()}, primtest.NextLeader(t, obs))
 	for i := 1; i <= proclaims; i++ {
 		require.NoError(t, leader.Proclaim(ctx, fmt.Sprint(i)))
 	}
 	last := 0
 	for last != proclaims {
-		l := next(t, obs)
+		l := primtest.NextLeader(t, obs)
 		var n int
 		_, err := fmt.Sscan(l.Value, &n)
 		require.NoError(t, err)
@@ -101,20 +102,16 @@ func TestObserveCoalescesForASlowReader(t *testing.T) {
 		last = n
 	}
 	require.NoError(t, leader.Resign(ctx))
-	assert.Equal(t, election.Leader{}, next(t, obs))
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs))
 }
 
 // TestObserversOfOneClientShareItsWatch: one watch and one read for all the observers of a
 // client, however many there are.
 func TestObserversOfOneClientShareItsWatch(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "observe-shared"
 	cnt := &rpcstat.Counter{}
-	cfg := cluster.ClientConfig()
-	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err := cluster.Open(cfg)
-	require.NoError(t, err)
-	defer cli.Close()
+	cli := primtest.CountedClient(t, cluster, cnt)
 	leader := newElection(t, cluster.Client(t), name)
 	require.NoError(t, leader.Campaign(ctx, "a"))
 	var chans []<-chan election.Leader
@@ -122,11 +119,11 @@ func TestObserversOfOneClientShareItsWatch(t *testing.T) {
 		chans = append(chans, newElection(t, cli, name).Observe(ctx))
 	}
 	for _, obs := range chans {
-		assert.Equal(t, "a", next(t, obs).Value)
+		assert.Equal(t, "a", primtest.NextLeader(t, obs).Value)
 	}
 	require.NoError(t, leader.Proclaim(ctx, "b"))
 	for _, obs := range chans {
-		assert.Equal(t, "b", next(t, obs).Value)
+		assert.Equal(t, "b", primtest.NextLeader(t, obs).Value)
 	}
 	counts := cnt.Counts()
 	assert.Equal(t, int64(1), counts["Watch.send"], "watches created for %d observers", len(chans))

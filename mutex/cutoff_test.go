@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/mutex"
 )
 
@@ -38,7 +39,7 @@ func TestAHolderCutOffDuringUnlockIsToldItLost(t *testing.T) {
 	next := newMutex(t, etcdtest.PinnedClient(t, c, other), name)
 	served := make(chan error, 1)
 	go func() { served <- next.Lock(ctx) }()
-	awaitKeys(t, etcdtest.PinnedClient(t, c, leader), name, 2)
+	primtest.AwaitKeys(t, etcdtest.PinnedClient(t, c, leader), name, 2)
 
 	c.Partition(cut)
 	unlocked := make(chan error, 1)

@@ -1,16 +1,15 @@
 // Package mutex is a distributed mutual-exclusion lock on etcd, granted first come, first
 // served in the order of the keys' create revisions.
 //
-// Each Lock writes one key "<name>/<lease hex>_<n>" bound to a lease that every
-// primitive on the same client and TTL shares, and waits for the keys created before it to
-// go. For a name without '/' and '%', that is the layout of etcd's concurrency.Mutex and of
-// `etcdctl lock`, so all three exclude one another on the same name; other names are
-// escaped so that "a", "a/b" and "ab" never meet.
+// Each [Mutex.Lock] writes one key "<name>/<lease hex>_<n>", bound to a lease that every
+// primitive on the same client and TTL shares. For a name without '/' and '%' that is the
+// layout of etcd's concurrency.Mutex and of `etcdctl lock`, so all three exclude one another
+// on the same name; other names are escaped, so that "a", "a/b" and "ab" never meet.
 //
-// A lock is not a fence. A process that pauses (GC, swap, a stopped VM) may wake after its
+// A lock is not a fence: a process that pauses (GC, swap, a stopped VM) may wake after its
 // lease expired and another holder came in, with nothing to tell it in time. Guard every
-// write that the lock protects with IsOwner in the same Txn, or with Token where the
-// storage can compare tokens, so that the write of a holder that lost the lock fails.
+// write the lock protects with [Mutex.IsOwner] in the same Txn, or with [Mutex.Token] where
+// the storage can compare tokens, so that the write of a holder that lost the lock fails.
 //
 // See Example for a fenced write, and examples/counter for a program.
 package mutex

@@ -17,6 +17,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/mutex"
 )
 
@@ -90,7 +91,7 @@ func cutOffHolder(t *testing.T, ttl time.Duration, name string) time.Duration {
 		// Decided here, not by comparing timestamps: the holder must already know.
 		servedc <- served{at: at, doneClosed: closed(holder.Done()), err: err}
 	}()
-	awaitKeys(t, cluster.Client(t), name, 2)
+	primtest.AwaitKeys(t, cluster.Client(t), name, 2)
 
 	proxy.Blackhole()
 	s := etcdtest.Within(t, servedc, ttl+30*time.Second, "the waiter, once the holder's lease expired")
@@ -120,7 +121,7 @@ func cutOffHolder(t *testing.T, ttl time.Duration, name string) time.Duration {
 // waiter is served without waiting for a TTL, and the next Lock on the same client and
 // handle gets a new lease and works as usual.
 func TestAHolderPresumedLostReleasesItsKeyWhenEtcdAnswers(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name, ttl = "presumed-lost", 2 * time.Second
 	cli, proxy := etcdtest.ProxiedClient(t, cluster, 0)
 	holder := newMutex(t, cli, name, mutex.WithTTL(ttl))
@@ -139,7 +140,7 @@ func TestAHolderPresumedLostReleasesItsKeyWhenEtcdAnswers(t *testing.T) {
 
 	waiter := newMutex(t, cluster.Client(t), name)
 	served := etcdtest.Async(func() error { return waiter.Lock(ctx) })
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 	proxy.Blackhole()
 	etcdtest.Within(t, holder.Done(), 3*ttl, "the holder's local deadline")
 	assert.ErrorIs(t, holder.Err(), mutex.ErrLost)
@@ -162,7 +163,7 @@ func TestAHolderPresumedLostReleasesItsKeyWhenEtcdAnswers(t *testing.T) {
 // closes, Err says ErrLost) and frees their keys, so a waiter elsewhere is served without
 // waiting for the 60 s TTL; after Close, no goroutine of the client is left.
 func TestShutdownRevokesTheSharedLease(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "shutdown"
 	ignore := goleak.IgnoreCurrent()
 	cli, admin, wcli := newClient(t), newClient(t), newClient(t)
@@ -172,7 +173,7 @@ func TestShutdownRevokesTheSharedLease(t *testing.T) {
 	require.NoError(t, other.Lock(ctx))
 	waiter := newMutex(t, wcli, name)
 	served := etcdtest.Async(func() error { return waiter.Lock(ctx) })
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 
 	require.NoError(t, mutex.Shutdown(ctx, cli))
 	require.NoError(t, etcdtest.Within(t, served, 10*time.Second, "the waiter, once the holder's lease is revoked"))
@@ -180,7 +181,7 @@ func TestShutdownRevokesTheSharedLease(t *testing.T) {
 		etcdtest.Within(t, m.Done(), 5*time.Second, "a hold on the revoked lease ends")
 		assert.ErrorIs(t, m.Err(), mutex.ErrLost)
 	}
-	assert.Zero(t, keysOf(t, admin, name+"-other"))
+	assert.Zero(t, primtest.Keys(t, admin, name+"-other"))
 	require.NoError(t, waiter.Unlock(ctx))
 	for _, c := range []*clientv3.Client{cli, admin, wcli} {
 		require.NoError(t, c.Close())
@@ -191,7 +192,7 @@ func TestShutdownRevokesTheSharedLease(t *testing.T) {
 // TestAClosedClientLeavesNoGoroutineAndNoKey: a client closed while it holds leaves no
 // goroutine behind at once, and its keys go with its lease, a TTL later.
 func TestAClosedClientLeavesNoGoroutineAndNoKey(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "closed-holding"
 	ignore := goleak.IgnoreCurrent()
 	cli := newClient(t)
@@ -200,7 +201,7 @@ func TestAClosedClientLeavesNoGoroutineAndNoKey(t *testing.T) {
 	require.NoError(t, cli.Close())
 	etcdtest.Within(t, holder.Done(), 5*time.Second, "the hold of a closed client ends")
 	goleak.VerifyNone(t, ignore)
-	awaitKeys(t, cluster.Client(t), name, 0)
+	primtest.AwaitKeys(t, cluster.Client(t), name, 0)
 }
 
 // newClient opens a client the test closes itself (Close twice is harmless).
@@ -270,7 +271,7 @@ func TestNoSpuriousLossOnAHealthyCluster(t *testing.T) {
 // served once the lease expires), instead of the hold going back to held with nothing
 // watching it.
 func TestDoneClosesWhenTheSessionEndsDuringAFailedUnlock(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "cut-unlock"
 	cli, proxy := etcdtest.ProxiedClient(t, cluster, 0)
 	holder := newMutex(t, cli, name, mutex.WithTTL(2*time.Second))

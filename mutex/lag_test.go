@@ -2,7 +2,6 @@ package mutex_test
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/mutex"
 )
 
 // TestExclusionWithClientsOnLaggingMembers contends for one mutex from clients pinned to each
@@ -27,35 +27,27 @@ func TestExclusionWithClientsOnLaggingMembers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	var inside, overlaps, done atomic.Int64
-	var spurious etcdtest.Tally // Lock errors although nothing was lost
-	var wg sync.WaitGroup
-	for i := range clients {
-		m := newMutex(t, etcdtest.SpreadClient(t, c, i%c.Size()), "lag")
-		wg.Go(func() {
-			for n := 0; n < cycles && ctx.Err() == nil; {
-				if err := m.Lock(ctx); err != nil {
-					if ctx.Err() == nil {
-						spurious.Add(err)
-					}
-					continue
-				}
-				if inside.Add(1) != 1 {
-					overlaps.Add(1)
-				}
-				inside.Add(-1)
-				if err := m.Unlock(ctx); err != nil && ctx.Err() == nil {
-					t.Errorf("unlock: %v", err)
-				}
-				n++
-				done.Add(1)
-			}
-		})
+	handles := make([]*mutex.Mutex, clients)
+	for i := range handles {
+		handles[i] = newMutex(t, etcdtest.SpreadClient(t, c, i%c.Size()), "lag")
 	}
-	wg.Wait()
-	require.NoError(t, ctx.Err(), "out of time after %d cycles", done.Load())
+	var inside, overlaps atomic.Int64
+	done, spurious := etcdtest.Cycles(ctx, clients, cycles, func(ctx context.Context, i int) error {
+		if err := handles[i].Lock(ctx); err != nil {
+			return err
+		}
+		if inside.Add(1) != 1 {
+			overlaps.Add(1)
+		}
+		inside.Add(-1)
+		if err := handles[i].Unlock(ctx); err != nil && ctx.Err() == nil {
+			t.Errorf("unlock: %v", err)
+		}
+		return nil
+	})
+	require.NoError(t, ctx.Err(), "out of time after %d cycles", done)
 
-	assert.Zero(t, overlaps.Load(), "two holders at once, in %d cycles", done.Load())
+	assert.Zero(t, overlaps.Load(), "two holders at once, in %d cycles", done)
 	assert.Empty(t, spurious.String(), "Lock failed although nothing was lost: %s", spurious.String())
-	assert.Equal(t, int64(clients*cycles), done.Load())
+	assert.Equal(t, int64(clients*cycles), done)
 }

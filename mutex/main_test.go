@@ -1,15 +1,10 @@
 package mutex_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
-	"github.com/stretchr/testify/require"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/mutex"
 )
 
@@ -17,27 +12,4 @@ var cluster *etcdtest.Cluster
 
 func TestMain(m *testing.M) { etcdtest.Main(m, &cluster) }
 
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func newMutex(t *testing.T, cli *clientv3.Client, name string, opts ...mutex.Option) *mutex.Mutex {
-	t.Helper()
-	m, err := mutex.New(cli, name, opts...)
-	require.NoError(t, err)
-	return m
-}
-
-// keysOf counts the keys of name in etcd.
-func keysOf(t *testing.T, cli *clientv3.Client, name string) int64 {
-	t.Helper()
-	return etcdtest.CountKeys(t, cli, core.NamePrefix(name))
-}
-
-// awaitKeys returns once name has n keys, woken by watch events rather than polling.
-func awaitKeys(t *testing.T, cli *clientv3.Client, name string, n int64) {
-	t.Helper()
-	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), n)
-}
+var newMutex = primtest.MustNew(mutex.New)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	mt "github.com/etcdsync/etcdsync/internal/metrictest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/mutex"
 )
 
@@ -28,7 +29,7 @@ var (
 // cancelled while queued and a release are each measured once, with their outcome; the
 // waiter is counted while it waits, the hold while it lasts, and both are back at zero.
 func TestMetricsCountAKnownWorkload(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	r := mt.NewReader(t)
 	const name = "metrics-workload"
 	cli := cluster.Client(t)
@@ -44,7 +45,7 @@ func TestMetricsCountAKnownWorkload(t *testing.T) {
 
 	wctx, cancel := context.WithCancel(ctx)
 	waited := etcdtest.Async(func() error { return other.Lock(wctx) })
-	awaitKeys(t, cli, name, 2)
+	primtest.AwaitKeys(t, cli, name, 2)
 	assert.EqualValues(t, 1, r.Collect(t).Sum(mt.Waiters, primMutex), "one waiter while it waits")
 	cancel()
 	require.ErrorIs(t, etcdtest.Within(t, waited, 10*time.Second, "the cancelled Lock"), context.Canceled)
@@ -100,7 +101,7 @@ func TestMetricsCountLossesByCause(t *testing.T) {
 			}
 			t.Run(c.cause+"/"+seen, func(t *testing.T) {
 				sr := mt.Spans(t)
-				ctx, parent := mt.Parent(testContext(t), "request")
+				ctx, parent := mt.Parent(etcdtest.Context(t), "request")
 				defer parent.End()
 				r := mt.NewReader(t)
 				cli := cluster.Client(t)
@@ -134,7 +135,7 @@ func TestMetricsCountALossAtTheLocalDeadline(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for a lease's local deadline")
 	}
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	r := mt.NewReader(t)
 	cli, proxy := etcdtest.ProxiedClient(t, cluster, 0)
 	m := newMutex(t, cli, "metrics-deadline", mutex.WithTTL(2*time.Second), mutex.WithMeterProvider(r.Provider))
@@ -162,7 +163,7 @@ func TestMetricsCountALossAtTheLocalDeadline(t *testing.T) {
 // TestMetricsCarryTheNameOnlyWithNameAttribute: with WithNameAttribute every measurement of
 // the handle carries its name.
 func TestMetricsCarryTheNameOnlyWithNameAttribute(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	r := mt.NewReader(t)
 	const name = "metrics-named"
 	named := newMutex(t, cluster.Client(t), name, mutex.WithMeterProvider(r.Provider), mutex.WithNameAttribute())
@@ -182,7 +183,7 @@ func TestMetricsCarryTheNameOnlyWithNameAttribute(t *testing.T) {
 // Unlock is a span, a child of the caller's, with the outcome.
 func TestSpansShowAcquisitionsAndReleases(t *testing.T) {
 	sr := mt.Spans(t)
-	ctx, parent := mt.Parent(testContext(t), "request")
+	ctx, parent := mt.Parent(etcdtest.Context(t), "request")
 	const name = "metrics-spans"
 	holder := newMutex(t, cluster.Client(t), name)
 	other := newMutex(t, cluster.Client(t), name)

@@ -10,14 +10,15 @@ import (
 	"github.com/etcdsync/etcdsync/internal/core"
 )
 
-// Mutex is a distributed lock on one name. It is safe for use by several goroutines: like
-// sync.Mutex, a Lock on a handle that holds the lock waits for its Unlock, and it never
-// re-enters (see package reentrant for that).
+// Mutex is a distributed lock on one name, safe for use by several goroutines. Like
+// [sync.Mutex], a Lock on a handle that holds the lock waits for its Unlock; it never
+// re-enters (that is package reentrant).
 //
-// Only New makes a usable Mutex. The zero Mutex and a nil *Mutex hold nothing and take
-// nothing: Lock and TryLock return ErrInvalidOption, Unlock an error matching both
-// ErrInvalidOption and ErrNotLocked, and the others report no hold (Token 0, Done closed,
-// Err ErrNotLocked, IsOwner never true, Key ""). None of them blocks or panics.
+// Only [New] makes a usable Mutex. The zero Mutex and a nil *Mutex hold nothing and take
+// nothing, and none of their methods blocks or panics: Lock and TryLock return
+// [ErrInvalidOption], Unlock an error matching both ErrInvalidOption and [ErrNotLocked], and
+// the others report no hold (Token 0, Done closed, Err ErrNotLocked, IsOwner never true,
+// Key "").
 type Mutex struct {
 	name      string
 	q         *core.Queue
@@ -30,8 +31,8 @@ type Mutex struct {
 	waiting string // key of the acquisition under way
 }
 
-// New returns a Mutex on name over cli. It does no I/O. A bad name returns ErrInvalidName,
-// a bad option or a nil client ErrInvalidOption, both wrapped with the detail.
+// New returns a Mutex on name over cli. It does no I/O. Errors, wrapped with the detail:
+// [ErrInvalidName] for a bad name, [ErrInvalidOption] for a bad option or a nil cli.
 func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 	if err := core.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("mutex: %w", err)
@@ -60,18 +61,17 @@ func (m *Mutex) queue() *core.Queue {
 	return m.q
 }
 
-// Lock waits until the lock is held, in FIFO order with every other waiter on the name.
-// Uncontended it costs one Txn (and one lease grant on the client's first use). With ctx
-// done already it returns ctx's error, wrapped, having sent nothing. If ctx ends while it
-// waits, it returns ctx's error after deleting its key; if ctx ends while the Txn that
-// writes the key is in flight, Lock waits up to a second more for its answer, since etcd
-// may apply it after the delete otherwise, and up to a second for the delete; a delete that
-// etcd does not answer by then is done in the background. ErrLost means the session's
-// lease expired while waiting; the next Lock takes a new one. ErrInvalidOption: m was not
-// made by New, or its client is closed.
+// Lock waits until m holds the lock, in FIFO order with every other waiter on the name. The
+// handle stays taken until [Mutex.Unlock], also once its hold is lost: Unlock (which then
+// returns [ErrLost]) before m can Lock again.
 //
-// Like a sync.Mutex, a handle stays taken from Lock to Unlock, also when its hold was lost
-// in between: call Unlock (it returns ErrLost) before this handle can Lock again.
+// Errors: ctx's error, wrapped, when ctx ends; with ctx done already, having sent nothing;
+// otherwise after deleting its key (with a Txn in flight it awaits the answer up to 1 s more,
+// then the delete up to 1 s; a delete etcd has not answered by then finishes in the
+// background). [ErrLost]: the session's lease expired while waiting; the next Lock takes a
+// new one. [ErrInvalidOption]: m was not made by [New], or its client is closed.
+//
+// Cost: one Txn uncontended, and one lease grant on the client's first use.
 func (m *Mutex) Lock(ctx context.Context) (err error) {
 	if err := m.queue().Unusable(); err != nil {
 		return m.errorf("lock", err)
@@ -95,10 +95,14 @@ func (m *Mutex) Lock(ctx context.Context) (err error) {
 	return nil
 }
 
-// TryLock takes the lock only if nobody holds it or waits for it; otherwise, or if this
-// handle holds or waits already, it returns ErrLocked having written nothing. One Txn.
-// With ctx done already it returns ctx's error having sent nothing; if ctx ends while its
-// Txn is in flight, it returns within about 2 s (see Lock). ErrInvalidOption as for Lock.
+// TryLock takes the lock only if nobody holds it or waits for it, and m neither holds nor
+// waits.
+//
+// Errors: [ErrLocked] otherwise, having written nothing. ctx's error, having sent nothing,
+// with ctx done already; within about 2 s if ctx ends while its Txn is in flight (see
+// [Mutex.Lock]). [ErrInvalidOption] as for Lock.
+//
+// Cost: one Txn.
 func (m *Mutex) TryLock(ctx context.Context) (err error) {
 	if err := m.queue().Unusable(); err != nil {
 		return m.errorf("try lock", err)
@@ -122,16 +126,18 @@ func (m *Mutex) TryLock(ctx context.Context) (err error) {
 	return nil
 }
 
-// Unlock releases the lock: one Txn that deletes the key only while its create revision is
-// still this hold's, so a late or repeated Unlock never frees a newer holder. It returns
-// ErrNotLocked without a hold, and ErrLost (the hold has ended all the same) if the hold
-// was lost before, or if the client is closed: the key then goes with its lease. If etcd
-// cannot be reached before ctx ends, or ctx is done already (Unlock then sends nothing),
-// the lock stays held and Unlock may be called again: give it a ctx that outlives the work
-// it guards, such as context.Background(). An Unlock that comes while another one runs
-// waits for its outcome, then returns ErrNotLocked if it released the lock, and otherwise
-// tries itself. On a Mutex not made by New it returns an error matching ErrInvalidOption
-// and ErrNotLocked.
+// Unlock releases the lock, with a delete fenced on the key's create revision: a late or
+// repeated Unlock never frees a newer holder. If etcd cannot be reached before ctx ends, or
+// ctx is done already (then nothing is sent), the lock stays held and Unlock may be called
+// again: give it a ctx that outlives the work it guards, such as [context.Background]. An
+// Unlock during another one waits for its outcome, then returns [ErrNotLocked] if that
+// released the lock, and otherwise tries itself.
+//
+// Errors: [ErrNotLocked] without a hold. [ErrLost] if the hold was lost before, or the client
+// is closed; the hold has ended all the same (the key goes with its lease). On a Mutex not
+// made by [New], an error matching [ErrInvalidOption] and ErrNotLocked.
+//
+// Cost: one Txn.
 func (m *Mutex) Unlock(ctx context.Context) (err error) {
 	if m.queue() == nil {
 		return m.errorf("unlock", core.Unheld(m.queue().Unusable()))
@@ -178,33 +184,33 @@ func (m *Mutex) setWaiting(key string) {
 	m.mu.Unlock()
 }
 
-// Token is the fencing token of the hold: its key's create revision, strictly increasing
-// across the successive holders of the name. 0 without a hold. No I/O, as for Done, Err,
-// IsOwner and Key.
+// Token is the hold's fencing token: its key's create revision, strictly increasing across
+// the successive holders of the name; 0 without a hold. Like Done, Err, IsOwner and Key, it
+// does no I/O.
 func (m *Mutex) Token() int64 {
 	return m.current().Token()
 }
 
-// Done is closed when the current hold ends: by Unlock, or by loss (then Err is ErrLost).
-// Without a hold it is an already closed channel.
+// Done is closed when the current hold ends, by [Mutex.Unlock] or by loss (then Err is
+// [ErrLost]); without a hold it is a closed channel.
 //
-// The first call to Done or Err on a hold starts a watch of its key and session (from the
-// key's creation on, so a loss that came before is reported at once); a hold that is never
-// asked costs no watch. Either way Unlock reports a loss, and IsOwner fences writes.
+// Cost: the first call to Done or Err on a hold starts a watch of its key and session, from
+// the key's creation on (so a loss that came before is reported at once); a hold never asked
+// costs no watch, and Unlock still reports a loss and IsOwner still fences.
 func (m *Mutex) Done() <-chan struct{} {
 	return m.current().Done()
 }
 
-// Err is nil while the lock is held, ErrLost once the hold was lost (its key deleted, its
-// lease expired or revoked) until Unlock, and ErrNotLocked without a hold. See Done for
-// when a loss becomes known.
+// Err is nil while the lock is held, [ErrLost] once the hold was lost (its key deleted, its
+// lease expired or revoked) until Unlock, and [ErrNotLocked] without a hold. See
+// [Mutex.Done] for when a loss becomes known.
 func (m *Mutex) Err() error {
 	return m.current().Err()
 }
 
-// IsOwner is a Txn compare that succeeds only while this hold's key exists with its
-// create revision: put it in the If of every write the lock guards. Without a hold it
-// never succeeds.
+// IsOwner is a Txn compare that succeeds only while this hold's key exists with its create
+// revision: put it in the If of every write the lock guards. Without a hold it never
+// succeeds.
 func (m *Mutex) IsOwner() clientv3.Cmp {
 	if m.queue() == nil {
 		return core.UnmadeOwner()

@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
 	"github.com/etcdsync/etcdsync/mutex"
 )
@@ -53,14 +54,7 @@ var impls = []impl{
 // benchClient is a client whose RPCs are counted.
 func benchClient(b *testing.B) (*clientv3.Client, *rpcstat.Counter) {
 	cnt := &rpcstat.Counter{}
-	cfg := cluster.ClientConfig()
-	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err := cluster.Open(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cli.Close() })
-	return cli, cnt
+	return primtest.CountedClient(b, cluster, cnt), cnt
 }
 
 // openWarm opens n lockers of im on name, each on its own counted client, and locks and

@@ -2,9 +2,6 @@ package mutex_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,42 +13,10 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
 	"github.com/etcdsync/etcdsync/mutex"
 )
-
-func TestWaitersAreServedInArrivalOrder(t *testing.T) {
-	ctx := testContext(t)
-	const name, waiters = "fifo", 5
-	admin := cluster.Client(t)
-	holder := newMutex(t, cluster.Client(t), name)
-	require.NoError(t, holder.Lock(ctx))
-
-	var (
-		mu    sync.Mutex
-		order []int
-		wg    sync.WaitGroup
-	)
-	for i := range waiters {
-		m := newMutex(t, cluster.Client(t), name)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if !assert.NoError(t, m.Lock(ctx)) {
-				return
-			}
-			mu.Lock()
-			order = append(order, i)
-			mu.Unlock()
-			assert.NoError(t, m.Unlock(ctx))
-		}()
-		awaitKeys(t, admin, name, int64(i+2)) // waiter i is in line before i+1 starts
-	}
-	require.NoError(t, holder.Unlock(ctx))
-	wg.Wait()
-	assert.Equal(t, []int{0, 1, 2, 3, 4}, order)
-	assert.Zero(t, keysOf(t, admin, name))
-}
 
 func TestMutualExclusionAcrossClients(t *testing.T) {
 	handles := make([]*mutex.Mutex, 4)
@@ -64,14 +29,14 @@ func TestMutualExclusionAcrossClients(t *testing.T) {
 func TestSharedHandleLetsOneGoroutineInAtATime(t *testing.T) {
 	m := newMutex(t, cluster.Client(t), "shared-handle")
 	lockInTurns(t, []*mutex.Mutex{m, m, m, m, m, m}, 8)
-	assert.ErrorIs(t, m.Unlock(testContext(t)), mutex.ErrNotLocked)
+	assert.ErrorIs(t, m.Unlock(etcdtest.Context(t)), mutex.ErrNotLocked)
 }
 
 // lockInTurns runs a goroutine per entry of handles (a handle may appear more than once),
 // each locking and unlocking rounds times, and fails the test if two are ever inside at
 // once or a cycle fails.
 func lockInTurns(t *testing.T, handles []*mutex.Mutex, rounds int) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	var inside, total atomic.Int64
 	var wg sync.WaitGroup
 	for _, m := range handles {
@@ -91,96 +56,23 @@ func lockInTurns(t *testing.T, handles []*mutex.Mutex, rounds int) {
 	assert.Equal(t, int64(len(handles)*rounds), total.Load())
 }
 
-func TestTryLockFailsAtOnceAndWritesNothing(t *testing.T) {
-	ctx := testContext(t)
-	const name = "try"
-	admin := cluster.Client(t)
-	holder := newMutex(t, cluster.Client(t), name)
+// TestAHoldingHandlesOwnTryLockFails: a Mutex never re-enters, not even by TryLock (the
+// try of another handle: primtest's TestAFailedTryReturnsAtOnceAndWritesNothing).
+func TestAHoldingHandlesOwnTryLockFails(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	holder := newMutex(t, cluster.Client(t), "try-own")
 	require.NoError(t, holder.TryLock(ctx))
-	other := newMutex(t, cluster.Client(t), name)
-
-	before := etcdtest.Revision(t, admin)
-	start := time.Now()
-	err := other.TryLock(ctx)
-	assert.ErrorIs(t, err, mutex.ErrLocked)
-	assert.Less(t, time.Since(start), 5*time.Second, "TryLock waited")
-	etcdtest.NoWrites(t, admin, before, "a failed TryLock wrote")
-	assert.Equal(t, int64(1), keysOf(t, admin, name))
-	assert.ErrorIs(t, other.Err(), mutex.ErrNotLocked)
-	assert.Zero(t, other.Token())
-
-	// A holding handle's own TryLock fails too: it never re-enters.
+	before := etcdtest.Revision(t, cluster.Client(t))
 	assert.ErrorIs(t, holder.TryLock(ctx), mutex.ErrLocked)
+	etcdtest.NoWrites(t, cluster.Client(t), before, "a failed TryLock wrote")
 	require.NoError(t, holder.Unlock(ctx))
-	require.NoError(t, other.TryLock(ctx))
-	require.NoError(t, other.Unlock(ctx))
-	assert.Zero(t, keysOf(t, admin, name))
-}
-
-func TestCancelledLockReturnsContextErrorAndLeavesNoKey(t *testing.T) {
-	ctx := testContext(t)
-	const name = "cancel"
-	admin := cluster.Client(t)
-	holder := newMutex(t, cluster.Client(t), name)
-	require.NoError(t, holder.Lock(ctx))
-
-	waiter := newMutex(t, cluster.Client(t), name)
-	wctx, cancel := context.WithCancel(ctx)
-	errc := make(chan error, 1)
-	go func() { errc <- waiter.Lock(wctx) }()
-	awaitKeys(t, admin, name, 2)
-	assert.NotEmpty(t, waiter.Key())
-	cancel()
-	err := etcdtest.Within(t, errc, 10*time.Second, "cancelled Lock returns")
-	assert.ErrorIs(t, err, context.Canceled)
-	assert.Equal(t, int64(1), keysOf(t, admin, name), "the cancelled waiter's key is left")
-	assert.Empty(t, waiter.Key())
-
-	dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer dcancel()
-	assert.ErrorIs(t, waiter.Lock(dctx), context.DeadlineExceeded)
-	assert.Equal(t, int64(1), keysOf(t, admin, name), "the timed-out waiter's key is left")
-	require.NoError(t, holder.Unlock(ctx))
-	assert.Zero(t, keysOf(t, admin, name))
-}
-
-func TestLockWithADoneContextSendsNothing(t *testing.T) {
-	cnt := &rpcstat.Counter{}
-	cfg := cluster.ClientConfig()
-	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err := cluster.Open(cfg)
-	require.NoError(t, err)
-	defer cli.Close()
-	m := newMutex(t, cli, "done-context")
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	for range 20 { // the handle's turn is free too: a select must not pick it
-		assert.ErrorIs(t, m.Lock(ctx), context.Canceled)
-		assert.ErrorIs(t, m.TryLock(ctx), context.Canceled)
-	}
-	assert.Empty(t, cnt.Counts(), "RPCs sent for a done context")
-}
-
-func TestNestedNamesAreIndependent(t *testing.T) {
-	ctx := testContext(t)
-	cli := cluster.Client(t)
-	names := []string{"a", "a/b", "ab", "a/", "a%2Fb", "/a"}
-	held := make([]*mutex.Mutex, len(names))
-	for i, name := range names {
-		held[i] = newMutex(t, cli, name)
-		require.NoError(t, held[i].TryLock(ctx), "name %q blocked by another", name)
-	}
-	for i, m := range held {
-		assert.Equal(t, int64(1), keysOf(t, cli, names[i]), "name %q sees another's key", names[i])
-		require.NoError(t, m.Unlock(ctx))
-	}
 }
 
 // TestWithPrefixKeepsKeysUnderItAndNamesApart: under WithPrefix, a name's keys lie below the
 // prefix, names with '/' stay independent of their parents, and a plain name shares etcd's
 // layout for prefix+name, so etcd's Mutex on "app/lock" excludes ours on "lock".
 func TestWithPrefixKeepsKeysUnderItAndNamesApart(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	cli := cluster.Client(t)
 	const prefix = "tenant-a/"
 	names := []string{"lock", "lock/sub", "lock/", "locks"}
@@ -192,7 +84,7 @@ func TestWithPrefixKeepsKeysUnderItAndNamesApart(t *testing.T) {
 	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	require.NoError(t, err)
 	assert.Len(t, resp.Kvs, len(names), "every hold's key lies under the prefix")
-	assert.Zero(t, keysOf(t, cli, "lock"), "a name outside the prefix sees the prefixed holds")
+	assert.Zero(t, primtest.Keys(t, cli, "lock"), "a name outside the prefix sees the prefixed holds")
 	for _, m := range held {
 		require.NoError(t, m.Unlock(ctx))
 	}
@@ -209,84 +101,8 @@ func TestWithPrefixKeepsKeysUnderItAndNamesApart(t *testing.T) {
 	require.NoError(t, theirs.Unlock(ctx))
 }
 
-func TestTokensIncreaseAcrossHolders(t *testing.T) {
-	ctx := testContext(t)
-	a := newMutex(t, cluster.Client(t), "tokens")
-	b := newMutex(t, cluster.Client(t), "tokens")
-	var last int64
-	for i := range 6 {
-		m := a
-		if i%2 == 1 {
-			m = b
-		}
-		require.NoError(t, m.Lock(ctx))
-		assert.Greater(t, m.Token(), last)
-		last = m.Token()
-		require.NoError(t, m.Unlock(ctx))
-		assert.Zero(t, m.Token())
-	}
-}
-
-func TestIsOwnerGuardsWritesOnlyWhileHeld(t *testing.T) {
-	ctx := testContext(t)
-	cli := cluster.Client(t)
-	m := newMutex(t, cli, "owner")
-	fencedPut := func(v string) bool {
-		resp, err := cli.Txn(ctx).If(m.IsOwner()).Then(clientv3.OpPut("owner-data", v)).Commit()
-		require.NoError(t, err)
-		return resp.Succeeded
-	}
-	assert.False(t, fencedPut("before"), "IsOwner held before Lock")
-	require.NoError(t, m.Lock(ctx))
-	assert.True(t, fencedPut("held"))
-	require.NoError(t, m.Unlock(ctx))
-	assert.False(t, fencedPut("after"), "IsOwner held after Unlock")
-	resp, err := cli.Get(ctx, "owner-data")
-	require.NoError(t, err)
-	assert.Equal(t, "held", string(resp.Kvs[0].Value))
-}
-
-func TestRevokedLeaseEndsHoldAndServesNextWaiter(t *testing.T) {
-	ctx := testContext(t)
-	const name = "revoked"
-	admin := cluster.Client(t)
-	holder := newMutex(t, cluster.Client(t), name)
-	require.NoError(t, holder.Lock(ctx))
-	done := holder.Done()
-	assert.NoError(t, holder.Err())
-
-	waiter := newMutex(t, cluster.Client(t), name)
-	errc := make(chan error, 1)
-	go func() { errc <- waiter.Lock(ctx) }()
-	awaitKeys(t, admin, name, 2)
-
-	resp, err := admin.Get(ctx, holder.Key())
-	require.NoError(t, err)
-	require.Len(t, resp.Kvs, 1)
-	_, err = admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
-	require.NoError(t, err)
-
-	etcdtest.Within(t, done, 3*time.Second, "Done closes after the lease is revoked")
-	assert.ErrorIs(t, holder.Err(), mutex.ErrLost)
-	require.NoError(t, etcdtest.Within(t, errc, 3*time.Second, "the next waiter is served"))
-	assert.NoError(t, waiter.Err())
-
-	// The lost holder's Unlock says so, frees the handle, and leaves the new hold alone.
-	assert.ErrorIs(t, holder.Unlock(ctx), mutex.ErrLost)
-	assert.ErrorIs(t, holder.Err(), mutex.ErrNotLocked)
-	assert.Equal(t, int64(1), keysOf(t, admin, name))
-	// The revoked session is replaced for the next acquisition.
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	relock := make(chan error, 1)
-	go func() { relock <- holder.Lock(lctx) }()
-	require.NoError(t, waiter.Unlock(ctx))
-	require.NoError(t, <-relock)
-	require.NoError(t, holder.Unlock(ctx))
-}
-
 func TestAHolderThatStopsRenewingLosesTheLockAndItsFence(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "stops-renewing"
 	cli := cluster.Client(t)
 	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(2))
@@ -298,7 +114,7 @@ func TestAHolderThatStopsRenewingLosesTheLockAndItsFence(t *testing.T) {
 	waiter := newMutex(t, cluster.Client(t), name)
 	errc := make(chan error, 1)
 	go func() { errc <- waiter.Lock(ctx) }()
-	awaitKeys(t, cli, name, 2)
+	primtest.AwaitKeys(t, cli, name, 2)
 
 	fencedPut := func(m *mutex.Mutex, v string) bool {
 		resp, err := cli.Txn(ctx).If(m.IsOwner()).Then(clientv3.OpPut("stops-renewing-data", v)).Commit()
@@ -317,7 +133,7 @@ func TestAHolderThatStopsRenewingLosesTheLockAndItsFence(t *testing.T) {
 }
 
 func TestLateUnlockNeverDeletesANewerHoldsKey(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	admin := cluster.Client(t)
 	m := newMutex(t, cluster.Client(t), "late-unlock")
 	require.NoError(t, m.Lock(ctx))
@@ -343,7 +159,7 @@ func TestLateUnlockNeverDeletesANewerHoldsKey(t *testing.T) {
 }
 
 func TestExcludesEtcdConcurrencyMutexBothWays(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "interop"
 	ours := newMutex(t, cluster.Client(t), name)
 	sess, err := concurrency.NewSession(cluster.Client(t))
@@ -359,7 +175,7 @@ func TestExcludesEtcdConcurrencyMutexBothWays(t *testing.T) {
 	cancel()
 	theirsLocked := make(chan error, 1)
 	go func() { theirsLocked <- theirs.Lock(ctx) }()
-	awaitKeys(t, sess.Client(), name, 2)
+	primtest.AwaitKeys(t, sess.Client(), name, 2)
 	require.NoError(t, ours.Unlock(ctx))
 	require.NoError(t, etcdtest.Within(t, theirsLocked, 10*time.Second, "etcd's Mutex gets the lock after ours"))
 
@@ -367,14 +183,14 @@ func TestExcludesEtcdConcurrencyMutexBothWays(t *testing.T) {
 	assert.ErrorIs(t, ours.TryLock(ctx), mutex.ErrLocked)
 	oursLocked := make(chan error, 1)
 	go func() { oursLocked <- ours.Lock(ctx) }()
-	awaitKeys(t, sess.Client(), name, 2)
+	primtest.AwaitKeys(t, sess.Client(), name, 2)
 	require.NoError(t, theirs.Unlock(ctx))
 	require.NoError(t, etcdtest.Within(t, oursLocked, 10*time.Second, "ours gets the lock after etcd's Mutex"))
 	require.NoError(t, ours.Unlock(ctx))
 }
 
 func TestClosingTheClientEndsAWaitingLock(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "client-closed"
 	admin := cluster.Client(t)
 	holder := newMutex(t, cluster.Client(t), name)
@@ -389,55 +205,14 @@ func TestClosingTheClientEndsAWaitingLock(t *testing.T) {
 	waiter := newMutex(t, cli, name, mutex.WithSession(sess))
 	errc := make(chan error, 1)
 	go func() { errc <- waiter.Lock(ctx) }()
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 	require.NoError(t, cli.Close())
 	assert.Error(t, etcdtest.Within(t, errc, 10*time.Second, "Lock returns once its client is closed"))
 	require.NoError(t, holder.Unlock(ctx))
 }
 
-func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
-	cli := cluster.Client(t)
-	sess, err := concurrency.NewSession(cli)
-	require.NoError(t, err)
-	defer sess.Close()
-	before := etcdtest.Revision(t, cli)
-
-	for _, tc := range []struct {
-		desc string
-		cli  *clientv3.Client
-		name string
-		opts []mutex.Option
-		want error
-	}{
-		{"empty name", cli, "", nil, mutex.ErrInvalidName},
-		{"NUL in name", cli, "a\x00b", nil, mutex.ErrInvalidName},
-		{"name over 512 bytes", cli, strings.Repeat("x", 513), nil, mutex.ErrInvalidName},
-		{"name not UTF-8", cli, "\xff", nil, mutex.ErrInvalidName},
-		{"TTL under a second", cli, "ok", []mutex.Option{mutex.WithTTL(500 * time.Millisecond)}, mutex.ErrInvalidOption},
-		{"negative TTL", cli, "ok", []mutex.Option{mutex.WithTTL(-time.Second)}, mutex.ErrInvalidOption},
-		{"nil session", cli, "ok", []mutex.Option{mutex.WithSession(nil)}, mutex.ErrInvalidOption},
-		{"TTL and session", cli, "ok", []mutex.Option{mutex.WithTTL(time.Minute), mutex.WithSession(sess)}, mutex.ErrInvalidOption},
-		{"nil option", cli, "ok", []mutex.Option{nil}, mutex.ErrInvalidOption},
-		{"prefix without a trailing slash", cli, "ok", []mutex.Option{mutex.WithPrefix("app")}, mutex.ErrInvalidOption},
-		{"empty prefix", cli, "ok", []mutex.Option{mutex.WithPrefix("")}, mutex.ErrInvalidOption},
-		{"prefix with NUL", cli, "ok", []mutex.Option{mutex.WithPrefix("a\x00/")}, mutex.ErrInvalidOption},
-		{"nil client", nil, "ok", nil, mutex.ErrInvalidOption},
-	} {
-		t.Run(tc.desc, func(t *testing.T) {
-			m, err := mutex.New(tc.cli, tc.name, tc.opts...)
-			assert.ErrorIs(t, err, tc.want)
-			assert.Nil(t, m)
-		})
-	}
-	m := newMutex(t, cli, strings.Repeat("x", 512), mutex.WithTTL(time.Second))
-	ctx := testContext(t)
-	assert.ErrorIs(t, m.Unlock(ctx), mutex.ErrNotLocked)
-	assert.ErrorIs(t, m.Err(), mutex.ErrNotLocked)
-	etcdtest.NoWrites(t, cli, before, "bad input wrote to etcd")
-}
-
 func TestWithSessionUsesTheCallersLease(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	cli := cluster.Client(t)
 	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
 	require.NoError(t, err)
@@ -450,39 +225,7 @@ func TestWithSessionUsesTheCallersLease(t *testing.T) {
 
 	require.NoError(t, sess.Close())
 	assert.ErrorIs(t, m.Lock(ctx), mutex.ErrLost, "Lock on an expired caller's session")
-	assert.Zero(t, keysOf(t, cli, "with-session"))
-}
-
-func Example() {
-	cli, err := cluster.NewClient()
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer cli.Close()
-	ctx := context.Background()
-
-	m, err := mutex.New(cli, "nightly-report")
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	if err := m.Lock(ctx); err != nil {
-		fmt.Println(err)
-		return
-	}
-	// A fenced write: it applies only while this process still holds the lock.
-	resp, err := cli.Txn(ctx).If(m.IsOwner()).
-		Then(clientv3.OpPut("reports/last-run", "2026-11-22")).Commit()
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Println("written under the lock:", resp.Succeeded)
-	if err := m.Unlock(ctx); err != nil && !errors.Is(err, mutex.ErrLost) {
-		fmt.Println(err)
-	}
-	// Output: written under the lock: true
+	assert.Zero(t, primtest.Keys(t, cli, "with-session"))
 }
 
 // TestLocksCancelledAtAnyMomentLeaveNoKey cancels waiting Locks at random moments, also
@@ -499,7 +242,7 @@ func TestLocksCancelledAtAnyMomentLeaveNoKey(t *testing.T) {
 	c, err := etcdtest.NewEmbedded(3)
 	require.NoError(t, err)
 	defer c.Close()
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name, tries = "cancel-any", 300
 	admin := etcdtest.SpreadClient(t, c, 0)
 	holder := newMutex(t, etcdtest.SpreadClient(t, c, 0), name)
@@ -522,50 +265,18 @@ func TestLocksCancelledAtAnyMomentLeaveNoKey(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	assert.Equal(t, int64(1), keysOf(t, admin, name), "cancelled Locks left keys")
+	assert.Equal(t, int64(1), primtest.Keys(t, admin, name), "cancelled Locks left keys")
 	require.NoError(t, holder.Unlock(ctx))
-	assert.Zero(t, keysOf(t, admin, name))
-}
-
-// TestUnlockWhoseContextEndsMidwayIsRetriedCleanly: an Unlock whose ctx ends while its
-// fenced delete is in flight may be told to try again; the retry then reports a release,
-// not a loss, also when the delete had been applied and the hold's watch saw the key go.
-func TestUnlockWhoseContextEndsMidwayIsRetriedCleanly(t *testing.T) {
-	ctx := testContext(t)
-	const name = "unlock-timeout"
-	admin := cluster.Client(t)
-	m := newMutex(t, cluster.Client(t), name)
-	retried := 0
-	for i := range 100 {
-		require.NoError(t, m.Lock(ctx))
-		done := m.Done() // the watch that sees the key go
-		uctx, cancel := context.WithTimeout(ctx, time.Duration(i%50)*100*time.Microsecond)
-		err := m.Unlock(uctx)
-		cancel()
-		if err != nil {
-			// The deadline, or etcd's "request timed out" for a request that carried it.
-			require.NotErrorIs(t, err, mutex.ErrLost, "iteration %d", i)
-			retried++
-			require.NoError(t, m.Unlock(ctx), "iteration %d: the retry", i)
-		}
-		etcdtest.Within(t, done, 5*time.Second, "Done after Unlock")
-		require.ErrorIs(t, m.Unlock(ctx), mutex.ErrNotLocked, "iteration %d", i)
-		require.Zero(t, keysOf(t, admin, name), "iteration %d", i)
-	}
-	t.Logf("%d of 100 Unlocks timed out and were retried", retried)
+	assert.Zero(t, primtest.Keys(t, admin, name))
 }
 
 // TestLockOnARevokedCallerSessionFailsAtOnce: a WithSession session whose lease was revoked
 // cannot be replaced; Lock says ErrLost at once, before the session's keep-alive notices,
 // with one Txn, not a retry loop until then.
 func TestLockOnARevokedCallerSessionFailsAtOnce(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	cnt := &rpcstat.Counter{}
-	cfg := cluster.ClientConfig()
-	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err := cluster.Open(cfg)
-	require.NoError(t, err)
-	defer cli.Close()
+	cli := primtest.CountedClient(t, cluster, cnt)
 	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(60))
 	require.NoError(t, err)
 	defer sess.Close()
@@ -577,5 +288,5 @@ func TestLockOnARevokedCallerSessionFailsAtOnce(t *testing.T) {
 	assert.ErrorIs(t, m.Lock(ctx), mutex.ErrLost)
 	// One Txn, or none when the session's own keep-alive noticed first.
 	assert.LessOrEqual(t, cnt.Counts().Sub(before)["Txn"], int64(1), "Lock retried on a lease that is gone")
-	assert.Zero(t, keysOf(t, cluster.Client(t), "revoked-session"))
+	assert.Zero(t, primtest.Keys(t, cluster.Client(t), "revoked-session"))
 }

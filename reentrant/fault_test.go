@@ -16,16 +16,12 @@ import (
 // faultTTL is short, so that a holder cut off by a fault frees the lock soon.
 const faultTTL = 2 * time.Second
 
-// TestFault runs the reentrant lock through every fault of the shared harness (leader
-// stopped and killed, leader partitioned, a holder paused and one whose lease is revoked,
-// compaction under waiters, the whole cluster restarted) on a 3-member cluster with clients
-// on every member, each hold taken and released recursively, and checks the fenced register,
-// exclusion, linearizability, liveness after each fault and that no key is left.
-// ETCDSYNC_SOAK=10m runs it for ten minutes.
+// TestFault runs the reentrant lock through every fault of faulttest.Suite and its checks,
+// each hold taken and released recursively. ETCDSYNC_SOAK=10m runs it for ten minutes.
 func TestFault(t *testing.T) { faulttest.Suite(t, workload()) }
 
 // TestExplore runs recursive holds under schedules of operations and faults drawn from
-// seeds (see faulttest.Explore). ETCDSYNC_EXPLORE=10m draws new seeds.
+// seeds (faulttest.Explore). ETCDSYNC_EXPLORE=10m draws new seeds.
 func TestExplore(t *testing.T) { faulttest.Explore(t, workload()) }
 
 func workload() faulttest.Workload {

@@ -3,7 +3,6 @@ package reentrant_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,30 +27,19 @@ func TestRecursiveExclusionWithClientsOnLaggingMembers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
-	var inside, overlaps, done atomic.Int64
-	var spurious etcdtest.Tally // Lock errors although nothing was lost
-	var wg sync.WaitGroup
-	for i := range clients {
-		m := newMutex(t, etcdtest.SpreadClient(t, c, i%c.Size()), "lag")
-		wg.Go(func() {
-			for n := 0; n < cycles && ctx.Err() == nil; {
-				if err := lockRecursively(ctx, m, depth, &inside, &overlaps); err != nil {
-					if ctx.Err() == nil {
-						spurious.Add(err)
-					}
-					continue
-				}
-				n++
-				done.Add(1)
-			}
-		})
+	handles := make([]*reentrant.Mutex, clients)
+	for i := range handles {
+		handles[i] = newMutex(t, etcdtest.SpreadClient(t, c, i%c.Size()), "lag")
 	}
-	wg.Wait()
-	require.NoError(t, ctx.Err(), "out of time after %d cycles", done.Load())
+	var inside, overlaps atomic.Int64
+	done, spurious := etcdtest.Cycles(ctx, clients, cycles, func(ctx context.Context, i int) error {
+		return lockRecursively(ctx, handles[i], depth, &inside, &overlaps)
+	})
+	require.NoError(t, ctx.Err(), "out of time after %d cycles", done)
 
-	assert.Zero(t, overlaps.Load(), "two owners at once, in %d cycles", done.Load())
+	assert.Zero(t, overlaps.Load(), "two owners at once, in %d cycles", done)
 	assert.Empty(t, spurious.String(), "a cycle failed although nothing was lost: %s", spurious.String())
-	assert.Equal(t, int64(clients*cycles), done.Load())
+	assert.Equal(t, int64(clients*cycles), done)
 }
 
 // lockRecursively locks m depth deep from ctx, each level with the context of the one

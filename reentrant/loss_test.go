@@ -12,11 +12,12 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/reentrant"
 )
 
 func TestLossCancelsTheOwningContextWithErrLost(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "lost"
 	admin := cluster.Client(t)
 	cli := cluster.Client(t)
@@ -57,7 +58,7 @@ func TestLossCancelsTheOwningContextWithErrLost(t *testing.T) {
 }
 
 func TestLossOfTheSharedLeaseServesTheNextOwnerAndIsRecovered(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "lost-shared"
 	admin := cluster.Client(t)
 	holder := newMutex(t, cluster.Client(t), name)
@@ -71,7 +72,7 @@ func TestLossOfTheSharedLeaseServesTheNextOwnerAndIsRecovered(t *testing.T) {
 		assert.NoError(t, err)
 		served <- wctx
 	}()
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 	_, err = admin.Revoke(ctx, clientv3.LeaseID(keysOf(t, admin, name)[0].Lease))
 	require.NoError(t, err)
 
@@ -91,14 +92,14 @@ func TestLossOfTheSharedLeaseServesTheNextOwnerAndIsRecovered(t *testing.T) {
 		}
 		relocked <- err
 	}()
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 	require.NoError(t, waiter.Unlock(wctx))
 	require.NoError(t, etcdtest.Within(t, relocked, 10*time.Second, "the lost owner's handle locks again"))
 	assert.Empty(t, keysOf(t, admin, name))
 }
 
 func TestTheLastUnlockReleasesWithADoneOwningContext(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "done-owner"
 	admin := cluster.Client(t)
 	m := newMutex(t, cluster.Client(t), name)
@@ -123,7 +124,7 @@ func TestTheLastUnlockReleasesWithADoneOwningContext(t *testing.T) {
 // TestUnlockThatCannotReachEtcdKeepsTheHoldForARetry cuts the holder's client off from etcd
 // during its last Unlock: the count stays at 1, and a later Unlock releases.
 func TestUnlockThatCannotReachEtcdKeepsTheHoldForARetry(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "unreachable"
 	admin := cluster.Client(t)
 	m, proxy := newMutexThroughProxy(t, name)
@@ -151,7 +152,7 @@ func TestUnlockThatCannotReachEtcdKeepsTheHoldForARetry(t *testing.T) {
 // is under way and cannot reach etcd: the Lock waits, and counts up the hold that the
 // failed release left, rather than report it gone.
 func TestALockDuringTheLastUnlockWaitsForItsOutcome(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "lock-during-unlock"
 	admin := cluster.Client(t)
 	m, proxy := newMutexThroughProxy(t, name)
@@ -209,7 +210,7 @@ func unlockUntilThrough(t *testing.T, ctx context.Context, m *reentrant.Mutex, o
 // context ends with ErrLost and the next Unlock says so, not nil as if the failed Unlock had
 // deleted it.
 func TestAFailedLastUnlockIsNeverCreditedWithALaterDelete(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "failed-unlock"
 	admin := cluster.Client(t)
 	inj := &etcdtest.Injector{}

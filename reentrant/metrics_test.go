@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	mt "github.com/etcdsync/etcdsync/internal/metrictest"
 	"github.com/etcdsync/etcdsync/reentrant"
 )
@@ -16,7 +17,7 @@ import (
 // the hold lasts from the outermost Lock to the last Unlock, whose span is the release.
 func TestMetricsCountTheOutermostHold(t *testing.T) {
 	sr := mt.Spans(t)
-	ctx, parent := mt.Parent(testContext(t), "request")
+	ctx, parent := mt.Parent(etcdtest.Context(t), "request")
 	r := mt.NewReader(t)
 	const name = "metrics-outermost"
 	prim := mt.Primitive.String("reentrant")
@@ -52,7 +53,7 @@ func TestMetricsCountTheOutermostHold(t *testing.T) {
 // without WithMeterProvider, records through the provider set later. (otel delegates its
 // default provider once per process, so this is the only test here that sets one.)
 func TestMetricsFollowAGlobalProviderSetAfterNew(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	m := newMutex(t, cluster.Client(t), "metrics-global-later")
 	r := mt.NewReader(t)
 	otel.SetMeterProvider(r.Provider)

@@ -11,13 +11,14 @@ import (
 	"github.com/etcdsync/etcdsync/internal/core"
 )
 
-// Mutex is a distributed reentrant lock on one name, owned by contexts. It is safe for use
-// by several goroutines, also when they share one owning context.
+// Mutex is a distributed reentrant lock on one name, owned by contexts, safe for use by
+// several goroutines, also when they share one owning context.
 //
-// Only New makes a usable Mutex. The zero Mutex and a nil *Mutex hold nothing and take
-// nothing: Lock and TryLock return ErrInvalidOption (and ctx), Unlock an error matching
-// both ErrInvalidOption and ErrNotLocked, and the others report no hold (Count 0, Token 0,
-// Done closed, Err ErrNotLocked, IsOwner never true). None of them blocks or panics.
+// Only [New] makes a usable Mutex. The zero Mutex and a nil *Mutex hold nothing and take
+// nothing, and none of their methods blocks or panics: Lock and TryLock return
+// [ErrInvalidOption] (and ctx), Unlock an error matching both ErrInvalidOption and
+// [ErrNotLocked], and the others report no hold (Count 0, Token 0, Done closed, Err
+// ErrNotLocked, IsOwner never true).
 type Mutex struct {
 	name string
 	q    *core.Queue
@@ -27,8 +28,8 @@ type Mutex struct {
 	holders []*owner // owners on this handle whose hold is not released, oldest first
 }
 
-// New returns a Mutex on name over cli. It does no I/O. A bad name returns ErrInvalidName,
-// a bad option or a nil client ErrInvalidOption, both wrapped with the detail.
+// New returns a Mutex on name over cli. It does no I/O. Errors, wrapped with the detail:
+// [ErrInvalidName] for a bad name, [ErrInvalidOption] for a bad option or a nil cli.
 func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 	if err := core.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("reentrant: %w", err)
@@ -52,28 +53,30 @@ func (m *Mutex) queue() *core.Queue {
 	return m.q
 }
 
-// Lock takes the lock for the owner of ctx and returns the context that carries the hold.
+// Lock takes the lock for the owner of ctx and returns the context that carries the hold;
+// on failure it returns ctx unchanged with the error.
 //
-// If ctx owns a hold of m (it is, or derives from, a context this Lock or TryLock returned),
-// Lock re-enters at once with no RPC: it counts up and returns ctx itself. It fails without
-// waiting if the hold was lost (ErrLost; also once the client is closed) or released (ctx's
-// error; ErrNotLocked for a context.WithoutCancel copy that the release could not cancel),
-// or if ctx is done. During the last Unlock it waits for its outcome, and re-enters if the
-// release failed.
+// If ctx owns a hold of m (it is, or derives from, a context that Lock or TryLock returned),
+// Lock re-enters at once, counts up and returns ctx itself. During the last Unlock it waits
+// for its outcome, and re-enters if the release failed. Otherwise ctx's owner is new: it
+// waits in FIFO order with every other waiter on the name, also when another owner on this
+// same handle holds the lock, and the context it returns, derived from ctx, is cancelled with
+// cause [ErrLost] as soon as the hold is lost.
 //
-// Otherwise ctx's owner is a new one, which waits in FIFO order with every other waiter on
-// the name, also when another owner on this same handle holds the lock. It then writes one
-// key, costs what mutex.Lock costs (one Txn uncontended) and watches its key, so that the
-// returned context, derived from ctx, is cancelled with cause ErrLost as soon as the hold is
-// lost. With ctx done already it returns ctx's error having sent nothing; if ctx ends
-// first, it returns ctx's error, wrapped, after deleting its key (see mutex.Mutex.Lock for
-// the bounds). ErrInvalidOption: m was not made by New, or its client is closed.
+// Within trylock.Timeout (on the context of its try, which ends when Timeout returns), the
+// owning context derives from, and on re-entry Lock returns, the context given to Timeout: it
+// lives as long as the hold.
 //
-// A Lock or TryLock made within trylock.Timeout (on the context of its try, which ends when
-// Timeout returns) derives the owning context from, and on re-entry returns, the context
-// given to Timeout: it lives as long as the hold.
+// Errors on re-entry, without waiting: [ErrLost] if the hold was lost (also once the client
+// is closed); ctx's error if it was released, or [ErrNotLocked] for a
+// [context.WithoutCancel] copy that the release could not cancel; ctx's error if ctx is done.
+// Errors of a new owner: ctx's error, wrapped, when ctx ends; with ctx done already, having
+// sent nothing; otherwise after deleting its key (with a Txn in flight it awaits the answer
+// up to 1 s more, then the delete up to 1 s; a delete etcd has not answered by then finishes
+// in the background). [ErrInvalidOption]: m was not made by [New], or its client is closed.
 //
-// On failure Lock returns ctx unchanged with the error.
+// Cost: re-entry, no RPC. A new owner, one Txn uncontended (and one lease grant on the
+// client's first use), and a watch of its key.
 func (m *Mutex) Lock(ctx context.Context) (_ context.Context, err error) {
 	if m.queue() == nil {
 		return ctx, m.errorf("lock", m.queue().Unusable())
@@ -99,10 +102,14 @@ func (m *Mutex) Lock(ctx context.Context) (_ context.Context, err error) {
 	return m.own(ctx, h), nil
 }
 
-// TryLock is Lock that never waits: with a context that owns a hold of m it re-enters as
-// Lock does; otherwise it takes the lock only if nobody holds it or waits for it, and
-// returns ErrLocked having written nothing. One Txn. A done ctx, ErrInvalidOption and
+// TryLock is [Mutex.Lock] that never waits: with a context that owns a hold of m it
+// re-enters as Lock does; otherwise it takes the lock only if nobody holds it or waits for
+// it.
+//
+// Errors: [ErrLocked] otherwise, having written nothing. A done ctx, [ErrInvalidOption] and
 // trylock.Timeout as for Lock.
+//
+// Cost: one Txn; none on re-entry.
 func (m *Mutex) TryLock(ctx context.Context) (_ context.Context, err error) {
 	if m.queue() == nil {
 		return ctx, m.errorf("try lock", m.queue().Unusable())
@@ -139,24 +146,25 @@ func (m *Mutex) own(ctx context.Context, h *core.Hold) context.Context {
 	return context.WithValue(octx, ownerKey{m}, o)
 }
 
-// Unlock counts one Lock of ctx's owner down; the last one releases the lock: one Txn that
-// deletes the key only while its create revision is still this hold's, so a late or
-// repeated Unlock never frees a newer holder. The last Unlock then cancels the owning
-// context (cause context.Canceled).
-//
-// It returns ErrNotLocked if ctx owns no hold of m (also once it was released), and ErrLost
-// if the hold was lost, or if the client is closed: every Unlock then still counts down,
-// and the last one ends the hold. An Unlock that comes while another goroutine's last
-// Unlock runs waits for its outcome: ErrNotLocked if it released the hold, else it counts
-// down as if the other had not come.
+// Unlock counts one Lock of ctx's owner down; the last one releases the lock, with a delete
+// fenced on the key's create revision (a late or repeated Unlock never frees a newer holder),
+// and cancels the owning context (cause [context.Canceled]). An Unlock during another
+// goroutine's last Unlock waits for its outcome, then returns [ErrNotLocked] if that released
+// the hold, and otherwise counts down as if the other had not come.
 //
 // The last Unlock's delete does not stop when ctx ends, so that `defer m.Unlock(ctx)` frees
 // the lock also when ctx's deadline passes (before or during the call), and with the owning
-// context after a loss: it runs on a context detached from ctx that lasts 5 s past ctx's
-// end (5 s from the call if ctx is done already; as long as it takes if ctx never ends). If
-// etcd cannot be reached by then, the lock stays held with a count of 1 and Unlock may be
-// called again. On a Mutex not made by New, Unlock returns an error matching
-// ErrInvalidOption and ErrNotLocked.
+// context after a loss: it runs on a context detached from ctx that lasts 5 s past ctx's end
+// (5 s from the call if ctx is done already; as long as it takes if ctx never ends). If etcd
+// cannot be reached by then, the lock stays held with a count of 1 and Unlock may be called
+// again.
+//
+// Errors: [ErrNotLocked] if ctx owns no hold of m (also once it was released). [ErrLost] if
+// the hold was lost, or the client is closed: every Unlock then still counts down, and the
+// last one ends the hold. On a Mutex not made by [New], an error matching
+// [ErrInvalidOption] and ErrNotLocked.
+//
+// Cost: none but the last, which is one Txn.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	if m.queue() == nil {
 		return m.errorf("unlock", core.Unheld(m.queue().Unusable()))
@@ -186,8 +194,8 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 }
 
 // Count is how many Locks the owner of ctx has made on m that no Unlock matched yet: 0 when
-// ctx owns no hold of m, or once the last Unlock released it, and on a Mutex not made by
-// New. After a loss it counts the Unlocks still due. No RPC.
+// ctx owns no hold of m, once the last Unlock released it, and on a Mutex not made by [New].
+// After a loss it counts the Unlocks still due. No I/O.
 func (m *Mutex) Count(ctx context.Context) int {
 	if o := m.ownerOf(ctx); o != nil {
 		return o.depth()
@@ -221,28 +229,27 @@ func (m *Mutex) current() *core.Hold {
 }
 
 // Token is the fencing token of the hold that an owner has through m: its key's create
-// revision, strictly increasing across the successive holders of the name. 0 without one.
-// No I/O, as for Done, Err and IsOwner.
+// revision, strictly increasing across the successive holders of the name; 0 without one.
+// Like Done, Err, IsOwner and Key, it does no I/O.
 func (m *Mutex) Token() int64 {
 	return m.current().Token()
 }
 
-// Key is the etcd key of the hold that an owner has through m, "" without one. No I/O.
-// With Token and IsOwner it is what a fenced write outside Go needs (etcdsync's
-// ETCDSYNC_KEY), as every hold-bearing type of etcdsync has it.
+// Key is the etcd key of the hold that an owner has through m, "" without one. With Token
+// and IsOwner it is what a fenced write outside Go needs (etcdsync's ETCDSYNC_KEY).
 func (m *Mutex) Key() string {
 	return m.current().Key()
 }
 
-// Done is closed when the hold that an owner has through m ends: by its last Unlock, or
-// by loss (then Err is ErrLost). Without a hold it is an already closed channel. The owning
-// context tells the same, and is the one to pass to the work done under the lock.
+// Done is closed when the hold that an owner has through m ends, by its last Unlock or by
+// loss (then Err is [ErrLost]); without a hold it is a closed channel. The owning context
+// tells the same, and is the one to pass to the work done under the lock.
 func (m *Mutex) Done() <-chan struct{} {
 	return m.current().Done()
 }
 
-// Err is nil while an owner holds the lock through m, ErrLost once its hold was lost until
-// its last Unlock, and ErrNotLocked without a hold.
+// Err is nil while an owner holds the lock through m, [ErrLost] once its hold was lost until
+// its last Unlock, and [ErrNotLocked] without a hold.
 func (m *Mutex) Err() error {
 	return m.current().Err()
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,17 +17,18 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/reentrant"
 )
 
 func TestReentryCountsUpWithoutRPCsAndTheLastUnlockReleases(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name, depth = "reentry", 5
 	admin := cluster.Client(t)
 	cnt := &rpcstat.Counter{}
-	m := newMutex(t, countedClient(t, cnt), name)
+	m := newMutex(t, primtest.CountedClient(t, cluster, cnt), name)
 
 	octx, err := m.Lock(ctx)
 	require.NoError(t, err)
@@ -79,7 +79,7 @@ func TestReentryCountsUpWithoutRPCsAndTheLastUnlockReleases(t *testing.T) {
 }
 
 func TestContextsDerivedFromTheOwningOneReenter(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "derived"
 	admin := cluster.Client(t)
 	m := newMutex(t, cluster.Client(t), name)
@@ -112,7 +112,7 @@ func TestContextsDerivedFromTheOwningOneReenter(t *testing.T) {
 }
 
 func TestGoroutinesSharingAnOwningContextReenterConcurrently(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name, goroutines, rounds = "shared-owner", 8, 200
 	admin := cluster.Client(t)
 	m := newMutex(t, cluster.Client(t), name)
@@ -141,7 +141,7 @@ func TestGoroutinesSharingAnOwningContextReenterConcurrently(t *testing.T) {
 }
 
 func TestOtherOwnersWaitAndAreServedInArrivalOrder(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "fifo"
 	admin := cluster.Client(t)
 	holder := newMutex(t, cluster.Client(t), name)
@@ -173,7 +173,7 @@ func TestOtherOwnersWaitAndAreServedInArrivalOrder(t *testing.T) {
 			mu.Unlock()
 			assert.NoError(t, m.Unlock(wctx))
 		})
-		awaitKeys(t, admin, name, int64(i+2)) // waiter i is in line before i+1 starts
+		primtest.AwaitKeys(t, admin, name, int64(i+2)) // waiter i is in line before i+1 starts
 	}
 	assert.Zero(t, holder.Count(ctx))
 
@@ -190,7 +190,7 @@ func TestOtherOwnersWaitAndAreServedInArrivalOrder(t *testing.T) {
 }
 
 func TestUnlockByANonOwnerReturnsErrNotLockedAndWritesNothing(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "non-owner"
 	admin := cluster.Client(t)
 	cli := cluster.Client(t)
@@ -231,7 +231,7 @@ func TestUnlockByANonOwnerReturnsErrNotLockedAndWritesNothing(t *testing.T) {
 // read-modify-write of one counter there. Two owners inside at once would show in the
 // in-process count, and as increments lost in etcd.
 func TestRecursiveJobsOfSeveralOwnersNeverOverlap(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name, counter = "jobs", "jobs-data/counter"
 	const jobs, rounds, depth = 4, 8, 3
 	admin := cluster.Client(t)
@@ -297,8 +297,12 @@ func fencedIncrement(ctx context.Context, cli *clientv3.Client, m *reentrant.Mut
 	return nil
 }
 
-func TestCancelledLockReturnsContextErrorAndLeavesNoKey(t *testing.T) {
-	ctx := testContext(t)
+// TestACancelledLockReturnsTheContextItWasGiven: a new owner's Lock, on the holder's own
+// handle or on another, that is cancelled or times out returns the context it was given,
+// counts nothing and leaves no key. (The cancelled wait of every primitive: primtest's
+// TestCancelledWaitReturnsContextErrorAndLeavesNoKey.)
+func TestACancelledLockReturnsTheContextItWasGiven(t *testing.T) {
+	ctx := etcdtest.Context(t)
 	const name = "cancel"
 	admin := cluster.Client(t)
 	holder := newMutex(t, cluster.Client(t), name)
@@ -313,36 +317,25 @@ func TestCancelledLockReturnsContextErrorAndLeavesNoKey(t *testing.T) {
 			assert.True(t, got == wctx, "a failed Lock returns the context it was given")
 			errc <- err
 		}()
-		awaitKeys(t, admin, name, 2)
+		primtest.AwaitKeys(t, admin, name, 2)
 		cancel()
 		assert.ErrorIs(t, etcdtest.Within(t, errc, 10*time.Second, "cancelled Lock returns"), context.Canceled)
 		assert.Len(t, keysOf(t, admin, name), 1, "the cancelled waiter's key is left")
 		assert.Zero(t, waiter.Count(wctx))
 
 		dctx, dcancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		_, err := waiter.Lock(dctx)
+		got, err := waiter.Lock(dctx)
 		dcancel()
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.True(t, got == dctx, "a failed Lock returns the context it was given")
 		assert.Len(t, keysOf(t, admin, name), 1, "the timed-out waiter's key is left")
 	}
 	require.NoError(t, holder.Unlock(octx))
 	assert.Empty(t, keysOf(t, admin, name))
 }
 
-func TestLockWithADoneContextSendsNothing(t *testing.T) {
-	cnt := &rpcstat.Counter{}
-	m := newMutex(t, countedClient(t, cnt), "done-context")
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err := m.Lock(ctx)
-	assert.ErrorIs(t, err, context.Canceled)
-	_, err = m.TryLock(ctx)
-	assert.ErrorIs(t, err, context.Canceled)
-	assert.Empty(t, cnt.Counts(), "RPCs sent for a done context")
-}
-
 func TestTryLockFailsAtOnceAndWritesNothing(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "try"
 	admin := cluster.Client(t)
 	holder := newMutex(t, cluster.Client(t), name)
@@ -387,7 +380,7 @@ func TestTryLockFailsAtOnceAndWritesNothing(t *testing.T) {
 }
 
 func TestKeyValueNamesTheOwner(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "owner-value"
 	admin := cluster.Client(t)
 	m := newMutex(t, cluster.Client(t), name)
@@ -413,22 +406,8 @@ func TestKeyValueNamesTheOwner(t *testing.T) {
 	assert.NotEqual(t, owners[0], owners[1], "two owners with one id")
 }
 
-func TestTokensIncreaseAcrossOwners(t *testing.T) {
-	ctx := testContext(t)
-	m := newMutex(t, cluster.Client(t), "tokens")
-	var last int64
-	for range 4 {
-		octx, err := m.Lock(ctx)
-		require.NoError(t, err)
-		assert.Greater(t, m.Token(), last)
-		last = m.Token()
-		require.NoError(t, m.Unlock(octx))
-		assert.Zero(t, m.Token())
-	}
-}
-
 func TestExcludesMutexAndEtcdMutexOnTheSameName(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "interop"
 	ours := newMutex(t, cluster.Client(t), name)
 	plain, err := mutex.New(cluster.Client(t), name)
@@ -455,47 +434,18 @@ func TestExcludesMutexAndEtcdMutexOnTheSameName(t *testing.T) {
 	require.NoError(t, etcds.Unlock(ctx))
 }
 
-func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
+// TestCountIsZeroWithoutAHold: Count asks nothing of etcd and says 0 without a hold. (Bad
+// input and calls without a hold of every package: primtest's
+// TestBadInputIsRejectedAndWritesNothing.)
+func TestCountIsZeroWithoutAHold(t *testing.T) {
 	cli := cluster.Client(t)
-	sess, err := concurrency.NewSession(cli)
-	require.NoError(t, err)
-	defer sess.Close()
-	rev := etcdtest.Revision(t, cli)
-
-	for _, tc := range []struct {
-		desc string
-		cli  *clientv3.Client
-		name string
-		opts []reentrant.Option
-		want error
-	}{
-		{"empty name", cli, "", nil, reentrant.ErrInvalidName},
-		{"NUL in name", cli, "a\x00b", nil, reentrant.ErrInvalidName},
-		{"name over 512 bytes", cli, strings.Repeat("x", 513), nil, reentrant.ErrInvalidName},
-		{"name not UTF-8", cli, "\xff", nil, reentrant.ErrInvalidName},
-		{"TTL under a second", cli, "ok", []reentrant.Option{reentrant.WithTTL(500 * time.Millisecond)}, reentrant.ErrInvalidOption},
-		{"negative TTL", cli, "ok", []reentrant.Option{reentrant.WithTTL(-time.Second)}, reentrant.ErrInvalidOption},
-		{"nil session", cli, "ok", []reentrant.Option{reentrant.WithSession(nil)}, reentrant.ErrInvalidOption},
-		{"TTL and session", cli, "ok", []reentrant.Option{reentrant.WithTTL(time.Minute), reentrant.WithSession(sess)}, reentrant.ErrInvalidOption},
-		{"nil option", cli, "ok", []reentrant.Option{nil}, reentrant.ErrInvalidOption},
-		{"nil client", nil, "ok", nil, reentrant.ErrInvalidOption},
-	} {
-		t.Run(tc.desc, func(t *testing.T) {
-			m, err := reentrant.New(tc.cli, tc.name, tc.opts...)
-			assert.ErrorIs(t, err, tc.want)
-			assert.Nil(t, m)
-		})
-	}
-	m := newMutex(t, cli, strings.Repeat("x", 512), reentrant.WithTTL(time.Second))
-	ctx := testContext(t)
-	assert.ErrorIs(t, m.Unlock(ctx), reentrant.ErrNotLocked)
-	assert.ErrorIs(t, m.Err(), reentrant.ErrNotLocked)
-	assert.Zero(t, m.Count(ctx))
-	etcdtest.NoWrites(t, cli, rev, "bad input wrote to etcd")
+	before := etcdtest.Revision(t, cli)
+	assert.Zero(t, newMutex(t, cli, "count").Count(etcdtest.Context(t)))
+	etcdtest.NoWrites(t, cli, before, "Count wrote to etcd")
 }
 
 func TestIsOwnerGuardsWritesOnlyWhileHeld(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	cli := cluster.Client(t)
 	m := newMutex(t, cli, "is-owner")
 	fencedPut := func(v string) bool {

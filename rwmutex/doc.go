@@ -1,25 +1,22 @@
-// Package rwmutex is a distributed readers/writer lock on etcd: many readers at once or
-// one writer, granted in the order of the keys' create revisions, so that a reader who
-// comes after a waiting writer waits behind it and writers never starve.
+// Package rwmutex is a distributed readers/writer lock on etcd: many readers at once or one
+// writer, granted in the order of the keys' create revisions, so that a reader who comes
+// after a waiting writer waits behind it and writers never starve.
 //
 // Readers write keys "<name>/read/<lease hex>_<n>" and writers "<name>/write/<lease hex>_<n>",
-// bound to a lease that every primitive on the same client and TTL shares. A reader is
-// served once no write key is ahead of its own, a writer once no key at all is. For a name
-// without '/' and '%' that is the layout of etcd's recipe.RWMutex
-// (go.etcd.io/etcd/client/v3/experimental/recipes), so its readers and writers and ours
-// take turns on the same name; other names are escaped so that "a", "a/b" and "ab" never
-// meet.
+// bound to a lease that every primitive on the same client and TTL shares. For a name without
+// '/' and '%' that is the layout of etcd's recipe.RWMutex
+// (go.etcd.io/etcd/client/v3/experimental/recipes), so its readers and writers and ours take
+// turns on the same name; other names are escaped, so that "a", "a/b" and "ab" never meet.
 //
-// The goroutines of one process that read through one *RWMutex share a single read key:
-// one etcd write to enter and one to leave for the whole group, however many join it. A
-// group takes no new members once a writer has queued behind it (this handle's own
-// writers at once, others' as soon as the key's creation reaches this client's watch on
-// the name), so a stream of local readers cannot starve a writer.
+// The readers of one [RWMutex] share a single read key: one etcd write to enter and one to
+// leave for the whole group, however many join it. A group takes no new members once a
+// writer has queued behind it, so a stream of local readers cannot starve a writer.
 //
-// A lock is not a fence. A writer that pauses (GC, swap, a stopped VM) may wake after its
+// A lock is not a fence: a writer that pauses (GC, swap, a stopped VM) may wake after its
 // lease expired and another holder came in. Guard every write the lock protects with
-// IsOwner in the same Txn, or with Token where the storage can compare tokens. Readers
-// have no fence; a reader that must not act on stale data re-reads it in etcd.
+// [RWMutex.IsOwner] in the same Txn, or with [RWMutex.Token] where the storage can compare
+// tokens. Readers have no fence; a reader that must not act on stale data re-reads it in
+// etcd.
 //
-// See examples/config for a program.
+// See Example, and examples/config for a program.
 package rwmutex

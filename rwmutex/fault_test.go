@@ -14,15 +14,13 @@ import (
 // faultTTL is short, so that a holder cut off by a fault frees the lock soon.
 const faultTTL = 2 * time.Second
 
-// TestFault runs the RWMutex through every fault of the shared harness on a 3-member
-// cluster with clients on every member: writers under fenced writes (nothing lost or
-// doubled, no two at once, linearizable), readers sharing handles two goroutines each
-// (never beside a writer), liveness of both after each fault, no key left.
-// ETCDSYNC_SOAK=10m runs it for ten minutes.
+// TestFault runs the RWMutex through every fault of faulttest.Suite and its checks: writers
+// under fenced writes, readers sharing handles two goroutines each and never beside a
+// writer. ETCDSYNC_SOAK=10m runs it for ten minutes.
 func TestFault(t *testing.T) { faulttest.Suite(t, workload()) }
 
 // TestExplore runs writers and readers under schedules of operations and faults drawn from
-// seeds (see faulttest.Explore). ETCDSYNC_EXPLORE=10m draws new seeds.
+// seeds (faulttest.Explore). ETCDSYNC_EXPLORE=10m draws new seeds.
 func TestExplore(t *testing.T) { faulttest.Explore(t, workload()) }
 
 func workload() faulttest.Workload {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
@@ -14,7 +15,7 @@ import (
 // recipe.RWMutex, so each side's writer excludes the other side's readers and writers, and
 // each side's readers wait for the other side's writer, both ways.
 func TestTakesTurnsWithEtcdRecipe(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "recipe-interop"
 	admin := cluster.Client(t)
 	sess, err := concurrency.NewSession(cluster.Client(t))
@@ -26,7 +27,7 @@ func TestTakesTurnsWithEtcdRecipe(t *testing.T) {
 	// Our writer, their reader.
 	require.NoError(t, ours.Lock(ctx))
 	rlocked := etcdtest.Async(theirs.RLock)
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 	etcdtest.Pending(t, rlocked, "recipe's RLock under our write hold")
 	require.NoError(t, ours.Unlock(ctx))
 	require.NoError(t, etcdtest.Within(t, rlocked, 5*time.Second, "recipe's RLock after our Unlock"))
@@ -35,24 +36,24 @@ func TestTakesTurnsWithEtcdRecipe(t *testing.T) {
 	require.NoError(t, etcdtest.Within(t, etcdtest.Async(func() error { return ours.RLock(ctx) }), 5*time.Second, "our RLock beside recipe's reader"))
 	require.NoError(t, ours.RUnlock(ctx))
 	locked := etcdtest.Async(func() error { return ours.Lock(ctx) })
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 	etcdtest.Pending(t, locked, "our Lock beside recipe's reader")
 	require.NoError(t, theirs.RUnlock())
 	require.NoError(t, etcdtest.Within(t, locked, 5*time.Second, "our Lock after recipe's RUnlock"))
 
 	// Our writer, their writer.
 	wlocked := etcdtest.Async(theirs.Lock)
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 	etcdtest.Pending(t, wlocked, "recipe's Lock under our write hold")
 	require.NoError(t, ours.Unlock(ctx))
 	require.NoError(t, etcdtest.Within(t, wlocked, 5*time.Second, "recipe's Lock after our Unlock"))
 
 	// Their writer, our reader and writer.
 	rlocked = etcdtest.Async(func() error { return ours.RLock(ctx) })
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 	etcdtest.Pending(t, rlocked, "our RLock under recipe's write hold")
 	require.NoError(t, theirs.Unlock())
 	require.NoError(t, etcdtest.Within(t, rlocked, 5*time.Second, "our RLock after recipe's Unlock"))
 	require.NoError(t, ours.RUnlock(ctx))
-	require.Zero(t, keysOf(t, admin, name))
+	require.Zero(t, primtest.Keys(t, admin, name))
 }

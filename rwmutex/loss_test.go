@@ -19,7 +19,7 @@ import (
 // could be taken for R1's (RUnlock does not say which reader leaves): R2 waits until R1 has
 // left, R1 is told ErrLost, and only then R2 reads, soundly.
 func TestNoReaderOfALostHoldIsToldItsReadWasSound(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "lost-read"
 	admin := cluster.Client(t)
 	rw := newRW(t, cluster.Client(t), name)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	mt "github.com/etcdsync/etcdsync/internal/metrictest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/rwmutex"
 )
 
@@ -17,7 +18,7 @@ import (
 // busy; a Lock waiting behind the readers is a waiter until they leave; spans tell the same.
 func TestMetricsCountAKnownWorkload(t *testing.T) {
 	sr := mt.Spans(t)
-	ctx, parent := mt.Parent(testContext(t), "request")
+	ctx, parent := mt.Parent(etcdtest.Context(t), "request")
 	r := mt.NewReader(t)
 	const name = "metrics-workload"
 	read, write := mt.Primitive.String("rwmutex.read"), mt.Primitive.String("rwmutex.write")
@@ -32,7 +33,7 @@ func TestMetricsCountAKnownWorkload(t *testing.T) {
 	assert.EqualValues(t, 1, r.Collect(t).Sum(mt.Holds, read), "two readers of a handle, one hold")
 	require.ErrorIs(t, writer.TryLock(ctx), rwmutex.ErrLocked)
 	locked := etcdtest.Async(func() error { return writer.Lock(ctx) })
-	awaitKeys(t, cli, name, 2)
+	primtest.AwaitKeys(t, cli, name, 2)
 	assert.EqualValues(t, 1, r.Collect(t).Sum(mt.Waiters, write), "the writer waits")
 	require.NoError(t, readers.RUnlock(ctx))
 	require.NoError(t, readers.RUnlock(ctx))

@@ -61,14 +61,17 @@ func (rw *RWMutex) endReadLoss() {
 	}
 }
 
-// RLock waits until the read lock is held: until no write key is ahead of its read key.
-// If another reader of this handle holds the lock, and no writer has queued since, it joins
-// that hold at once, with no RPC; if another is waiting, it waits with it. With ctx done
-// already it returns ctx's error, wrapped, having sent nothing. If ctx ends while it
-// waits, it returns ctx's error; the last reader of a group to give up deletes the group's
-// key before returning (see mutex.Mutex.Lock for the bounds). While readers of a lost read
-// hold of this handle remain (see RWMutex), it waits for them to leave first.
-// ErrInvalidOption: rw was not made by New, or its client is closed.
+// RLock waits until the read lock is held: until no write key is ahead of its read key. It
+// joins a read hold of this handle at once, with no RPC, if no writer has queued behind it,
+// and a waiting one by waiting with it. While readers of a lost read hold of this handle
+// remain (see [RWMutex]), it first waits for them to leave.
+//
+// Errors: ctx's error, wrapped, when ctx ends: with ctx done already, having sent nothing;
+// otherwise the last reader of a group to give up deletes the group's key before returning,
+// within the bounds of [RWMutex.Lock]. [ErrInvalidOption]: rw was not made by [New], or its
+// client is closed.
+//
+// Cost: one Txn for a reader that starts a group; none for one that joins.
 func (rw *RWMutex) RLock(ctx context.Context) (err error) {
 	if err := rw.queue().Unusable(); err != nil {
 		return rw.errorf("rlock", err)
@@ -227,11 +230,14 @@ func (rw *RWMutex) dropGroup(g *group) {
 	rw.groups = slices.DeleteFunc(rw.groups, func(x *group) bool { return x == g })
 }
 
-// TryRLock takes the read lock only if no writer holds it or waits for it; otherwise it
-// returns ErrLocked having written nothing. It joins a read hold of this handle with no
-// RPC where RLock would; else it costs one Txn. While readers of a lost read hold of this
-// handle remain (see RWMutex), it returns ErrLocked. With ctx done already it returns
-// ctx's error, unless it joins; ErrInvalidOption as for RLock.
+// TryRLock takes the read lock only if no writer holds it or waits for it. It joins a read
+// hold of this handle where [RWMutex.RLock] would.
+//
+// Errors: [ErrLocked] otherwise, having written nothing, and while readers of a lost read hold
+// of this handle remain (see [RWMutex]). ctx's error with ctx done already, unless it joins.
+// [ErrInvalidOption] as for RLock.
+//
+// Cost: one Txn; none when it joins.
 func (rw *RWMutex) TryRLock(ctx context.Context) (err error) {
 	if err := rw.queue().Unusable(); err != nil {
 		return rw.errorf("try rlock", err)
@@ -268,20 +274,23 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (err error) {
 	return nil
 }
 
-// RUnlock ends one reader's hold. The last reader of a group deletes the group's key: one
-// Txn, fenced like Unlock's. The others need proof that the key was there all along, so
-// that a reader cut off from etcd (whose lease may have expired and a writer come in)
-// cannot take its read for a sound one: a read of the key that starts after their call,
-// one for every batch of readers leaving at once. It returns ErrNotLocked without a read
-// hold, and ErrLost if the hold was lost (the reader's hold ends all the same), also for
-// every reader still in the handle once one of its read holds was found lost (see
-// RWMutex). If etcd cannot be reached before ctx ends, or ctx is done already, the read
-// lock stays held and RUnlock may be called again. With its client closed, the read hold
-// can never be proven nor released: every reader's RUnlock returns ErrLost at once, and
-// the key goes with its lease. An RUnlock that finds no reader left but the last one's
-// release under way waits for its outcome: ErrNotLocked if it released the read lock,
-// else it leaves as that reader. On an RWMutex not made by New it returns an error
-// matching ErrInvalidOption and ErrNotLocked.
+// RUnlock ends one reader's hold. The last reader of a group deletes the group's key, fenced
+// as Unlock's delete. Each other reader leaving first proves the key was there all along (so
+// that a reader cut off from etcd, whose lease may have expired and a writer come in, cannot
+// take its read for a sound one) by a read of the key that starts after its call. If etcd
+// cannot be reached before ctx ends, or ctx is done already, the read lock stays held and
+// RUnlock may be called again. An RUnlock that finds no reader left but the last one's
+// release under way waits for its outcome, then returns [ErrNotLocked] if that released the
+// read lock, and otherwise leaves as that reader.
+//
+// Errors: [ErrNotLocked] without a read hold. [ErrLost] if the hold was lost (the reader's hold
+// ends all the same), also for every reader still in the handle once one of its read holds
+// was found lost (see [RWMutex]), and at once for every reader once the client is closed (the
+// hold can then be neither proven nor released; the key goes with its lease). On an RWMutex
+// not made by [New], an error matching [ErrInvalidOption] and ErrNotLocked.
+//
+// Cost: one Txn for the last reader; one read, shared by the readers leaving at once, for
+// the others.
 func (rw *RWMutex) RUnlock(ctx context.Context) (err error) {
 	if rw.queue() == nil {
 		return rw.errorf("runlock", core.Unheld(rw.queue().Unusable()))

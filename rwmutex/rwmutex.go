@@ -25,30 +25,29 @@ func readSpec() core.Spec {
 // writeSpec is a writer's: served once no key at all is ahead of it.
 func writeSpec() core.Spec { return core.Spec{Kind: writeKind, Slots: 1, Value: core.OwnerValue("")} }
 
-// RWMutex is a distributed readers/writer lock on one name. Many readers hold it at once,
-// a writer alone, in FIFO order of arrival in etcd: a reader that comes after a waiting
-// writer waits behind it, so writers never starve.
+// RWMutex is a distributed readers/writer lock on one name, safe for use by several
+// goroutines like [sync.RWMutex]. Many readers hold it at once, a writer alone, in FIFO
+// order of arrival in etcd.
 //
-// Like a sync.RWMutex it is safe for use by several goroutines, and the readers of one
-// handle share one etcd key: the first one in writes it, the last one out deletes it. The
-// others join with no RPC, and leave after one read of the key, shared by every reader
-// leaving at the same time, that proves the key was there all along. A group of readers
-// stops taking members as soon as a writer, of this handle or any other, queues behind its
-// key; later readers then queue behind that writer.
+// The readers of one handle share one etcd key: the first one in writes it, the last one out
+// deletes it; the others join with no RPC and leave after one read of the key (shared by the
+// readers leaving at the same time) that proves it was there all along. A group stops taking
+// members once a writer, of this handle or any other, queues behind its key (this handle's
+// own at once, another's once its key reaches this client's watch of the name).
 //
-// RUnlock does not say which reader leaves. So once a read hold of the handle is known to
-// be lost while readers hold through it, every RUnlock returns ErrLost, and RLock waits
-// (TryRLock returns ErrLocked), until every reader of the handle has left: no reader of a
+// [RWMutex.RUnlock] does not say which reader leaves: once a read hold of the handle is known
+// lost while readers hold through it, every RUnlock returns [ErrLost], and RLock waits
+// (TryRLock returns [ErrLocked]) until every reader of the handle has left. No reader of a
 // lost hold is ever told its read was sound.
 //
-// As with sync.RWMutex, a goroutine must not RLock a handle whose read lock it holds, nor
-// Lock one whose read lock it holds: once a writer waits, either call waits forever.
+// As with sync.RWMutex, a goroutine must neither RLock nor Lock a handle whose read lock it
+// holds: once a writer waits, either call waits forever.
 //
-// Only New makes a usable RWMutex. The zero RWMutex and a nil *RWMutex hold nothing and
-// take nothing: RLock, TryRLock, Lock and TryLock return ErrInvalidOption, RUnlock and
-// Unlock an error matching both ErrInvalidOption and ErrNotLocked, and the others report no
-// hold (Token 0, Done closed, Err ErrNotLocked, IsOwner never true, Key ""). None of them
-// blocks or panics.
+// Only [New] makes a usable RWMutex. The zero RWMutex and a nil *RWMutex hold nothing and
+// take nothing, and none of their methods blocks or panics: RLock, TryRLock, Lock and
+// TryLock return [ErrInvalidOption], RUnlock and Unlock an error matching both
+// ErrInvalidOption and [ErrNotLocked], and the others report no hold (Token 0, Done closed,
+// Err ErrNotLocked, IsOwner never true, Key "").
 type RWMutex struct {
 	name      string
 	q         *core.Queue
@@ -64,8 +63,8 @@ type RWMutex struct {
 	readLoss *readLoss     // while readers of a lost read hold may still be in the handle
 }
 
-// New returns an RWMutex on name over cli. It does no I/O. A bad name returns
-// ErrInvalidName, a bad option or a nil client ErrInvalidOption, both wrapped with the detail.
+// New returns an RWMutex on name over cli. It does no I/O. Errors, wrapped with the
+// detail: [ErrInvalidName] for a bad name, [ErrInvalidOption] for a bad option or a nil cli.
 func New(cli *clientv3.Client, name string, opts ...Option) (*RWMutex, error) {
 	if err := core.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("rwmutex: %w", err)
@@ -113,9 +112,9 @@ func (rw *RWMutex) current() *core.Hold {
 	return nil
 }
 
-// Token is the fencing token of the write hold: its key's create revision, strictly
-// increasing across the successive writers of the name. 0 without a write hold. No I/O,
-// as for Done, Err, IsOwner and Key.
+// Token is the write hold's fencing token: its key's create revision, strictly increasing
+// across the successive writers of the name; 0 without a write hold. Like Done, Err, IsOwner
+// and Key, it does no I/O.
 func (rw *RWMutex) Token() int64 {
 	if rw == nil {
 		return 0
@@ -126,23 +125,22 @@ func (rw *RWMutex) Token() int64 {
 }
 
 // Done is closed when the current hold ends: the write hold if this handle has one, else
-// its newest read hold (shared by the readers of a group). Without a hold it is an already
-// closed channel. The first call on a hold starts a watch of its key, as mutex.Mutex.Done.
+// its newest read hold (shared by the readers of a group). Without a hold it is a closed
+// channel. Cost: the first call on a hold starts a watch of its key.
 func (rw *RWMutex) Done() <-chan struct{} {
 	return rw.current().Done()
 }
 
-// Err is nil while the current hold (see Done) lasts, ErrLost once it was lost, and
-// ErrNotLocked without a hold.
+// Err is nil while the current hold (see [RWMutex.Done]) lasts, [ErrLost] once it was lost,
+// and [ErrNotLocked] without a hold.
 func (rw *RWMutex) Err() error {
 	return rw.current().Err()
 }
 
-// IsOwner is a Txn compare that succeeds only while this handle's write hold lasts: put
-// it in the If of every write the lock guards. Without a write hold it never succeeds.
-// Readers have no such compare: a read hold does not exclude other readers. Without a
-// write hold it compares a key among the name's write keys, so that a role granted only
-// those (and the read keys) may evaluate it.
+// IsOwner is a Txn compare that succeeds only while this handle's write hold lasts: put it
+// in the If of every write the lock guards. A read hold has none (it does not exclude other
+// readers). Without a write hold it never succeeds, and compares a key among the name's
+// write keys, so that a role granted only the read and write keys may evaluate it.
 func (rw *RWMutex) IsOwner() clientv3.Cmp {
 	if rw.queue() == nil {
 		return core.UnmadeOwner()

@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
 
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/rwmutex"
@@ -363,14 +364,7 @@ func (e *exclusion) check(b *testing.B) {
 // benchClient is a client whose RPCs are counted, closed when the benchmark ends.
 func benchClient(b *testing.B) (*clientv3.Client, *rpcstat.Counter) {
 	cnt := &rpcstat.Counter{}
-	cfg := cluster.ClientConfig()
-	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err := cluster.Open(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cli.Close() })
-	return cli, cnt
+	return primtest.CountedClient(b, cluster, cnt), cnt
 }
 
 // benchSession is an etcd session on cli, closed when the benchmark ends (before cli: the

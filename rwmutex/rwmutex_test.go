@@ -2,7 +2,6 @@ package rwmutex_test
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,42 +10,37 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/internal/rpcstat"
 	"github.com/etcdsync/etcdsync/rwmutex"
 )
 
 func TestReadersOfSeveralClientsHoldAtOnce(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "readers-share"
 	admin := cluster.Client(t)
 	a, b := newRW(t, cluster.Client(t), name), newRW(t, cluster.Client(t), name)
 	require.NoError(t, a.RLock(ctx))
 	require.NoError(t, etcdtest.Within(t, etcdtest.Async(func() error { return b.RLock(ctx) }), 5*time.Second, "a second client's RLock"))
-	assert.Equal(t, int64(2), keysOf(t, admin, name))
+	assert.Equal(t, int64(2), primtest.Keys(t, admin, name))
 	assert.NoError(t, a.Err())
 	assert.Zero(t, a.Token(), "a read hold has no fencing token")
 	require.NoError(t, a.RUnlock(ctx))
 	require.NoError(t, b.RUnlock(ctx))
-	assert.Zero(t, keysOf(t, admin, name))
+	assert.Zero(t, primtest.Keys(t, admin, name))
 	assert.ErrorIs(t, a.RUnlock(ctx), rwmutex.ErrNotLocked)
 }
 
 // TestReadersOfOneHandleShareOneKey: the goroutines reading through one handle write one
 // key between them, and all but the first join with no RPC.
 func TestReadersOfOneHandleShareOneKey(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name, readers = "one-key", 32
 	admin := cluster.Client(t)
 	cnt := &rpcstat.Counter{}
-	cfg := cluster.ClientConfig()
-	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err := cluster.Open(cfg)
-	require.NoError(t, err)
-	defer cli.Close()
+	cli := primtest.CountedClient(t, cluster, cnt)
 	rw := newRW(t, cli, name)
 	require.NoError(t, rw.RLock(ctx))
 	before, rev := cnt.Counts(), etcdtest.Revision(t, admin)
@@ -59,7 +53,7 @@ func TestReadersOfOneHandleShareOneKey(t *testing.T) {
 	etcdtest.NoWrites(t, admin, rev, "joining readers wrote")
 	joined := cnt.Counts().Sub(before)
 	assert.Zero(t, joined["Txn"]+joined["Range"], "joining readers sent KV requests: %v", joined)
-	assert.Equal(t, int64(1), keysOf(t, admin, name))
+	assert.Equal(t, int64(1), primtest.Keys(t, admin, name))
 
 	before = cnt.Counts()
 	for range readers {
@@ -69,13 +63,13 @@ func TestReadersOfOneHandleShareOneKey(t *testing.T) {
 	assert.Zero(t, left["Txn"], "a reader that was not the last one out wrote: %v", left)
 	assert.Equal(t, int64(readers), left["Range"], "each reader leaving one at a time reads the key once: %v", left)
 	etcdtest.NoWrites(t, admin, rev, "a reader that was not the last one out wrote")
-	assert.Equal(t, int64(1), keysOf(t, admin, name))
+	assert.Equal(t, int64(1), primtest.Keys(t, admin, name))
 	require.NoError(t, rw.RUnlock(ctx))
-	assert.Zero(t, keysOf(t, admin, name))
+	assert.Zero(t, primtest.Keys(t, admin, name))
 }
 
 func TestWriterWaitsForEveryReader(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "writer-waits"
 	admin := cluster.Client(t)
 	r1, r2 := newRW(t, cluster.Client(t), name), newRW(t, cluster.Client(t), name)
@@ -83,48 +77,48 @@ func TestWriterWaitsForEveryReader(t *testing.T) {
 	require.NoError(t, r2.RLock(ctx))
 	w := newRW(t, cluster.Client(t), name)
 	locked := etcdtest.Async(func() error { return w.Lock(ctx) })
-	awaitKeys(t, admin, name, 3)
+	primtest.AwaitKeys(t, admin, name, 3)
 
 	require.NoError(t, r1.RUnlock(ctx))
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 	etcdtest.Pending(t, locked, "Lock with a reader left")
 	require.NoError(t, r2.RUnlock(ctx))
 	require.NoError(t, etcdtest.Within(t, locked, 5*time.Second, "Lock once the readers are gone"))
 	assert.NotZero(t, w.Token())
 	require.NoError(t, w.Unlock(ctx))
-	assert.Zero(t, keysOf(t, admin, name))
+	assert.Zero(t, primtest.Keys(t, admin, name))
 }
 
 func TestWriteHoldShutsReadersOut(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "write-excludes"
 	admin := cluster.Client(t)
 	w := newRW(t, cluster.Client(t), name)
 	require.NoError(t, w.Lock(ctx))
 	r := newRW(t, cluster.Client(t), name)
 	rlocked := etcdtest.Async(func() error { return r.RLock(ctx) })
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 	etcdtest.Pending(t, rlocked, "RLock under a write hold")
 	require.NoError(t, w.Unlock(ctx))
 	require.NoError(t, etcdtest.Within(t, rlocked, 5*time.Second, "RLock after Unlock"))
 	require.NoError(t, r.RUnlock(ctx))
-	assert.Zero(t, keysOf(t, admin, name))
+	assert.Zero(t, primtest.Keys(t, admin, name))
 }
 
 // TestReaderBehindWaitingWriterIsServedAfterIt: FIFO across kinds. A reader arriving while
 // a writer waits for other readers waits for the writer, though no writer holds.
 func TestReaderBehindWaitingWriterIsServedAfterIt(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "fifo-kinds"
 	admin := cluster.Client(t)
 	first := newRW(t, cluster.Client(t), name)
 	require.NoError(t, first.RLock(ctx))
 	w := newRW(t, cluster.Client(t), name)
 	locked := etcdtest.Async(func() error { return w.Lock(ctx) })
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 	late := newRW(t, cluster.Client(t), name)
 	rlocked := etcdtest.Async(func() error { return late.RLock(ctx) })
-	awaitKeys(t, admin, name, 3)
+	primtest.AwaitKeys(t, admin, name, 3)
 
 	require.NoError(t, first.RUnlock(ctx))
 	require.NoError(t, etcdtest.Within(t, locked, 5*time.Second, "the writer, once the first reader left"))
@@ -132,14 +126,14 @@ func TestReaderBehindWaitingWriterIsServedAfterIt(t *testing.T) {
 	require.NoError(t, w.Unlock(ctx))
 	require.NoError(t, etcdtest.Within(t, rlocked, 5*time.Second, "the reader, after the writer"))
 	require.NoError(t, late.RUnlock(ctx))
-	assert.Zero(t, keysOf(t, admin, name))
+	assert.Zero(t, primtest.Keys(t, admin, name))
 }
 
 // TestLocalReadersQueueBehindARemoteWriter: once another client's writer has queued behind
 // a handle's read hold, the handle's new readers no longer join that hold (they would
 // starve the writer) but queue behind the writer.
 func TestLocalReadersQueueBehindARemoteWriter(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "local-behind-remote"
 	admin := cluster.Client(t)
 	rw := newRW(t, cluster.Client(t), name)
@@ -147,7 +141,7 @@ func TestLocalReadersQueueBehindARemoteWriter(t *testing.T) {
 	require.NoError(t, rw.RLock(ctx)) // the watch for writers behind starts with the first joiner
 	w := newRW(t, cluster.Client(t), name)
 	locked := etcdtest.Async(func() error { return w.Lock(ctx) })
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 
 	// The writer's key reaches this client's watch a moment after etcd has it; until then a
 	// reader may still join. Within a generous bound, a reader must queue instead.
@@ -164,7 +158,7 @@ func TestLocalReadersQueueBehindARemoteWriter(t *testing.T) {
 			queued = errc
 		}
 	}
-	awaitKeys(t, admin, name, 3) // the queued reader has a key of its own, behind the writer
+	primtest.AwaitKeys(t, admin, name, 3) // the queued reader has a key of its own, behind the writer
 	etcdtest.Pending(t, locked, "the writer, with two readers holding")
 
 	require.NoError(t, rw.RUnlock(ctx))
@@ -174,7 +168,7 @@ func TestLocalReadersQueueBehindARemoteWriter(t *testing.T) {
 	require.NoError(t, w.Unlock(ctx))
 	require.NoError(t, etcdtest.Within(t, queued, 5*time.Second, "the reader, after the writer"))
 	require.NoError(t, rw.RUnlock(ctx))
-	assert.Zero(t, keysOf(t, admin, name))
+	assert.Zero(t, primtest.Keys(t, admin, name))
 }
 
 // TestStreamOfLocalReadersDoesNotStarveWriters: goroutines of one handle read in an
@@ -182,7 +176,7 @@ func TestLocalReadersQueueBehindARemoteWriter(t *testing.T) {
 // client and one of the same handle are both served, twice each, and the readers are
 // served again after each write.
 func TestStreamOfLocalReadersDoesNotStarveWriters(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name, readers = "no-starvation", 8
 	rw := newRW(t, cluster.Client(t), name)
 	stop := make(chan struct{})
@@ -233,7 +227,7 @@ func TestStreamOfLocalReadersDoesNotStarveWriters(t *testing.T) {
 // TestOneHandleReadersOverlapWhileItsWriterIsAlone: the goroutines of one handle share it
 // as they would a sync.RWMutex.
 func TestOneHandleReadersOverlapWhileItsWriterIsAlone(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	rw := newRW(t, cluster.Client(t), "one-handle")
 	var readers, writers, maxReaders atomic.Int64
 	var wg sync.WaitGroup
@@ -265,18 +259,18 @@ func TestOneHandleReadersOverlapWhileItsWriterIsAlone(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Greater(t, maxReaders.Load(), int64(1), "the readers never overlapped")
-	assert.Zero(t, keysOf(t, cluster.Client(t), "one-handle"))
+	assert.Zero(t, primtest.Keys(t, cluster.Client(t), "one-handle"))
 }
 
 func TestFailedTriesWriteNothing(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "tries"
 	admin := cluster.Client(t)
 	reader, other := newRW(t, cluster.Client(t), name), newRW(t, cluster.Client(t), name)
 	require.NoError(t, reader.TryRLock(ctx))
 	require.NoError(t, other.TryRLock(ctx), "TryRLock beside a reader")
 	require.NoError(t, reader.TryRLock(ctx), "TryRLock joining this handle's reader")
-	assert.Equal(t, int64(2), keysOf(t, admin, name))
+	assert.Equal(t, int64(2), primtest.Keys(t, admin, name))
 
 	before := etcdtest.Revision(t, admin)
 	w := newRW(t, cluster.Client(t), name)
@@ -294,164 +288,64 @@ func TestFailedTriesWriteNothing(t *testing.T) {
 	assert.ErrorIs(t, reader.TryRLock(ctx), rwmutex.ErrLocked, "TryRLock beside a writer")
 	assert.ErrorIs(t, w.TryRLock(ctx), rwmutex.ErrLocked, "TryRLock of the writing handle")
 	etcdtest.NoWrites(t, admin, before, "a failed TryRLock wrote")
-	assert.Equal(t, int64(1), keysOf(t, admin, name))
+	assert.Equal(t, int64(1), primtest.Keys(t, admin, name))
 	require.NoError(t, w.Unlock(ctx))
-	assert.Zero(t, keysOf(t, admin, name))
+	assert.Zero(t, primtest.Keys(t, admin, name))
 }
 
-func TestCancelledWaitsLeaveNoKey(t *testing.T) {
-	ctx := testContext(t)
+// TestCancelledReadersOfOneGroupLeaveNoKey: several readers of one handle wait in one group,
+// on one key, which goes with the last of them to be cancelled. (A cancelled wait of either
+// side alone: primtest's TestCancelledWaitReturnsContextErrorAndLeavesNoKey.)
+func TestCancelledReadersOfOneGroupLeaveNoKey(t *testing.T) {
+	ctx := etcdtest.Context(t)
 	const name = "cancelled"
 	admin := cluster.Client(t)
 	w := newRW(t, cluster.Client(t), name)
 	require.NoError(t, w.Lock(ctx))
 
-	// Several readers of one handle wait in one group: the key goes with the last of them.
 	r := newRW(t, cluster.Client(t), name)
 	rctx, rcancel := context.WithCancel(ctx)
 	first := etcdtest.Async(func() error { return r.RLock(rctx) })
-	awaitKeys(t, admin, name, 2)
+	primtest.AwaitKeys(t, admin, name, 2)
 	second := etcdtest.Async(func() error { return r.RLock(rctx) })
 	rcancel()
 	assert.ErrorIs(t, etcdtest.Within(t, first, 10*time.Second, "a cancelled RLock"), context.Canceled)
 	assert.ErrorIs(t, etcdtest.Within(t, second, 10*time.Second, "a cancelled RLock"), context.Canceled)
-	assert.Equal(t, int64(1), keysOf(t, admin, name), "a cancelled RLock left its key")
-
-	// A writer waiting for readers.
+	assert.Equal(t, int64(1), primtest.Keys(t, admin, name), "a cancelled RLock left its key")
 	require.NoError(t, w.Unlock(ctx))
-	require.NoError(t, r.RLock(ctx))
-	wctx, wcancel := context.WithCancel(ctx)
-	locked := etcdtest.Async(func() error { return w.Lock(wctx) })
-	awaitKeys(t, admin, name, 2)
-	wcancel()
-	assert.ErrorIs(t, etcdtest.Within(t, locked, 10*time.Second, "a cancelled Lock"), context.Canceled)
-	assert.Equal(t, int64(1), keysOf(t, admin, name), "a cancelled Lock left its key")
-	require.NoError(t, r.RUnlock(ctx))
-	assert.Zero(t, keysOf(t, admin, name))
-
-	// A context that has ended writes nothing.
-	before := etcdtest.Revision(t, admin)
-	assert.ErrorIs(t, r.RLock(rctx), context.Canceled)
-	assert.ErrorIs(t, w.Lock(wctx), context.Canceled)
-	etcdtest.NoWrites(t, admin, before, "wrote")
+	assert.Zero(t, primtest.Keys(t, admin, name))
 }
 
-func TestRevokedLeaseEndsReadAndWriteHolds(t *testing.T) {
-	ctx := testContext(t)
+// TestARevokedLeaseEndsEveryReadHoldOfTheGroup: the readers of one handle share one key;
+// when its lease is revoked, each of them is told of the loss. (One hold of either side:
+// primtest's TestARevokedLeaseEndsTheHoldAndServesTheNext.)
+func TestARevokedLeaseEndsEveryReadHoldOfTheGroup(t *testing.T) {
+	ctx := etcdtest.Context(t)
 	const name = "revoked"
 	admin := cluster.Client(t)
-	revoke := func(rw *rwmutex.RWMutex) {
-		t.Helper()
-		resp, err := admin.Get(ctx, core.NamePrefix(name), clientv3.WithPrefix())
-		require.NoError(t, err)
-		require.NotEmpty(t, resp.Kvs)
-		_, err = admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
-		require.NoError(t, err)
-		etcdtest.Within(t, rw.Done(), 5*time.Second, "Done after the lease was revoked")
-		assert.ErrorIs(t, rw.Err(), rwmutex.ErrLost)
-	}
-
 	r := newRW(t, cluster.Client(t), name)
 	require.NoError(t, r.RLock(ctx))
 	require.NoError(t, r.RLock(ctx))
-	done := r.Done()
-	revoke(r)
-	etcdtest.Within(t, done, time.Second, "the read hold's Done")
+	resp, err := admin.Get(ctx, r.Key())
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	_, err = admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	require.NoError(t, err)
+	etcdtest.Within(t, r.Done(), 5*time.Second, "Done after the lease was revoked")
+	assert.ErrorIs(t, r.Err(), rwmutex.ErrLost)
 	assert.ErrorIs(t, r.RUnlock(ctx), rwmutex.ErrLost)
 	assert.ErrorIs(t, r.RUnlock(ctx), rwmutex.ErrLost)
 	assert.ErrorIs(t, r.RUnlock(ctx), rwmutex.ErrNotLocked)
 	require.NoError(t, r.RLock(ctx), "RLock after a loss takes a new lease")
 	require.NoError(t, r.RUnlock(ctx))
-
-	w := newRW(t, cluster.Client(t), name)
-	require.NoError(t, w.Lock(ctx))
-	revoke(w)
-	assert.ErrorIs(t, w.Unlock(ctx), rwmutex.ErrLost)
-	assert.ErrorIs(t, w.Err(), rwmutex.ErrNotLocked)
-	require.NoError(t, w.Lock(ctx), "Lock after a loss takes a new lease")
-	require.NoError(t, w.Unlock(ctx))
-	assert.Zero(t, keysOf(t, admin, name))
-}
-
-func TestFencedWriteUnderTheWriteLock(t *testing.T) {
-	ctx := testContext(t)
-	cli := cluster.Client(t)
-	rw := newRW(t, cli, "fenced")
-	put := func(v string) bool {
-		resp, err := cli.Txn(ctx).If(rw.IsOwner()).Then(clientv3.OpPut("fenced-data", v)).Commit()
-		require.NoError(t, err)
-		return resp.Succeeded
-	}
-	assert.False(t, put("unheld"), "IsOwner without a hold")
-	require.NoError(t, rw.RLock(ctx))
-	assert.False(t, put("read"), "IsOwner under a read hold")
-	require.NoError(t, rw.RUnlock(ctx))
-	require.NoError(t, rw.Lock(ctx))
-	assert.True(t, put("held"))
-	token := rw.Token()
-	require.NoError(t, rw.Unlock(ctx))
-	assert.False(t, put("after"), "IsOwner after Unlock")
-	require.NoError(t, rw.Lock(ctx))
-	assert.Greater(t, rw.Token(), token, "tokens increase")
-	require.NoError(t, rw.Unlock(ctx))
-}
-
-func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
-	cli := cluster.Client(t)
-	sess, err := concurrency.NewSession(cli)
-	require.NoError(t, err)
-	defer sess.Close()
-	before := etcdtest.Revision(t, cli)
-	for _, tc := range []struct {
-		desc string
-		cli  *clientv3.Client
-		name string
-		opts []rwmutex.Option
-		want error
-	}{
-		{"empty name", cli, "", nil, rwmutex.ErrInvalidName},
-		{"NUL in name", cli, "a\x00b", nil, rwmutex.ErrInvalidName},
-		{"name over 512 bytes", cli, strings.Repeat("x", 513), nil, rwmutex.ErrInvalidName},
-		{"TTL under a second", cli, "ok", []rwmutex.Option{rwmutex.WithTTL(time.Millisecond)}, rwmutex.ErrInvalidOption},
-		{"TTL and session", cli, "ok", []rwmutex.Option{rwmutex.WithTTL(time.Minute), rwmutex.WithSession(sess)}, rwmutex.ErrInvalidOption},
-		{"nil option", cli, "ok", []rwmutex.Option{nil}, rwmutex.ErrInvalidOption},
-		{"nil client", nil, "ok", nil, rwmutex.ErrInvalidOption},
-	} {
-		t.Run(tc.desc, func(t *testing.T) {
-			rw, err := rwmutex.New(tc.cli, tc.name, tc.opts...)
-			assert.ErrorIs(t, err, tc.want)
-			assert.Nil(t, rw)
-		})
-	}
-	rw := newRW(t, cli, "ok")
-	ctx := testContext(t)
-	assert.ErrorIs(t, rw.Unlock(ctx), rwmutex.ErrNotLocked)
-	assert.ErrorIs(t, rw.RUnlock(ctx), rwmutex.ErrNotLocked)
-	assert.ErrorIs(t, rw.Err(), rwmutex.ErrNotLocked)
-	etcdtest.NoWrites(t, cli, before, "bad input wrote to etcd")
-}
-
-// TestNamesAreIndependent: names that are prefixes of one another, or that look like
-// another name's kind, never see each other's keys.
-func TestNamesAreIndependent(t *testing.T) {
-	ctx := testContext(t)
-	names := []string{"n", "n/read", "n/write", "nw", "n%2Fwrite"}
-	var held []*rwmutex.RWMutex
-	for _, name := range names {
-		rw := newRW(t, cluster.Client(t), name)
-		require.NoError(t, etcdtest.Within(t, etcdtest.Async(func() error { return rw.Lock(ctx) }), 5*time.Second, "Lock of "+name))
-		held = append(held, rw)
-	}
-	for _, rw := range held {
-		require.NoError(t, rw.Unlock(ctx))
-	}
+	assert.Zero(t, primtest.Keys(t, admin, name))
 }
 
 // TestRUnlockWhoseContextEndsMidwayIsNeverALoss: a reader whose RUnlock times out while the
 // group's key is being deleted or checked, beside another reader leaving, may be told to try
 // again, but neither is ever told the hold was lost (nothing was), and the retry settles it.
 func TestRUnlockWhoseContextEndsMidwayIsNeverALoss(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "runlock-timeout"
 	admin := cluster.Client(t)
 	rw := newRW(t, cluster.Client(t), name)
@@ -471,7 +365,7 @@ func TestRUnlockWhoseContextEndsMidwayIsNeverALoss(t *testing.T) {
 			require.NoError(t, rw.RUnlock(ctx), "iteration %d: the retry", i)
 		}
 		require.ErrorIs(t, rw.RUnlock(ctx), rwmutex.ErrNotLocked, "iteration %d", i)
-		require.Zero(t, keysOf(t, admin, name), "iteration %d", i)
+		require.Zero(t, primtest.Keys(t, admin, name), "iteration %d", i)
 	}
 	t.Logf("%d of 150 RUnlocks timed out and were retried", retried)
 }

@@ -15,13 +15,18 @@ type pendingWrite struct {
 	next    *group        // their group, started when done closed (nil if blocked was 0)
 }
 
-// Lock waits until the write lock is held: until no key, read or write, is ahead of its
-// key. Readers of this handle that arrive meanwhile queue behind it. If ctx ends first it
-// returns ctx's error, wrapped, after deleting its key (see mutex.Mutex.Lock for the
-// details, which are the same, a done ctx and ErrInvalidOption included).
+// Lock waits until the write lock is held: until no key, read or write, is ahead of its key.
+// Readers of this handle that arrive meanwhile queue behind it. Like [sync.RWMutex], the write
+// side stays taken until [RWMutex.Unlock], also once its hold is lost: Unlock (which then
+// returns [ErrLost]) before Lock again.
 //
-// Like a sync.RWMutex, a handle's write side stays taken from Lock to Unlock, also when
-// the hold was lost in between: call Unlock (it returns ErrLost) before Lock again.
+// Errors: ctx's error, wrapped, when ctx ends; with ctx done already, having sent nothing;
+// otherwise after deleting its key (with a Txn in flight it awaits the answer up to 1 s more,
+// then the delete up to 1 s; a delete etcd has not answered by then finishes in the
+// background). [ErrLost]: the session's lease expired while waiting; the next Lock takes a
+// new one. [ErrInvalidOption]: rw was not made by [New], or its client is closed.
+//
+// Cost: one Txn uncontended, and one lease grant on the client's first use.
 func (rw *RWMutex) Lock(ctx context.Context) (err error) {
 	if err := rw.queue().Unusable(); err != nil {
 		return rw.errorf("lock", err)
@@ -73,9 +78,13 @@ func (rw *RWMutex) Lock(ctx context.Context) (err error) {
 }
 
 // TryLock takes the write lock only if nobody holds the lock or waits for it, reader or
-// writer; otherwise, or if this handle holds or waits already, it returns ErrLocked having
-// written nothing. One Txn, none when this handle's own readers are in the way. A done
-// ctx and ErrInvalidOption as for mutex.Mutex.TryLock.
+// writer, and this handle neither holds nor waits.
+//
+// Errors: [ErrLocked] otherwise, having written nothing. ctx's error, having sent nothing,
+// with ctx done already; within about 2 s if ctx ends while its Txn is in flight.
+// [ErrInvalidOption] as for [RWMutex.Lock].
+//
+// Cost: one Txn; none when this handle's own readers are in the way.
 func (rw *RWMutex) TryLock(ctx context.Context) (err error) {
 	if err := rw.queue().Unusable(); err != nil {
 		return rw.errorf("try lock", err)
@@ -106,12 +115,17 @@ func (rw *RWMutex) TryLock(ctx context.Context) (err error) {
 	return nil
 }
 
-// Unlock releases the write lock: one Txn that deletes the key only while its create
-// revision is still this hold's. It returns ErrNotLocked without a write hold, and ErrLost
-// (the hold has ended all the same) if the hold was lost before, or if the client is
-// closed. If etcd cannot be reached before ctx ends, or ctx is done already, the lock stays
-// held and Unlock may be called again. Concurrent Unlocks and a handle not made by New as
-// for mutex.Mutex.Unlock.
+// Unlock releases the write lock, with a delete fenced on the key's create revision: a late
+// or repeated Unlock never frees a newer holder. If etcd cannot be reached before ctx ends,
+// or ctx is done already (then nothing is sent), the lock stays held and Unlock may be called
+// again. An Unlock during another one waits for its outcome, then returns [ErrNotLocked] if
+// that released the lock, and otherwise tries itself.
+//
+// Errors: [ErrNotLocked] without a write hold. [ErrLost] if the hold was lost before, or the
+// client is closed; the hold has ended all the same. On an RWMutex not made by [New], an
+// error matching [ErrInvalidOption] and ErrNotLocked.
+//
+// Cost: one Txn.
 func (rw *RWMutex) Unlock(ctx context.Context) (err error) {
 	if rw.queue() == nil {
 		return rw.errorf("unlock", core.Unheld(rw.queue().Unusable()))

@@ -3,7 +3,6 @@ package semaphore_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -289,44 +287,6 @@ func TestReleaseTwiceReturnsNotLocked(t *testing.T) {
 	etcdtest.Within(t, none.Done(), time.Second, "a nil Permit's Done is closed")
 }
 
-func TestIsOwnerGuardsWritesOnlyWhileHeld(t *testing.T) {
-	ctx := testContext(t)
-	cli := cluster.Client(t)
-	s := newSemaphore(t, cli, "owner", 2)
-	p, err := s.Acquire(ctx)
-	require.NoError(t, err)
-	fencedPut := func(v string) bool {
-		resp, err := cli.Txn(ctx).If(p.IsOwner()).Then(clientv3.OpPut("owner-data", v)).Commit()
-		require.NoError(t, err)
-		return resp.Succeeded
-	}
-	assert.True(t, fencedPut("held"))
-	require.NoError(t, p.Release(ctx))
-	assert.False(t, fencedPut("after"), "IsOwner held after Release")
-}
-
-func TestCancelledAcquireReturnsContextErrorAndLeavesNoKey(t *testing.T) {
-	ctx := testContext(t)
-	const name = "cancel"
-	admin := cluster.Client(t)
-	holder, err := newSemaphore(t, cluster.Client(t), name, 1).Acquire(ctx)
-	require.NoError(t, err)
-
-	waiter := newSemaphore(t, cluster.Client(t), name, 1)
-	wctx, cancel := context.WithCancel(ctx)
-	w := acquireAsync(wctx, waiter)
-	awaitPermits(t, admin, name, 2)
-	cancel()
-	assert.ErrorIs(t, etcdtest.Within(t, w, 10*time.Second, "cancelled Acquire returns").err, context.Canceled)
-	assert.Equal(t, int64(1), permitsOf(t, admin, name), "the cancelled waiter's key is left")
-
-	_, err = waiter.Acquire(testTimeout(t, 200*time.Millisecond))
-	assert.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.Equal(t, int64(1), permitsOf(t, admin, name), "the timed-out waiter's key is left")
-	require.NoError(t, holder.Release(ctx))
-	assert.Zero(t, permitsOf(t, admin, name))
-}
-
 // TestAServedWaiterSendsNoRPCAfterItsWakeUp: a contended Acquire costs its Txn and its
 // watch; the release that serves it arrives as an event, and it reads nothing.
 func TestAServedWaiterSendsNoRPCAfterItsWakeUp(t *testing.T) {
@@ -367,54 +327,15 @@ func TestAServedWaiterSendsNoRPCAfterItsWakeUp(t *testing.T) {
 	require.NoError(t, b.Release(ctx))
 }
 
-func TestAcquireWithADoneContextSendsNothing(t *testing.T) {
-	cnt := &rpcstat.Counter{}
-	cfg := cluster.ClientConfig()
-	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err := cluster.Open(cfg)
-	require.NoError(t, err)
-	defer cli.Close()
-	s := newSemaphore(t, cli, "done-context", 2)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err = s.Acquire(ctx)
-	assert.ErrorIs(t, err, context.Canceled)
-	_, err = s.TryAcquire(ctx)
-	assert.ErrorIs(t, err, context.Canceled)
-	assert.Empty(t, cnt.Counts(), "RPCs sent for a done context")
-}
-
-func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
+// TestABadLimitIsRejectedAndWritesNothing: New refuses a limit below 1. (Bad names and
+// options of every package: primtest's TestBadInputIsRejectedAndWritesNothing.)
+func TestABadLimitIsRejectedAndWritesNothing(t *testing.T) {
 	cli := cluster.Client(t)
-	sess, err := concurrency.NewSession(cli)
-	require.NoError(t, err)
-	defer sess.Close()
 	before := etcdtest.Revision(t, cli)
-	for _, tc := range []struct {
-		desc  string
-		cli   *clientv3.Client
-		name  string
-		limit int
-		opts  []semaphore.Option
-		want  error
-	}{
-		{"empty name", cli, "", 1, nil, semaphore.ErrInvalidName},
-		{"NUL in name", cli, "a\x00b", 1, nil, semaphore.ErrInvalidName},
-		{"name over 512 bytes", cli, strings.Repeat("x", 513), 1, nil, semaphore.ErrInvalidName},
-		{"name not UTF-8", cli, "\xff", 1, nil, semaphore.ErrInvalidName},
-		{"limit 0", cli, "ok", 0, nil, semaphore.ErrInvalidOption},
-		{"negative limit", cli, "ok", -3, nil, semaphore.ErrInvalidOption},
-		{"TTL under a second", cli, "ok", 1, []semaphore.Option{semaphore.WithTTL(500 * time.Millisecond)}, semaphore.ErrInvalidOption},
-		{"nil session", cli, "ok", 1, []semaphore.Option{semaphore.WithSession(nil)}, semaphore.ErrInvalidOption},
-		{"TTL and session", cli, "ok", 1, []semaphore.Option{semaphore.WithTTL(time.Minute), semaphore.WithSession(sess)}, semaphore.ErrInvalidOption},
-		{"nil option", cli, "ok", 1, []semaphore.Option{nil}, semaphore.ErrInvalidOption},
-		{"nil client", nil, "ok", 1, nil, semaphore.ErrInvalidOption},
-	} {
-		t.Run(tc.desc, func(t *testing.T) {
-			s, err := semaphore.New(tc.cli, tc.name, tc.limit, tc.opts...)
-			assert.ErrorIs(t, err, tc.want)
-			assert.Nil(t, s)
-		})
+	for _, limit := range []int{0, -3} {
+		s, err := semaphore.New(cli, "ok", limit)
+		assert.ErrorIs(t, err, semaphore.ErrInvalidOption, "limit %d", limit)
+		assert.Nil(t, s)
 	}
 	etcdtest.NoWrites(t, cli, before, "bad input wrote to etcd")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/reentrant"
 	"github.com/etcdsync/etcdsync/rwmutex"
@@ -43,7 +44,7 @@ func newReentrant(t *testing.T, name string) *reentrant.Mutex {
 // client's first waiter on the name (see warmHold).
 func retryAfterRelease(t *testing.T, l trylock.ReleaseWatcher, busy error, release func(context.Context) error) {
 	t.Helper()
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	tl := track(l)
 	done := make(chan error, 1)
 	go func() { done <- trylock.Retry(ctx, tl, long) }()
@@ -54,7 +55,7 @@ func retryAfterRelease(t *testing.T, l trylock.ReleaseWatcher, busy error, relea
 }
 
 func TestRWMutexWriteSideIsALocker(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "adapt-write"
 	admin := cluster.Client(t)
 	reader, rw := newRWMutex(t, name), newRWMutex(t, name)
@@ -83,11 +84,11 @@ func TestRWMutexWriteRetryWakesWhenAReaderLetsGo(t *testing.T) {
 	require.NoError(t, err)
 
 	retryAfterRelease(t, rw, rwmutex.ErrLocked, holder.RUnlock)
-	require.NoError(t, rw.Unlock(testContext(t)))
+	require.NoError(t, rw.Unlock(etcdtest.Context(t)))
 }
 
 func TestRLockerTriesTheReadLock(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "adapt-read"
 	admin := cluster.Client(t)
 	writer, reader, rw := newRWMutex(t, name), newRWMutex(t, name), newRWMutex(t, name)
@@ -101,10 +102,10 @@ func TestRLockerTriesTheReadLock(t *testing.T) {
 	require.NoError(t, writer.Unlock(ctx))
 	require.NoError(t, reader.RLock(ctx))
 	require.NoError(t, trylock.Once(ctx, trylock.RLocker(rw)), "readers share the lock")
-	assert.Equal(t, int64(2), keysOf(t, admin, name))
+	assert.Equal(t, int64(2), primtest.Keys(t, admin, name))
 	require.NoError(t, rw.RUnlock(ctx))
 	require.NoError(t, reader.RUnlock(ctx))
-	assert.Zero(t, keysOf(t, admin, name))
+	assert.Zero(t, primtest.Keys(t, admin, name))
 }
 
 func TestRLockerRetryWakesWhenTheWriterLetsGo(t *testing.T) {
@@ -119,11 +120,11 @@ func TestRLockerRetryWakesWhenTheWriterLetsGo(t *testing.T) {
 	require.NoError(t, err)
 
 	retryAfterRelease(t, trylock.RLocker(rw).(trylock.ReleaseWatcher), rwmutex.ErrLocked, holder.Unlock)
-	require.NoError(t, rw.RUnlock(testContext(t)))
+	require.NoError(t, rw.RUnlock(etcdtest.Context(t)))
 }
 
 func TestReentrantHandsBackTheOwningContext(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "adapt-reentrant"
 	admin := cluster.Client(t)
 	other, m := newReentrant(t, name), newReentrant(t, name)
@@ -148,7 +149,7 @@ func TestReentrantHandsBackTheOwningContext(t *testing.T) {
 	assert.Equal(t, 2, m.Count(owning))
 	require.NoError(t, m.Unlock(again.Context()))
 	require.NoError(t, m.Unlock(owning))
-	assert.Zero(t, keysOf(t, admin, name))
+	assert.Zero(t, primtest.Keys(t, admin, name))
 }
 
 func TestReentrantRetryWakesWhenTheHolderLetsGo(t *testing.T) {
@@ -195,7 +196,7 @@ type unwatched struct{ s onePermit }
 func (u unwatched) TryAcquire(ctx context.Context) (*permit, error) { return u.s.TryAcquire(ctx) }
 
 func TestPermitsHandsBackThePermit(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "adapt-permits"
 	admin := cluster.Client(t)
 	holder := newMutex(t, cluster.Client(t), name)
@@ -219,7 +220,7 @@ func TestPermitsHandsBackThePermit(t *testing.T) {
 	require.NoError(t, trylock.Once(ctx, l))
 	require.NotNil(t, l.Permit())
 	require.NoError(t, l.Permit().Release(ctx))
-	assert.Zero(t, keysOf(t, admin, name))
+	assert.Zero(t, primtest.Keys(t, admin, name))
 }
 
 func TestPermitsRetryWakesWhenAPermitIsReleased(t *testing.T) {
@@ -230,11 +231,11 @@ func TestPermitsRetryWakesWhenAPermitIsReleased(t *testing.T) {
 
 	l := trylock.Permits(onePermit{newMutex(t, cli, name)})
 	retryAfterRelease(t, l, trylock.ErrNoPermits, holder.Unlock)
-	require.NoError(t, l.Permit().Release(testContext(t)))
+	require.NoError(t, l.Permit().Release(etcdtest.Context(t)))
 }
 
 func TestPermitsOfAnAcquirerWithoutWatchBacksOff(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "adapt-permits-unwatched"
 	holder := newMutex(t, cluster.Client(t), name)
 	require.NoError(t, holder.Lock(ctx))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/trylock"
 )
@@ -19,31 +20,14 @@ var cluster *etcdtest.Cluster
 
 func TestMain(m *testing.M) { etcdtest.Main(m, &cluster) }
 
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func newMutex(t *testing.T, cli *clientv3.Client, name string) *mutex.Mutex {
-	t.Helper()
-	m, err := mutex.New(cli, name)
-	require.NoError(t, err)
-	return m
-}
-
-// keysOf counts the keys of name in etcd.
-func keysOf(t *testing.T, cli *clientv3.Client, name string) int64 {
-	t.Helper()
-	return etcdtest.CountKeys(t, cli, core.NamePrefix(name))
-}
+var newMutex = primtest.MustNew(mutex.New)
 
 // unchanged fails the test if anything was written to etcd since before, or if name has
 // other than keys keys: the failed tries in between left nothing behind.
 func unchanged(t *testing.T, cli *clientv3.Client, name string, keys, before int64) {
 	t.Helper()
 	etcdtest.NoWrites(t, cli, before, "a failed try wrote to etcd")
-	require.Equal(t, keys, keysOf(t, cli, name), "keys of %q", name)
+	require.Equal(t, keys, primtest.Keys(t, cli, name), "keys of %q", name)
 }
 
 // tracked is a real Locker whose tries are counted and reported; it keeps the Locker's
@@ -78,7 +62,7 @@ func (b blind) TryLock(ctx context.Context) error { return b.l.TryLock(ctx) }
 // name has while second waits.
 func warmHold(t *testing.T, admin *clientv3.Client, name string, keys int64, first, wait, release func(context.Context) error) {
 	t.Helper()
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	require.NoError(t, first(ctx))
 	waited := make(chan error, 1)
 	go func() { waited <- wait(ctx) }()

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
+	"github.com/etcdsync/etcdsync/internal/core"
 )
 
 // The backoff of Retry without the Backoff option, and of Timeout.
@@ -23,8 +23,8 @@ type retryConfig struct {
 	errs         []error
 }
 
-// Attempts makes Retry give up after n tries in all (the first one included), n >= 1.
-// Without it Retry tries until its ctx ends. Releases on the name cut waits short (see
+// Attempts makes [Retry] give up after n tries in all (the first one included), n >= 1;
+// without it Retry tries until its ctx ends. Releases on the name cut waits short (see
 // Retry), so on a busy name the n tries may come sooner than the backoff alone would space
 // them.
 func Attempts(n int) RetryOption {
@@ -37,11 +37,11 @@ func Attempts(n int) RetryOption {
 	}
 }
 
-// Backoff sets the delays between Retry's tries: the first is initial, each next one twice
-// the one before, up to max; each is then drawn at random from [½, 1½] of that, and capped
-// at max, so that retries of many clients spread out. 0 < initial <= max. A release on the
-// name may end a delay early (see Retry). Without it: DefaultInitialBackoff,
-// DefaultMaxBackoff.
+// Backoff sets the delays between [Retry]'s tries, 0 < initial <= max: the first is
+// initial, each next one twice the one before, up to max; each is then drawn at random from
+// [½, 1½] of that and capped at max, so that the retries of many clients spread out. A
+// release on the name may end a delay early (see Retry). Without it:
+// [DefaultInitialBackoff], [DefaultMaxBackoff].
 func Backoff(initial, max time.Duration) RetryOption {
 	return func(c *retryConfig) {
 		if initial <= 0 || initial > max {
@@ -68,22 +68,7 @@ func retryOptions(opts []RetryOption) (retryConfig, error) {
 	return c, errors.Join(c.errs...)
 }
 
-// delays is the sequence of Retry's waits.
-type delays struct {
-	b   *backoff.ExponentialBackOff
-	max time.Duration
+// delays is the sequence of Retry's waits: the core's backoff, with Retry's bounds.
+func (c retryConfig) delays() *core.Backoff {
+	return &core.Backoff{Initial: c.initial, Max: c.max}
 }
-
-func (c retryConfig) delays() delays {
-	b := &backoff.ExponentialBackOff{
-		InitialInterval:     c.initial,
-		RandomizationFactor: 0.5,
-		Multiplier:          2,
-		MaxInterval:         c.max,
-	}
-	b.Reset()
-	return delays{b: b, max: c.max}
-}
-
-// next is the next delay: the backoff caps the interval before its jitter, so cap after it.
-func (d delays) next() time.Duration { return min(d.b.NextBackOff(), d.max) }

@@ -15,7 +15,7 @@ import (
 // TestPermitsOfASemaphore: the generic adapter over a real *semaphore.Semaphore fails with
 // ErrNoPermits, writes nothing, and its retry wakes when a permit is released.
 func TestPermitsOfASemaphore(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "adapt-semaphore"
 	admin, cli := cluster.Client(t), cluster.Client(t)
 	_, err := admin.Delete(ctx, name+"/limit") // a limit recorded by an earlier -count run
@@ -55,7 +55,7 @@ func TestPermitsOfASemaphore(t *testing.T) {
 // units fails with ErrNoPermits and writes nothing; its retry wakes when the 2 are released
 // and takes 3 units in one permit; n out of range is the semaphore's ErrInvalidOption.
 func TestPermitsNTakesEveryUnitOrNone(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "adapt-semaphore-n"
 	admin := cluster.Client(t)
 	_, err := admin.Delete(ctx, name+"/limit") // a limit recorded by an earlier -count run

@@ -10,15 +10,15 @@ import (
 	"github.com/etcdsync/etcdsync/internal/core"
 )
 
-// Locker is anything that can try to take a lock once without waiting: it returns nil when
-// it took it, an error matching ErrLocked or ErrNoPermits when it is busy, and any other
-// error when the try itself failed.
+// Locker is anything that can try to take a lock once without waiting: TryLock returns nil
+// when it took it, an error matching [ErrLocked] or [ErrNoPermits] when it is busy, and any
+// other error when the try itself failed.
 type Locker interface {
 	TryLock(ctx context.Context) error
 }
 
-// A ReleaseWatcher is a Locker that can tell when a busy lock may have come free, so that
-// Retry and Timeout wake then instead of sleeping out their backoff. Every etcdsync
+// A ReleaseWatcher is a [Locker] that can tell when a busy lock may have come free, so that
+// [Retry] and [Timeout] wake then instead of sleeping out their backoff. Every etcdsync
 // primitive and adapter here implements it.
 //
 // WatchRelease starts watching. Retry calls arm before each try; the channel it returns
@@ -37,11 +37,12 @@ var (
 	ErrInvalidOption = core.ErrInvalidOption // Retry: a bad option; any call: a nil Locker, or a primitive not made by New
 )
 
-// Once tries l once: l.TryLock(ctx), for symmetry with Retry and Timeout. It returns nil
-// when it took the lock, or the try's error: ErrLocked (or ErrNoPermits) when the lock is
-// busy, and then nothing was written. With ctx done already, ctx's error (every etcdsync
-// Locker then sends nothing). A nil l, or an l holding a nil pointer (a nil *mutex.Mutex),
-// returns ErrInvalidOption, as does an etcdsync primitive not made by New.
+// Once tries l once: l.TryLock(ctx), for symmetry with [Retry] and [Timeout].
+//
+// Errors: the try's: [ErrLocked] (or [ErrNoPermits]) when the lock is busy, having written
+// nothing; ctx's error with ctx done already (every etcdsync Locker then sends nothing).
+// [ErrInvalidOption] for a nil l, an l holding a nil pointer (a nil *mutex.Mutex), or an
+// etcdsync primitive not made by New.
 func Once(ctx context.Context, l Locker) error {
 	if isNil(l) {
 		return fmt.Errorf("trylock: once: %w: nil Locker", ErrInvalidOption)
@@ -50,25 +51,25 @@ func Once(ctx context.Context, l Locker) error {
 }
 
 // Retry tries l until it takes the lock, waiting between tries for a jittered delay that
-// doubles from one try to the next (see Backoff; by default it starts at 100 ms and stops
-// growing at 2 s). If l is a ReleaseWatcher, a release on the name ends the wait early: the
-// next try starts as soon as the lock may be free, though at least min(delay, 10 ms) after
-// the last one, so a name with many releases is not tried more often than that. A watch
-// that cannot tell whether it missed a release counts as one: so the first wait of a retry
-// on a client that had no watch of the name open yet may end after that 10 ms too.
+// doubles from one try to the next (see [Backoff]; by default from 100 ms up to 2 s). If l is
+// a [ReleaseWatcher], a release on the name ends the wait early, though at least
+// min(delay, 10 ms) after the last try, so that a name with many releases is not tried more
+// often; a watch that cannot tell whether it missed a release counts as one, so the first
+// wait on a client with no watch of the name open yet may end after 10 ms too. Without
+// [Attempts], Retry tries until ctx ends, like a Lock: bound it with ctx's deadline, or use
+// [Timeout].
 //
-// Only a busy lock (ErrLocked, ErrNoPermits) is tried again. Any other error of a try is
-// returned at once, wrapped. Without Attempts, Retry tries until ctx ends, like a Lock does:
-// bound it with ctx's deadline, or use Timeout. It then returns promptly (over an etcdsync
-// Locker within 2 s of ctx's end, whatever etcd does: see Timeout) with an error that
-// matches both ctx's error and the last try's ErrLocked (or ErrNoPermits; ctx's alone if ctx
-// ended before any try found the lock busy). After Attempts(n) tries it returns the last
-// one's error, wrapped. A bad option, or a nil Locker as for Once, returns
-// ErrInvalidOption before any try.
+// Errors: only a busy lock ([ErrLocked], [ErrNoPermits]) is tried again; any other error of a
+// try is returned at once, wrapped. When ctx ends, Retry returns promptly (over an etcdsync
+// Locker within 2 s, whatever etcd does: see Timeout) with an error matching both ctx's error
+// and the last try's ErrLocked (or ErrNoPermits), or ctx's alone if no try found the lock
+// busy; with ctx done already, having sent nothing. After Attempts(n) tries, the last one's
+// error, wrapped. [ErrInvalidOption] before any try for a bad option, or a nil Locker as for
+// [Once].
 //
-// Each failed try costs what the Locker's TryLock costs (one Txn for every etcdsync
-// primitive) and writes nothing; the wake-up adds no RPC, since it uses the client's watch
-// of the name (which it opens, if no waiter of that client has it open).
+// Cost: each failed try costs what l's TryLock costs (one Txn for every etcdsync primitive)
+// and writes nothing; the wake-up adds no RPC, since it uses the client's watch of the name
+// (opened if no waiter of that client has it open).
 func Retry(ctx context.Context, l Locker, opts ...RetryOption) error {
 	cfg, err := retryOptions(opts)
 	if err == nil && isNil(l) {
@@ -80,23 +81,22 @@ func Retry(ctx context.Context, l Locker, opts ...RetryOption) error {
 	return retry(ctx, l, cfg)
 }
 
-// Timeout is Retry with its default backoff and no limit on tries, for at most d. When d
-// passes with the lock still busy, it returns an error that matches both ErrTimeout and the
-// last try's ErrLocked (or ErrNoPermits); a try under way at d is cut short and leaves
-// nothing behind. If ctx ends first, Timeout returns as Retry does (ctx's error, not
-// ErrTimeout). With d <= 0 it tries exactly once, and a busy lock is ErrTimeout as well.
-// A nil Locker as for Once.
+// Timeout is [Retry] with its default backoff and no limit on tries, for at most d. With
+// d <= 0 it tries exactly once. The tries run on a context of Timeout's own, which ends when
+// Timeout returns; what a try hands back to outlive it derives from ctx instead (the owning
+// context of a reentrant.Mutex taken through [Reentrant] lives as long as the hold).
 //
-// Over every etcdsync Locker, Timeout returns within d + 2 s whatever etcd does, also when
-// it cannot be reached at all: a try under way at d waits up to 1 s more for etcd's answer
-// (which says whether it wrote a key), then up to 1 s for the removal of the key it may
-// have written; a removal etcd does not answer by then is finished in the background, and
-// the release watch never blocks. Measured with etcd black-holed: 2.1 s for d = 100 ms,
-// 3.0 s for 1 s, 5.0 s for 3 s (d alone when no try is under way at d).
+// Errors: when d passes with the lock still busy (for d <= 0, a busy lock), an error
+// matching both [ErrTimeout] and the last try's [ErrLocked] (or [ErrNoPermits]); a try under
+// way at d is cut short and leaves nothing behind. If ctx ends first, as Retry (ctx's error,
+// not ErrTimeout). A nil Locker as for [Once].
 //
-// The tries run on a context of Timeout's own, which ends when Timeout returns. What a try
-// hands back to outlive it derives from ctx instead: the owning context of a
-// reentrant.Mutex taken through Reentrant lives as long as the hold.
+// Cost: over every etcdsync Locker, Timeout returns within d + 2 s whatever etcd does, also
+// when it cannot be reached at all: a try under way at d waits up to 1 s more for etcd's
+// answer (which says whether it wrote a key), then up to 1 s for the removal of the key it
+// may have written; a removal not answered by then finishes in the background, and the
+// release watch never blocks. Measured with etcd black-holed: 2.1 s for d = 100 ms, 3.0 s for
+// 1 s, 5.0 s for 3 s (d alone when no try is under way at d).
 func Timeout(ctx context.Context, l Locker, d time.Duration) error {
 	if isNil(l) {
 		return fmt.Errorf("trylock: timeout: %w: nil Locker", ErrInvalidOption)
@@ -147,6 +147,9 @@ func (e *gaveUpError) Unwrap() []error { return []error{e.why, e.last} }
 
 // retry runs the tries of Retry and Timeout.
 func retry(ctx context.Context, l Locker, cfg retryConfig) error {
+	if err := ctx.Err(); err != nil {
+		return gaveUp(ctx, err, nil, 0) // before the release watch, so that nothing is sent
+	}
 	var arm func() <-chan struct{}
 	if rw, ok := l.(ReleaseWatcher); ok {
 		var stop func()
@@ -173,7 +176,7 @@ func retry(ctx context.Context, l Locker, cfg retryConfig) error {
 		if cfg.attempts > 0 && try >= cfg.attempts {
 			return fmt.Errorf("trylock: gave up after %d tries: %w", try, err)
 		}
-		if err := pause(ctx, delays.next(), released); err != nil {
+		if err := pause(ctx, delays.Next(), released); err != nil {
 			return gaveUp(ctx, err, last, try)
 		}
 	}

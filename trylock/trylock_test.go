@@ -21,31 +21,15 @@ const slack = 3 * time.Second
 var long = trylock.Backoff(10*time.Second, 20*time.Second)
 
 func TestOnceTakesAFreeLock(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	m := newMutex(t, cluster.Client(t), "once-free")
 	require.NoError(t, trylock.Once(ctx, m))
 	assert.NotZero(t, m.Token())
 	require.NoError(t, m.Unlock(ctx))
 }
 
-func TestOnceOnABusyLockReturnsErrLockedAndWritesNothing(t *testing.T) {
-	ctx := testContext(t)
-	const name = "once-busy"
-	admin := cluster.Client(t)
-	holder := newMutex(t, cluster.Client(t), name)
-	require.NoError(t, holder.Lock(ctx))
-	m := newMutex(t, cluster.Client(t), name)
-
-	before := etcdtest.Revision(t, admin)
-	err := trylock.Once(ctx, m)
-	require.ErrorIs(t, err, trylock.ErrLocked)
-	require.ErrorIs(t, err, mutex.ErrLocked)
-	unchanged(t, admin, name, 1, before)
-	require.NoError(t, holder.Unlock(ctx))
-}
-
 func TestRetryMakesExactlyAttemptsTries(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "retry-attempts"
 	admin := cluster.Client(t)
 	holder := newMutex(t, cluster.Client(t), name)
@@ -64,7 +48,7 @@ func TestRetryMakesExactlyAttemptsTries(t *testing.T) {
 }
 
 func TestRetryTakesAFreeLockWithOneTry(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	m := newMutex(t, cluster.Client(t), "retry-free")
 	l := track(m)
 	require.NoError(t, trylock.Retry(ctx, l, long))
@@ -73,7 +57,7 @@ func TestRetryTakesAFreeLockWithOneTry(t *testing.T) {
 }
 
 func TestRetryReturnsAtOnceOnAnErrorThatIsNotBusy(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	cli, err := cluster.NewClient()
 	require.NoError(t, err)
 	require.NoError(t, cli.Close()) // every try now fails, and not because the lock is busy
@@ -88,7 +72,7 @@ func TestRetryReturnsAtOnceOnAnErrorThatIsNotBusy(t *testing.T) {
 }
 
 func TestRetryEndsWithCtxCarryingTheLastBusyError(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "retry-deadline"
 	admin := cluster.Client(t)
 	holder := newMutex(t, cluster.Client(t), name)
@@ -112,7 +96,7 @@ func TestRetryEndsWithCtxCarryingTheLastBusyError(t *testing.T) {
 }
 
 func TestRetryReturnsPromptlyWhenCtxIsCancelled(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "retry-cancel"
 	holder := newMutex(t, cluster.Client(t), name)
 	require.NoError(t, holder.Lock(ctx))
@@ -130,7 +114,7 @@ func TestRetryReturnsPromptlyWhenCtxIsCancelled(t *testing.T) {
 }
 
 func TestRetryWakesWhenTheHolderLetsGo(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "retry-wake"
 	admin, cli := cluster.Client(t), cluster.Client(t)
 	first, holder := newMutex(t, cluster.Client(t), name), newMutex(t, cli, name)
@@ -151,7 +135,7 @@ func TestRetryWakesWhenTheHolderLetsGo(t *testing.T) {
 }
 
 func TestRetryWithoutReleasesWaitsOutItsBackoff(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "retry-blind"
 	holder := newMutex(t, cluster.Client(t), name)
 	require.NoError(t, holder.Lock(ctx))
@@ -171,7 +155,7 @@ func TestRetryWithoutReleasesWaitsOutItsBackoff(t *testing.T) {
 }
 
 func TestTimeoutGivesUpAfterDWithErrTimeoutAndErrLocked(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "timeout-busy"
 	admin := cluster.Client(t)
 	holder := newMutex(t, cluster.Client(t), name)
@@ -194,7 +178,7 @@ func TestTimeoutGivesUpAfterDWithErrTimeoutAndErrLocked(t *testing.T) {
 }
 
 func TestTimeoutTakesALockReleasedInTime(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "timeout-released"
 	holder := newMutex(t, cluster.Client(t), name)
 	require.NoError(t, holder.Lock(ctx))
@@ -211,7 +195,7 @@ func TestTimeoutTakesALockReleasedInTime(t *testing.T) {
 }
 
 func TestTimeoutEndsWithItsParentCtx(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "timeout-parent"
 	holder := newMutex(t, cluster.Client(t), name)
 	require.NoError(t, holder.Lock(ctx))
@@ -227,7 +211,7 @@ func TestTimeoutEndsWithItsParentCtx(t *testing.T) {
 }
 
 func TestTimeoutOfZeroTriesOnce(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "timeout-zero"
 	holder := newMutex(t, cluster.Client(t), name)
 	require.NoError(t, holder.Lock(ctx))
@@ -241,7 +225,7 @@ func TestTimeoutOfZeroTriesOnce(t *testing.T) {
 }
 
 func TestBadOptionsFailBeforeAnyTry(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	l := track(newMutex(t, cluster.Client(t), "bad-options"))
 	for _, tc := range []struct {
 		name string

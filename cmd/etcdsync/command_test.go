@@ -225,8 +225,8 @@ func testTimeoutAndBusy(t *testing.T, h *harness) {
 		if kind == "rlock" { // a reader waits only for a writer: Go's rwmutex takes the write side
 			rw, err := rwmutex.New(cli, name)
 			require.NoError(t, err)
-			require.NoError(t, rw.Lock(testContext(t)))
-			release = func() { assert.NoError(t, rw.Unlock(testContext(t))) }
+			require.NoError(t, rw.Lock(etcdtest.Context(t)))
+			release = func() { assert.NoError(t, rw.Unlock(etcdtest.Context(t))) }
 		} else {
 			holder := h.start(t, environ(), holdArgs(kind, name)...)
 			holder.stdout.awaitLine(t, "ETCDSYNC_TOKEN=", 30*time.Second)
@@ -354,7 +354,7 @@ func testHoldWithoutACommand(t *testing.T, h *harness) {
 	p.signal(syscall.SIGTERM)
 	assert.Equal(t, 0, p.wait(30*time.Second), p.stderr.text())
 	nothingLeft(t, cli, "", name)
-	ttl, err := cli.TimeToLive(testContext(t), keys[0].lease)
+	ttl, err := cli.TimeToLive(etcdtest.Context(t), keys[0].lease)
 	require.NoError(t, err)
 	assert.Equal(t, int64(-1), ttl.TTL, "the lease is revoked on the way out")
 
@@ -362,7 +362,7 @@ func testHoldWithoutACommand(t *testing.T, h *harness) {
 	p.stdout.awaitLine(t, "ETCDSYNC_TOKEN=", 30*time.Second)
 	keys = keysOf(t, cli, "", name+"-lost")
 	require.Len(t, keys, 2) // the limit, then the permit
-	_, err = cli.Delete(testContext(t), keys[1].key)
+	_, err = cli.Delete(etcdtest.Context(t), keys[1].key)
 	require.NoError(t, err)
 	assert.Equal(t, exitLost, p.wait(30*time.Second))
 	assertOneLine(t, p.stderr.text(), `etcdsync sem: semaphore "cmd-hold-lost" lost`)

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -70,7 +71,7 @@ func newNormalizer(t *testing.T, cli *clientv3.Client, names []string) *normaliz
 
 // add names the tokens and leases of the keys under prefix too.
 func (n *normalizer) add(t *testing.T, cli *clientv3.Client, prefix string) {
-	resp, err := cli.Get(testContext(t), prefix, clientv3.WithPrefix())
+	resp, err := cli.Get(etcdtest.Context(t), prefix, clientv3.WithPrefix())
 	require.NoError(t, err)
 	var all []*keyInfo
 	for _, kv := range resp.Kvs {

@@ -38,13 +38,13 @@ func testLossStopsTheCommand(t *testing.T, h *harness) {
 			key, ok := strings.CutPrefix(ev.next(t, 30*time.Second), "start ")
 			require.True(t, ok)
 			if how == "deleted" {
-				_, err := cli.Delete(testContext(t), key)
+				_, err := cli.Delete(etcdtest.Context(t), key)
 				require.NoError(t, err)
 			} else {
-				resp, err := cli.Get(testContext(t), key)
+				resp, err := cli.Get(etcdtest.Context(t), key)
 				require.NoError(t, err)
 				require.Len(t, resp.Kvs, 1)
-				_, err = cli.Revoke(testContext(t), clientv3.LeaseID(resp.Kvs[0].Lease))
+				_, err = cli.Revoke(etcdtest.Context(t), clientv3.LeaseID(resp.Kvs[0].Lease))
 				require.NoError(t, err)
 			}
 			assert.Equal(t, "term "+id, ev.next(t, 30*time.Second))
@@ -181,7 +181,7 @@ func testNoProcessOutlives(t *testing.T, h *harness) {
 		require.NoError(t, err)
 		key := strings.TrimPrefix(ev.next(t, 30*time.Second), "key ")
 		if tc.lose {
-			_, err := cli.Delete(testContext(t), key)
+			_, err := cli.Delete(etcdtest.Context(t), key)
 			require.NoError(t, err)
 		}
 		assert.Equal(t, tc.want, p.wait(30*time.Second), "%s: %s", tc.name, p.stderr.text())

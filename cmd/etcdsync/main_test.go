@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -67,17 +65,10 @@ func environ(extra ...string) []string {
 	return append(env, extra...)
 }
 
-// testContext is a context for a test's own etcd calls.
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // keysOf returns the keys of name (under prefix) in etcd, by create revision.
 func keysOf(t *testing.T, cli *clientv3.Client, prefix, name string) []*keyInfo {
 	t.Helper()
-	resp, err := cli.Get(testContext(t), prefix+core.NamePrefix(name), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	resp, err := cli.Get(etcdtest.Context(t), prefix+core.NamePrefix(name), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +92,7 @@ func nothingLeft(t *testing.T, cli *clientv3.Client, prefix, name string) {
 	t.Helper()
 	for _, k := range keysOf(t, cli, prefix, name) {
 		if k.key == prefix+core.NamePrefix(name)+core.RecordLimit {
-			if _, err := cli.Delete(testContext(t), k.key); err != nil {
+			if _, err := cli.Delete(etcdtest.Context(t), k.key); err != nil {
 				t.Fatal(err)
 			}
 			continue

@@ -168,7 +168,7 @@ func testStatusGolden(t *testing.T, h *harness) {
 
 	// Keys of the layout with owners in their values, as etcdsync writes them, and without.
 	cli := cluster.Client(t)
-	lease, err := cli.Grant(testContext(t), 60)
+	lease, err := cli.Grant(etcdtest.Context(t), 60)
 	require.NoError(t, err)
 	t.Cleanup(func() { cli.Revoke(context.Background(), lease.ID) })
 	p = core.NamePrefix(ownersName)
@@ -178,14 +178,14 @@ func testStatusGolden(t *testing.T, h *harness) {
 		"pid=12 since=2001-02-03T04:05:07Z",
 		"a value that names no owner",
 	} {
-		_, err := cli.Put(testContext(t), fmt.Sprintf("%s%x_%d", p, int64(lease.ID), i), value, clientv3.WithLease(lease.ID))
+		_, err := cli.Put(etcdtest.Context(t), fmt.Sprintf("%s%x_%d", p, int64(lease.ID), i), value, clientv3.WithLease(lease.ID))
 		require.NoError(t, err)
 	}
 
 	// Names found under a prefix: "a" and "b/c", not the stray key that belongs to no name.
 	const under = "status-prefix/"
 	for _, key := range []string{under + "a/" + core.KindRead + "1", under + "b%2Fc/1", under + "b%2Fc/2", under + "stray"} {
-		_, err := cli.Put(testContext(t), key, "", clientv3.WithLease(lease.ID))
+		_, err := cli.Put(etcdtest.Context(t), key, "", clientv3.WithLease(lease.ID))
 		require.NoError(t, err)
 	}
 
@@ -233,17 +233,17 @@ func testStatusWatch(t *testing.T, h *harness) {
 	await("nobody", func(q []entry) bool { return len(q) == 0 })
 	holder, err := mutex.New(cli, name)
 	require.NoError(t, err)
-	require.NoError(t, holder.Lock(testContext(t)))
+	require.NoError(t, holder.Lock(etcdtest.Context(t)))
 	await("a holder", func(q []entry) bool { return len(q) == 1 && q[0].State == stateHolds })
 
 	waiter, err := mutex.New(cluster.Client(t), name)
 	require.NoError(t, err)
-	waited := etcdtest.Async(func() error { return waiter.Lock(testContext(t)) })
+	waited := etcdtest.Async(func() error { return waiter.Lock(etcdtest.Context(t)) })
 	await("a holder and a waiter", func(q []entry) bool { return len(q) == 2 && q[1].State == stateWaits })
-	require.NoError(t, holder.Unlock(testContext(t)))
+	require.NoError(t, holder.Unlock(etcdtest.Context(t)))
 	require.NoError(t, etcdtest.Within(t, waited, 30*time.Second, "the waiter"))
 	await("the waiter holds", func(q []entry) bool { return len(q) == 1 && q[0].Key == waiter.Key() })
-	require.NoError(t, waiter.Unlock(testContext(t)))
+	require.NoError(t, waiter.Unlock(etcdtest.Context(t)))
 	await("nobody again", func(q []entry) bool { return len(q) == 0 })
 
 	p.signal(syscall.SIGINT)

@@ -189,10 +189,48 @@ func commitWrite(ctx context.Context, cli *clientv3.Client, build func(clientv3.
 	}
 }
 
-// backoff spaces out retries after transient errors: 25 ms doubling to 1 s, with jitter.
-type backoff struct{ next time.Duration }
+// Backoff is a sequence of delays between retries: the first step is Initial, each next
+// one twice the one before, up to Max; each delay is drawn at random from [½, 1½] of its
+// step and capped at Max, so that the retries of many clients spread out. The zero value is
+// the core's own after a transient error: 25 ms doubling to 1 s. trylock's Retry uses it
+// with its own Initial and Max. Not safe for concurrent use.
+type Backoff struct {
+	Initial, Max time.Duration
+	next         time.Duration // the next delay's step; 0 before the first
+}
 
-func (b *backoff) wait(ctx context.Context) error {
+// The zero Backoff's Initial and Max.
+const (
+	backoffInitial = 25 * time.Millisecond
+	backoffMax     = time.Second
+)
+
+// backoff is Backoff under the name the core's retry loops use; its zero value is theirs.
+type backoff = Backoff
+
+// Next is the next delay of the sequence.
+func (b *Backoff) Next() time.Duration {
+	limit := b.Max
+	if limit <= 0 {
+		limit = backoffMax
+	}
+	if b.next == 0 {
+		b.next = b.Initial
+		if b.next <= 0 {
+			b.next = backoffInitial
+		}
+		b.next = min(b.next, limit)
+	}
+	d := b.next/2 + rand.N(b.next+1)
+	b.next = min(2*b.next, limit)
+	return min(d, limit)
+}
+
+// step is Next, under the name the core's loops use.
+func (b *Backoff) step() time.Duration { return b.Next() }
+
+// wait waits for the next delay, or until ctx ends (returning its error).
+func (b *Backoff) wait(ctx context.Context) error {
 	t := time.NewTimer(b.step())
 	defer t.Stop()
 	select {
@@ -201,13 +239,4 @@ func (b *backoff) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-func (b *backoff) step() time.Duration {
-	if b.next == 0 {
-		b.next = 25 * time.Millisecond
-	}
-	d := b.next/2 + rand.N(b.next/2+1)
-	b.next = min(2*b.next, time.Second)
-	return d
 }

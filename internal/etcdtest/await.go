@@ -46,3 +46,10 @@ func AwaitKeys(tb testing.TB, cli *clientv3.Client, prefix string, n int64) {
 		}
 	}
 }
+
+// Context is a context for one test: it ends after a minute, or when the test does.
+func Context(tb testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	tb.Cleanup(cancel)
+	return ctx
+}

@@ -72,3 +72,29 @@ func (t *Tally) String() string {
 	sort.Strings(lines)
 	return strings.Join(lines, "; ")
 }
+
+// Cycles runs cycle n times on each of workers goroutines at once (worker is 0 to
+// workers-1), until ctx ends, and returns how many cycles completed. A cycle that returns
+// an error while ctx lasts is counted in spurious, by its text, and run again: in a test of
+// exclusion on a healthy cluster, that is a hold lost for nothing.
+func Cycles(ctx context.Context, workers, n int, cycle func(ctx context.Context, worker int) error) (done int64, spurious *Tally) {
+	spurious = new(Tally)
+	var completed atomic.Int64
+	var wg sync.WaitGroup
+	for i := range workers {
+		wg.Go(func() {
+			for k := 0; k < n && ctx.Err() == nil; {
+				if err := cycle(ctx, i); err != nil {
+					if ctx.Err() == nil {
+						spurious.Add(err)
+					}
+					continue
+				}
+				k++
+				completed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return completed.Load(), spurious
+}

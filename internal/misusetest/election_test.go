@@ -16,7 +16,7 @@ import (
 // lost leader never resigns): once the leader's key is deleted, the waiting Campaign
 // forgets the lost leadership, campaigns and leads.
 func TestASecondCampaignIsWokenByTheLossOfTheLeadership(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	admin := cluster.Client(t)
 	e, err := election.New(cluster.Client(t), "misuse-second-campaign")
 	require.NoError(t, err)

@@ -3,7 +3,6 @@ package misusetest_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,12 +13,6 @@ import (
 var cluster *etcdtest.Cluster
 
 func TestMain(m *testing.M) { etcdtest.Main(m, &cluster) }
-
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
 
 // doneContext is a context cancelled already.
 func doneContext() context.Context {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/reentrant"
 	"github.com/etcdsync/etcdsync/rwmutex"
@@ -67,7 +68,7 @@ func TestATTLPastEtcdsLimitIsRefusedByNew(t *testing.T) {
 // TestTheLongestTTLIsGranted: a lock with WithTTL of etcd's limit is granted a lease of
 // that TTL; Shutdown revokes it.
 func TestTheLongestTTLIsGranted(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	cli := cluster.Client(t)
 	m, err := mutex.New(cli, "misuse-longest-ttl", mutex.WithTTL(etcdMaxTTL))
 	require.NoError(t, err)

@@ -21,15 +21,15 @@ func TestASecondReleaseWaitsForTheFirstOutcome(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			var inj etcdtest.Injector
 			name := "misuse-release-race-" + k.name
-			h := k.take(t, testContext(t), inj.Client(t, cluster), name)
+			h := k.take(t, etcdtest.Context(t), inj.Client(t, cluster), name)
 
 			sent, answer := make(chan struct{}, 1), make(chan struct{})
 			stuck := inj.Add(etcdtest.Rule{Method: "Txn", Match: etcdtest.TxnDeletesUnder(k.prefix(name)),
 				Action: etcdtest.Hold, Until: answer, Matched: func() { signal(sent) }})
-			ctx, cancel := context.WithCancel(testContext(t))
+			ctx, cancel := context.WithCancel(etcdtest.Context(t))
 			first := etcdtest.Async(func() error { return h.release(ctx) })
 			etcdtest.Within(t, sent, 10*time.Second, "the first release's delete")
-			second := etcdtest.Async(func() error { return h.release(testContext(t)) })
+			second := etcdtest.Async(func() error { return h.release(etcdtest.Context(t)) })
 			select {
 			case err := <-second:
 				t.Fatalf("the second release returned (%v) while the first was under way", err)
@@ -43,7 +43,7 @@ func TestASecondReleaseWaitsForTheFirstOutcome(t *testing.T) {
 			close(answer) // a try of the second's that came in between goes through
 			assert.NoError(t, etcdtest.Within(t, second, 10*time.Second, "the second release"), "the second release")
 			assert.Zero(t, etcdtest.CountKeys(t, cluster.Client(t), k.prefix(name)), "keys left")
-			assert.ErrorIs(t, h.release(testContext(t)), core.ErrNotLocked, "a third release")
+			assert.ErrorIs(t, h.release(etcdtest.Context(t)), core.ErrNotLocked, "a third release")
 		})
 	}
 }

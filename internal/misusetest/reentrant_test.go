@@ -24,7 +24,7 @@ func TestTheLastUnlockOutlivesADeadlineThatPassesMidDelete(t *testing.T) {
 	var inj etcdtest.Injector
 	m, err := reentrant.New(inj.Client(t, cluster), name)
 	require.NoError(t, err)
-	owner, err := m.Lock(testContext(t))
+	owner, err := m.Lock(etcdtest.Context(t))
 	require.NoError(t, err)
 
 	inj.Add(etcdtest.Rule{Method: "Txn", Match: etcdtest.TxnDeletesUnder(core.NamePrefix(name)),
@@ -37,7 +37,7 @@ func TestTheLastUnlockOutlivesADeadlineThatPassesMidDelete(t *testing.T) {
 
 	other, err := reentrant.New(cluster.Client(t), name)
 	require.NoError(t, err)
-	octx, err := other.TryLock(testContext(t))
+	octx, err := other.TryLock(etcdtest.Context(t))
 	require.NoError(t, err, "another owner takes the lock")
 	require.NoError(t, other.Unlock(octx))
 }
@@ -47,7 +47,7 @@ func TestTheLastUnlockOutlivesADeadlineThatPassesMidDelete(t *testing.T) {
 // try ran on Timeout's own context, which ends when Timeout returns; it re-enters, and the
 // last Unlock cancels it. The same when the ctx given to Timeout owns the hold already.
 func TestTimeoutOverReentrantHandsBackALiveOwningContext(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	const name = "misuse-timeout-reentrant"
 	m, err := reentrant.New(cluster.Client(t), name)
 	require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/reentrant"
 	"github.com/etcdsync/etcdsync/rwmutex"
@@ -406,7 +407,7 @@ var errAny = errors.New("any error")
 type situation struct {
 	name   string
 	calls  func(t *testing.T, p primitive, admin *clientv3.Client) []call // nil: no such handle
-	ctx    func(t *testing.T) context.Context
+	ctx    func(testing.TB) context.Context
 	within time.Duration // each call returns by then
 	want   func(c call) []error
 }
@@ -423,7 +424,7 @@ var situations = []situation{
 			}
 			return p.zero(admin)
 		},
-		ctx: testContext, within: prompt, want: unmadeWant,
+		ctx: etcdtest.Context, within: prompt, want: unmadeWant,
 	},
 	{
 		name: "nil pointer",
@@ -433,7 +434,7 @@ var situations = []situation{
 			}
 			return p.null(admin)
 		},
-		ctx: testContext, within: prompt, want: unmadeWant,
+		ctx: etcdtest.Context, within: prompt, want: unmadeWant,
 	},
 	{
 		name: "context done",
@@ -443,7 +444,7 @@ var situations = []situation{
 			}
 			return p.made(t, cluster.Client(t), admin, "misuse-done-"+p.name)
 		},
-		ctx:    func(*testing.T) context.Context { return doneContext() },
+		ctx:    func(testing.TB) context.Context { return doneContext() },
 		within: prompt,
 		want: func(c call) []error {
 			switch c.kind {
@@ -463,7 +464,7 @@ var situations = []situation{
 			}
 			return p.made(t, closedClient(t), admin, "misuse-closed-"+p.name)
 		},
-		ctx:    testContext,
+		ctx:    etcdtest.Context,
 		within: prompt,
 		want: func(c call) []error {
 			switch c.kind {

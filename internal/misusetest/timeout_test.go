@@ -68,7 +68,7 @@ func TestTimeoutIsBoundedWhenEtcdIsUnreachable(t *testing.T) {
 	const d = 300 * time.Millisecond
 	for _, k := range tryKinds {
 		t.Run(k.name, func(t *testing.T) {
-			ctx := testContext(t)
+			ctx := etcdtest.Context(t)
 			cli, proxy := etcdtest.ProxiedClient(t, cluster, 0)
 			l, unlock := k.open(t, cli, "misuse-timeout-"+k.name)
 			// A first lock grants the client's lease: the try at d is then a Txn in flight.

@@ -18,7 +18,7 @@ import (
 func TestShutdownEndsEveryHoldAtOnce(t *testing.T) {
 	for _, k := range holdKinds {
 		t.Run(k.name, func(t *testing.T) {
-			ctx := testContext(t)
+			ctx := etcdtest.Context(t)
 			cli, admin := cluster.Client(t), cluster.Client(t)
 			name := "misuse-shutdown-" + k.name
 			h := k.take(t, ctx, cli, name)
@@ -40,7 +40,7 @@ func TestShutdownEndsEveryHoldAtOnce(t *testing.T) {
 func TestAClosedClientEndsEveryHold(t *testing.T) {
 	for _, k := range holdKinds {
 		t.Run(k.name, func(t *testing.T) {
-			ctx := testContext(t)
+			ctx := etcdtest.Context(t)
 			cli, err := cluster.NewClient()
 			require.NoError(t, err)
 			h := k.take(t, ctx, cli, "misuse-closed-hold-"+k.name)

@@ -13,6 +13,7 @@ import (
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 )
 
 // TestGrantedPrefixServesItsUser: user app, whose role grants READWRITE on "app/" only,
@@ -20,10 +21,10 @@ import (
 // clients of its own, as any client would on an open cluster; the keys live under
 // "app/" + the escaped name + "/" and none is left.
 func TestGrantedPrefixServesItsUser(t *testing.T) {
-	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) {
-			name := "jobs/nightly/" + k.name
-			app := []core.Option{k.withPrefix(appPrefix)}
+	for _, k := range primtest.Kinds {
+		t.Run(k.Name, func(t *testing.T) {
+			name := "jobs/nightly/" + k.Name
+			app := []core.Option{k.WithPrefix(appPrefix)}
 			contend(t, k, side{cluster.ClientAs(t, appUser), app}, side{cluster.ClientAs(t, appUser), app}, cluster.Client(t),
 				name, appPrefix+core.NamePrefix(name))
 		})
@@ -34,22 +35,22 @@ func TestGrantedPrefixServesItsUser(t *testing.T) {
 // ("jobs" and "jobs/nightly") are two locks: both are held at once, each with its keys
 // under its own prefix.
 func TestGrantedPrefixKeepsNestedNamesApart(t *testing.T) {
-	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) {
-			ctx := testContext(t)
+	for _, k := range primtest.Kinds {
+		t.Run(k.Name, func(t *testing.T) {
+			ctx := etcdtest.Context(t)
 			admin := cluster.Client(t)
-			parent := "jobs-" + k.name
+			parent := "jobs-" + k.Name
 			child := parent + "/nightly"
-			inner := k.first(t, cluster.ClientAs(t, appUser), child, k.withPrefix(appPrefix))
-			outer := k.second(t, cluster.ClientAs(t, appUser), parent, k.withPrefix(appPrefix))
-			require.NoError(t, inner.lock(ctx))
-			require.NoError(t, etcdtest.Within(t, etcdtest.Async(func() error { return outer.lock(ctx) }), served,
+			inner := k.First.Make(t, cluster.ClientAs(t, appUser), child, k.WithPrefix(appPrefix))
+			outer := k.Second.Make(t, cluster.ClientAs(t, appUser), parent, k.WithPrefix(appPrefix))
+			require.NoError(t, inner.Lock(ctx))
+			require.NoError(t, etcdtest.Within(t, etcdtest.Async(func() error { return outer.Lock(ctx) }), served,
 				"the parent name taken while the child is held"))
 			for _, name := range []string{parent, child} {
 				assert.Equal(t, int64(1), count(t, admin, appPrefix+core.NamePrefix(name))-limitRecords(k), "keys of %q", name)
 			}
-			require.NoError(t, inner.unlock(ctx))
-			require.NoError(t, outer.unlock(ctx))
+			require.NoError(t, inner.Unlock(ctx))
+			require.NoError(t, outer.Unlock(ctx))
 			assertNoLockKeys(t, admin, appPrefix+core.NamePrefix(parent))
 			assertNoLockKeys(t, admin, appPrefix+core.NamePrefix(child))
 		})
@@ -58,8 +59,8 @@ func TestGrantedPrefixKeepsNestedNamesApart(t *testing.T) {
 
 // limitRecords is the number of keys a name of kind k keeps besides its holders' and
 // waiters': a semaphore's limit record.
-func limitRecords(k kind) int64 {
-	if k.name == "semaphore" {
+func limitRecords(k primtest.Kind) int64 {
+	if k.Name == "semaphore" {
 		return 1
 	}
 	return 0
@@ -69,23 +70,23 @@ func limitRecords(k kind) int64 {
 // is refused every acquisition (waiting and trying, first and second kind) within a few
 // seconds with an error matching rpctypes.ErrPermissionDenied, and nothing is written.
 func TestOutsideGrantIsRefusedAtOnce(t *testing.T) {
-	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) {
+	for _, k := range primtest.Kinds {
+		t.Run(k.Name, func(t *testing.T) {
 			cli, admin := cluster.ClientAs(t, appUser), cluster.Client(t)
-			name := "jobs/" + k.name
+			name := "jobs/" + k.Name
 			for _, place := range []struct {
 				name string
 				opts []core.Option
 				keys string
 			}{
 				{"root", nil, core.NamePrefix(name)},
-				{"other", []core.Option{k.withPrefix(otherPrefix)}, otherPrefix + core.NamePrefix(name)},
+				{"other", []core.Option{k.WithPrefix(otherPrefix)}, otherPrefix + core.NamePrefix(name)},
 			} {
 				rev := etcdtest.Revision(t, admin)
-				for i, l := range []locker{k.first(t, cli, name, place.opts...), k.second(t, cli, name, place.opts...)} {
-					assertRefused(t, func(ctx context.Context) error { return l.lock(ctx) }, "%s: lock %d", place.name, i)
+				for i, l := range []primtest.Locker{k.First.Make(t, cli, name, place.opts...), k.Second.Make(t, cli, name, place.opts...)} {
+					assertRefused(t, func(ctx context.Context) error { return l.Lock(ctx) }, "%s: lock %d", place.name, i)
 					assertRefused(t, func(ctx context.Context) error {
-						if err := l.tryLock(ctx); !errors.Is(err, errNoTry) {
+						if err := l.TryLock(ctx); !errors.Is(err, primtest.ErrNoTry) {
 							return err
 						}
 						return rpctypes.ErrPermissionDenied // nothing to try
@@ -102,7 +103,7 @@ func TestOutsideGrantIsRefusedAtOnce(t *testing.T) {
 // ErrPermissionDenied. A call still running then is cancelled, and awaited.
 func assertRefused(t *testing.T, call func(context.Context) error, msgAndArgs ...any) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(testContext(t))
+	ctx, cancel := context.WithCancel(etcdtest.Context(t))
 	defer cancel()
 	start := time.Now()
 	done := etcdtest.Async(func() error { return call(ctx) })
@@ -138,7 +139,7 @@ func TestElectionInsideGrant(t *testing.T) {
 // Nothing is written. (Campaign is in TestOutsideGrantIsRefusedAtOnce.)
 func TestElectionOutsideGrant(t *testing.T) {
 	cli, admin := cluster.ClientAs(t, appUser), cluster.Client(t)
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	rev := etcdtest.Revision(t, admin)
 	for _, opts := range [][]core.Option{nil, {election.WithPrefix(otherPrefix)}} {
 		e, err := election.New(cli, "jobs/leader", opts...)

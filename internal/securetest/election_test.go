@@ -2,7 +2,6 @@ package securetest_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -11,6 +10,7 @@ import (
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 )
 
 // runElection walks an election of name through every call, a candidate on a and one on b:
@@ -19,23 +19,23 @@ import (
 // Observe has reported each change in order and no key is left under keys (as admin sees).
 func runElection(t *testing.T, a, b, admin *clientv3.Client, name, keys string, opts ...core.Option) {
 	t.Helper()
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	ea, err := election.New(a, name, opts...)
 	require.NoError(t, err)
 	eb, err := election.New(b, name, opts...)
 	require.NoError(t, err)
 
 	obs := eb.Observe(ctx)
-	assert.Equal(t, election.Leader{}, next(t, obs), "nobody leads at first")
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs), "nobody leads at first")
 	require.NoError(t, ea.Campaign(ctx, "a"))
-	lead := next(t, obs)
+	lead := primtest.NextLeader(t, obs)
 	assert.Equal(t, election.Leader{Value: "a", Token: ea.Token()}, lead)
 	got, err := eb.Leader(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, lead, got)
 
 	require.NoError(t, ea.Proclaim(ctx, "a2"))
-	assert.Equal(t, election.Leader{Value: "a2", Token: ea.Token()}, next(t, obs))
+	assert.Equal(t, election.Leader{Value: "a2", Token: ea.Token()}, primtest.NextLeader(t, obs))
 
 	campaigned := etcdtest.Async(func() error { return eb.Campaign(ctx, "b") })
 	etcdtest.AwaitKeys(t, admin, keys, 2) // b in line: a's resignation hands over directly
@@ -46,7 +46,7 @@ func runElection(t *testing.T, a, b, admin *clientv3.Client, name, keys string, 
 	}
 	require.NoError(t, ea.Resign(ctx))
 	require.NoError(t, etcdtest.Within(t, campaigned, served, "b leads once a resigned"))
-	lead = next(t, obs)
+	lead = primtest.NextLeader(t, obs)
 	assert.Equal(t, election.Leader{Value: "b", Token: eb.Token()}, lead)
 	assert.Greater(t, lead.Token, got.Token, "tokens rise")
 	got, err = ea.Leader(ctx)
@@ -54,22 +54,8 @@ func runElection(t *testing.T, a, b, admin *clientv3.Client, name, keys string, 
 	assert.Equal(t, lead, got)
 
 	require.NoError(t, eb.Resign(ctx))
-	assert.Equal(t, election.Leader{}, next(t, obs), "nobody leads at the end")
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs), "nobody leads at the end")
 	_, err = eb.Leader(ctx)
 	assert.ErrorIs(t, err, election.ErrNoLeader)
 	assertNoLockKeys(t, admin, keys)
-}
-
-// next returns the next Leader obs yields; it fails the test if none comes in time or obs
-// closes.
-func next(t *testing.T, obs <-chan election.Leader) election.Leader {
-	t.Helper()
-	select {
-	case l, ok := <-obs:
-		require.True(t, ok, "Observe closed its channel")
-		return l
-	case <-time.After(served):
-		t.Fatalf("Observe sent nothing within %v", served)
-		return election.Leader{}
-	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 )
 
 // namespaced is a new client of user tenant whose KV, Watcher and Lease see only the keys
@@ -24,9 +25,9 @@ func namespaced(t *testing.T) *clientv3.Client {
 // option, as on a client of the whole keyspace; the keys appear under the namespace to a
 // plain client.
 func TestNamespaceContention(t *testing.T) {
-	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) {
-			name := "jobs/ns-" + k.name
+	for _, k := range primtest.Kinds {
+		t.Run(k.Name, func(t *testing.T) {
+			name := "jobs/ns-" + k.Name
 			contend(t, k, side{cli: namespaced(t)}, side{cli: namespaced(t)}, cluster.Client(t), name, tenantPrefix+core.NamePrefix(name))
 		})
 	}
@@ -36,11 +37,11 @@ func TestNamespaceContention(t *testing.T) {
 // with WithPrefix of the namespace are the same lock of the same name (the same keys): each
 // waits for the other, in either order.
 func TestNamespaceMeetsWithPrefix(t *testing.T) {
-	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) {
-			name := "jobs/meet-" + k.name
+	for _, k := range primtest.Kinds {
+		t.Run(k.Name, func(t *testing.T) {
+			name := "jobs/meet-" + k.Name
 			inside := side{cli: namespaced(t)}
-			outside := side{cluster.ClientAs(t, tenantUser), []core.Option{k.withPrefix(tenantPrefix)}}
+			outside := side{cluster.ClientAs(t, tenantUser), []core.Option{k.WithPrefix(tenantPrefix)}}
 			keys := tenantPrefix + core.NamePrefix(name)
 			contend(t, k, inside, outside, cluster.Client(t), name, keys)
 			contend(t, k, outside, inside, cluster.Client(t), name, keys)
@@ -58,12 +59,12 @@ func TestNamespaceElection(t *testing.T) {
 // TestNamespaceKeepsPlainNamesApart: the same name on a namespaced client and on a plain
 // client without WithPrefix are two locks, held at once.
 func TestNamespaceKeepsPlainNamesApart(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	name := "jobs/apart"
-	inside := newMutex(t, namespaced(t), name)
-	outside := newMutex(t, cluster.Client(t), name)
-	require.NoError(t, inside.lock(ctx))
-	require.NoError(t, outside.tryLock(ctx))
-	require.NoError(t, inside.unlock(ctx))
-	require.NoError(t, outside.unlock(ctx))
+	inside := primtest.OpenMutex.Make(t, namespaced(t), name)
+	outside := primtest.OpenMutex.Make(t, cluster.Client(t), name)
+	require.NoError(t, inside.Lock(ctx))
+	require.NoError(t, outside.TryLock(ctx))
+	require.NoError(t, inside.Unlock(ctx))
+	require.NoError(t, outside.Unlock(ctx))
 }

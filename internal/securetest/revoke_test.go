@@ -12,6 +12,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/mutex"
 )
 
@@ -22,7 +23,7 @@ import (
 // ends, or until the returned restore is called.
 func revokeGrant(t *testing.T, admin *clientv3.Client) (restore func()) {
 	t.Helper()
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	end := clientv3.GetPrefixRangeEnd(revocablePrefix)
 	_, err := admin.RoleRevokePermission(ctx, revocable, revocablePrefix, end)
 	require.NoError(t, err)
@@ -43,17 +44,17 @@ func revokeGrant(t *testing.T, admin *clientv3.Client) (restore func()) {
 // release at once with ErrPermissionDenied, and keeps its hold: once the grant is back, the
 // same release goes through and no key is left.
 func TestRevokedGrantRefusesReleaseAndKeepsHold(t *testing.T) {
-	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) {
-			ctx := testContext(t)
+	for _, k := range primtest.Kinds {
+		t.Run(k.Name, func(t *testing.T) {
+			ctx := etcdtest.Context(t)
 			admin := cluster.Client(t)
-			name := "revoked/" + k.name
-			l := k.first(t, cluster.ClientAs(t, revocable), name, k.withPrefix(revocablePrefix))
-			require.NoError(t, l.lock(ctx))
+			name := "revoked/" + k.Name
+			l := k.First.Make(t, cluster.ClientAs(t, revocable), name, k.WithPrefix(revocablePrefix))
+			require.NoError(t, l.Lock(ctx))
 			restore := revokeGrant(t, admin)
-			assertRefused(t, l.unlock, "release under a revoked grant")
+			assertRefused(t, l.Unlock, "release under a revoked grant")
 			restore()
-			require.NoError(t, l.unlock(ctx), "the same release once the grant is back")
+			require.NoError(t, l.Unlock(ctx), "the same release once the grant is back")
 			assertNoLockKeys(t, admin, revocablePrefix+core.NamePrefix(name))
 		})
 	}
@@ -64,7 +65,7 @@ func TestRevokedGrantRefusesReleaseAndKeepsHold(t *testing.T) {
 // and etcd refuses the watch: its Lock then fails at once with ErrPermissionDenied, rather
 // than waiting on a watch that cannot come back.
 func TestRevokedGrantEndsWaitWhenItsWatchResumes(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	admin := cluster.Client(t)
 	const name = "resumed"
 	keys := revocablePrefix + core.NamePrefix(name)

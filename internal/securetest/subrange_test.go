@@ -26,7 +26,7 @@ import (
 // TestReadWaitOutsideGrantIsRefused: user split takes a read lock of splitRW, uncontended;
 // while root holds the write lock, its RLock, allowed to queue, is refused its wait.
 func TestReadWaitOutsideGrantIsRefused(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	admin := cluster.Client(t)
 	keys := splitPrefix + core.NamePrefix(splitRW)
 	reader, err := rwmutex.New(cluster.ClientAs(t, splitUser), splitRW, rwmutex.WithPrefix(splitPrefix))
@@ -45,7 +45,7 @@ func TestReadWaitOutsideGrantIsRefused(t *testing.T) {
 // TestPermitWaitOutsideGrantIsRefused: user split holds the one permit of splitSem; its
 // second Acquire, allowed to queue, is refused its wait.
 func TestPermitWaitOutsideGrantIsRefused(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	admin := cluster.Client(t)
 	keys := splitPrefix + core.NamePrefix(splitSem)
 	holder, err := semaphore.New(cluster.ClientAs(t, splitUser), splitSem, 1, semaphore.WithPrefix(splitPrefix))
@@ -70,7 +70,7 @@ func TestPermitWaitOutsideGrantIsRefused(t *testing.T) {
 // cleanup runs before the test goes on.
 func assertWaitRefused(t *testing.T, wait func(context.Context) error, what string) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(testContext(t))
+	ctx, cancel := context.WithCancel(etcdtest.Context(t))
 	defer cancel()
 	done := etcdtest.Async(func() error { return wait(ctx) })
 	select {
@@ -88,7 +88,7 @@ func assertWaitRefused(t *testing.T, wait func(context.Context) error, what stri
 // write hold. Each compare lies inside the grant: the Txn is answered, and its compare
 // fails, instead of being refused for permission.
 func TestIsOwnerWithoutAHoldStaysInsideTheGrant(t *testing.T) {
-	ctx := testContext(t)
+	ctx := etcdtest.Context(t)
 	cli := cluster.ClientAs(t, splitUser)
 	sem, err := semaphore.New(cli, splitSem, 1, semaphore.WithPrefix(splitPrefix))
 	require.NoError(t, err)

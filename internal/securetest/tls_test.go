@@ -4,15 +4,16 @@ import (
 	"testing"
 
 	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 )
 
 // TestTLSContention: over TLS with client certificates, two clients (root's certificate)
 // contend for a name through every primitive: the second waits while the first holds and
 // is served once it lets go, with a higher token, and no key is left.
 func TestTLSContention(t *testing.T) {
-	for _, k := range kinds {
-		t.Run(k.name, func(t *testing.T) {
-			name := "tls-" + k.name
+	for _, k := range primtest.Kinds {
+		t.Run(k.Name, func(t *testing.T) {
+			name := "tls-" + k.Name
 			contend(t, k, side{cli: cluster.Client(t)}, side{cli: cluster.Client(t)}, cluster.Client(t), name, core.NamePrefix(name))
 		})
 	}

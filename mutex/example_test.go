@@ -1,0 +1,43 @@
+package mutex_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/mutex"
+)
+
+func Example() {
+	cli, err := cluster.NewClient()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer cli.Close()
+	ctx := context.Background()
+
+	m, err := mutex.New(cli, "nightly-report")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := m.Lock(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// A fenced write: it applies only while this process still holds the lock.
+	resp, err := cli.Txn(ctx).If(m.IsOwner()).
+		Then(clientv3.OpPut("reports/last-run", "2026-11-22")).Commit()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("written under the lock:", resp.Succeeded)
+	if err := m.Unlock(ctx); err != nil && !errors.Is(err, mutex.ErrLost) {
+		fmt.Println(err)
+	}
+	// Output: written under the lock: true
+}
