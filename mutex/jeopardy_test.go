@@ -186,7 +186,7 @@ func TestShutdownRevokesTheSharedLease(t *testing.T) {
 	for _, c := range []*clientv3.Client{cli, admin, wcli} {
 		require.NoError(t, c.Close())
 	}
-	goleak.VerifyNone(t, ignore)
+	etcdtest.NoNewGoroutines(t, ignore)
 }
 
 // TestAClosedClientLeavesNoGoroutineAndNoKey: a client closed while it holds leaves no
@@ -200,7 +200,7 @@ func TestAClosedClientLeavesNoGoroutineAndNoKey(t *testing.T) {
 	require.NoError(t, holder.Lock(ctx))
 	require.NoError(t, cli.Close())
 	etcdtest.Within(t, holder.Done(), 5*time.Second, "the hold of a closed client ends")
-	goleak.VerifyNone(t, ignore)
+	etcdtest.NoNewGoroutines(t, ignore)
 	primtest.AwaitKeys(t, cluster.Client(t), name, 0)
 }
 

@@ -53,6 +53,11 @@ func (h *Hold) monitor(ctx context.Context) {
 		if loss == nil {
 			loss = h.sess.lostErr()
 		}
+		if loss == nil && h.cli.Ctx().Err() != nil {
+			// The watch of a closed client ends at once, and may be seen to before the
+			// client's end is (watchKey's select picks either): the loss is known now.
+			loss = fmt.Errorf("%w: %w", ErrLost, errClientClosed)
+		}
 		if loss != nil {
 			h.observe(loss)
 			h.settleLoss()
