@@ -1,11 +1,8 @@
 package semaphore_test
 
 import (
-	"context"
-	"errors"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/internal/faulttest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 	"github.com/etcdsync/etcdsync/semaphore"
 )
 
@@ -43,7 +41,7 @@ func workload() faulttest.Workload {
 		Open: func(cli *clientv3.Client, name string) (faulttest.Locker, error) {
 			s, err := semaphore.New(cli, name, faultLimit, semaphore.WithTTL(faultTTL))
 			units := faultUnits[int(opened.Add(1)-1)%len(faultUnits)]
-			return &permitLocker{s: s, units: units}, err
+			return primtest.NewPermits(s, units), err
 		},
 		// The limit record stays by design: only permits must be gone.
 		Prefix:   permitPrefix,
@@ -67,62 +65,3 @@ func keyUnits(key string) int {
 	}
 	return n
 }
-
-// permitLocker is a semaphore as the harness's Locker: Lock takes a permit and keeps it,
-// Unlock releases it.
-type permitLocker struct {
-	s     *semaphore.Semaphore
-	units int
-	mu    sync.Mutex
-	p     *semaphore.Permit
-}
-
-func (l *permitLocker) Lock(ctx context.Context) error {
-	p, err := l.s.AcquireN(ctx, l.units)
-	if err != nil {
-		return err
-	}
-	l.mu.Lock()
-	l.p = p
-	l.mu.Unlock()
-	return nil
-}
-
-// TryLock takes a permit only if its units are free and nobody waits.
-func (l *permitLocker) TryLock(ctx context.Context) error {
-	p, err := l.s.TryAcquireN(ctx, l.units)
-	if err != nil {
-		return err
-	}
-	l.mu.Lock()
-	l.p = p
-	l.mu.Unlock()
-	return nil
-}
-
-// Done and Err are the permit's.
-func (l *permitLocker) Done() <-chan struct{} { return l.permit().Done() }
-func (l *permitLocker) Err() error            { return l.permit().Err() }
-
-func (l *permitLocker) permit() *semaphore.Permit {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.p
-}
-
-func (l *permitLocker) Unlock(ctx context.Context) error {
-	err := l.permit().Release(ctx)
-	// A Release that neither released nor found the permit gone keeps it, for the retry.
-	if err == nil || errors.Is(err, semaphore.ErrLost) || errors.Is(err, semaphore.ErrNotLocked) {
-		l.mu.Lock()
-		l.p = nil
-		l.mu.Unlock()
-	}
-	return err
-}
-
-// Units is the harness's faulttest.Units: how many of the limit the permit takes.
-func (l *permitLocker) Units() int { return l.units }
-
-func (l *permitLocker) Token() int64          { return l.permit().Token() }
-func (l *permitLocker) IsOwner() clientv3.Cmp { return l.permit().IsOwner() }

@@ -223,20 +223,28 @@ func (l *reentrantLocker) Unlock(ctx context.Context) error {
 // releases it.
 func openSemaphore(cli *clientv3.Client, name string, opts ...core.Option) (Locker, error) {
 	s, err := semaphore.New(cli, name, Limit, opts...)
-	return handle(s, err, func(s *semaphore.Semaphore) Locker { return &permitLocker{s: s} })
+	return handle(s, err, func(s *semaphore.Semaphore) Locker { return NewPermits(s, 1) })
 }
 
-// permitLocker holds one permit at a time; without one, its calls go to a nil Permit.
-type permitLocker struct {
-	s  *semaphore.Semaphore
-	mu sync.Mutex
-	p  *semaphore.Permit
+// Permits is a Semaphore as a lock, as the fault harness drives one too: Lock takes a permit
+// of its units (AcquireN), TryLock tries to (TryAcquireN), Unlock releases it. It holds one
+// permit at a time; without one, its calls go to a nil Permit.
+type Permits struct {
+	s     *semaphore.Semaphore
+	units int
+	mu    sync.Mutex
+	p     *semaphore.Permit
 }
 
-func (l *permitLocker) Lock(ctx context.Context) error    { return l.keep(l.s.Acquire(ctx)) }
-func (l *permitLocker) TryLock(ctx context.Context) error { return l.keep(l.s.TryAcquire(ctx)) }
+// NewPermits returns s as a lock whose permits are of units units.
+func NewPermits(s *semaphore.Semaphore, units int) *Permits { return &Permits{s: s, units: units} }
 
-func (l *permitLocker) keep(p *semaphore.Permit, err error) error {
+func (l *Permits) Lock(ctx context.Context) error { return l.keep(l.s.AcquireN(ctx, l.units)) }
+func (l *Permits) TryLock(ctx context.Context) error {
+	return l.keep(l.s.TryAcquireN(ctx, l.units))
+}
+
+func (l *Permits) keep(p *semaphore.Permit, err error) error {
 	if err == nil {
 		l.mu.Lock()
 		l.p = p
@@ -245,18 +253,21 @@ func (l *permitLocker) keep(p *semaphore.Permit, err error) error {
 	return err
 }
 
-func (l *permitLocker) permit() *semaphore.Permit {
+func (l *Permits) permit() *semaphore.Permit {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.p
 }
 
-func (l *permitLocker) Unlock(ctx context.Context) error { return l.permit().Release(ctx) }
-func (l *permitLocker) Token() int64                     { return l.permit().Token() }
-func (l *permitLocker) Key() string                      { return l.permit().Key() }
-func (l *permitLocker) Err() error                       { return l.permit().Err() }
-func (l *permitLocker) Done() <-chan struct{}            { return l.permit().Done() }
-func (l *permitLocker) IsOwner() clientv3.Cmp            { return l.permit().IsOwner() }
+// Units is how many units its permits take (faulttest.Units).
+func (l *Permits) Units() int { return l.units }
+
+func (l *Permits) Unlock(ctx context.Context) error { return l.permit().Release(ctx) }
+func (l *Permits) Token() int64                     { return l.permit().Token() }
+func (l *Permits) Key() string                      { return l.permit().Key() }
+func (l *Permits) Err() error                       { return l.permit().Err() }
+func (l *Permits) Done() <-chan struct{}            { return l.permit().Done() }
+func (l *Permits) IsOwner() clientv3.Cmp            { return l.permit().IsOwner() }
 
 // openCandidate opens an election.Election as a Candidate.
 func openCandidate(cli *clientv3.Client, name string, opts ...core.Option) (Locker, error) {
