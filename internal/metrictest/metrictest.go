@@ -62,24 +62,19 @@ type Data struct{ rm metricdata.ResourceMetrics }
 // Count is the number of measurements of the histogram name whose attributes include
 // every one of attrs.
 func (d Data) Count(name string, attrs ...attribute.KeyValue) uint64 {
-	var n uint64
-	for _, m := range d.metrics(name) {
-		if h, ok := m.Data.(metricdata.Histogram[float64]); ok {
-			for _, p := range h.DataPoints {
-				if has(p.Attributes, attrs) {
-					n += p.Count
-				}
-			}
-		}
-	}
+	n, _ := histogram[float64](d, name, attrs)
 	return n
 }
 
 // Histogram is the number and the sum of the measurements of the integer histogram name
 // whose attributes include every one of attrs.
 func (d Data) Histogram(name string, attrs ...attribute.KeyValue) (count uint64, sum int64) {
+	return histogram[int64](d, name, attrs)
+}
+
+func histogram[N int64 | float64](d Data, name string, attrs []attribute.KeyValue) (count uint64, sum N) {
 	for _, m := range d.metrics(name) {
-		if h, ok := m.Data.(metricdata.Histogram[int64]); ok {
+		if h, ok := m.Data.(metricdata.Histogram[N]); ok {
 			for _, p := range h.DataPoints {
 				if has(p.Attributes, attrs) {
 					count += p.Count
