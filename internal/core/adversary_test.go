@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -420,4 +421,32 @@ func TestTwoRenewalsWithoutAnswerCostNoHold(t *testing.T) {
 	case <-time.After(4 * time.Second): // two TTLs: renewals after the silent ones went through
 	}
 	release(t, h)
+}
+
+// TestAHoldIsToldAtItsDeadlineWhileItsWatchIsRefused: in an outage a member without a
+// leader refuses the hold's watch at once, so its monitor spends most of its time pausing
+// between watches. When no renewal gets through, the session's local deadline must end the
+// hold (Done closed, Err ErrLost naming the deadline) whether it falls in a watch or in a
+// pause: a pause cut short by the session's end once returned quietly, and Done stayed open
+// for good. Three holds in a row, so that a deadline falls in a pause.
+func TestAHoldIsToldAtItsDeadlineWhileItsWatchIsRefused(t *testing.T) {
+	for i := range 3 {
+		ctx := testContext(t)
+		name := fmt.Sprintf("refused-watch-%d", i)
+		inj := &etcdtest.Injector{}
+		cli := inj.Client(t, cluster)
+		q := queue(t, cli, name, core.WithTTL(2*time.Second))
+		h, err := q.Acquire(ctx, exclusive, nil)
+		require.NoError(t, err)
+		noLeader := status.Error(codes.PermissionDenied, "etcdtest: injected: refused")
+		inj.Add(etcdtest.Rule{Method: "Watch", Action: etcdtest.Refuse, Err: noLeader})
+		inj.Add(etcdtest.Rule{Method: "LeaseKeepAlive", Action: etcdtest.Refuse})
+		etcdtest.Within(t, h.Done(), 10*time.Second, "the hold's Done")
+		assert.ErrorIs(t, h.Err(), core.ErrLost)
+		assert.ErrorContains(t, h.Err(), "local deadline")
+		inj.Clear()
+		_, err = h.Release(ctx)
+		assert.ErrorIs(t, err, core.ErrLost)
+		require.NoError(t, core.Shutdown(ctx, cli))
+	}
 }

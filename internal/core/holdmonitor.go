@@ -39,11 +39,19 @@ func (h *Hold) waitMonitor() {
 // way to weigh it; it then returns, as there is nothing left to watch.
 //
 // The session's end interrupts whatever the monitor waits for, also a Watch call, which
-// blocks until etcd answers: a session that ends at its local deadline is the news that
-// etcd cannot be reached, and the hold must end then, not once etcd answers again.
-func (h *Hold) monitor(ctx context.Context) {
+// blocks until etcd answers, and the pause between two watches: a session that ends at its
+// local deadline is the news that etcd cannot be reached, and the hold must end then, not
+// once etcd answers again. In an outage the monitor spends most of its time in that pause
+// (a member without a leader refuses the watch at once), so the pause ending early must
+// lead to the loss, never to a quiet return.
+//
+// The monitor returns only once the hold has ended; should it ever return with the hold
+// still held, the deferred observe ends the hold as lost: Done must never stay open with
+// nothing left to close it.
+func (h *Hold) monitor(stop context.Context) {
 	defer close(h.monitorDone)
-	ctx, cancel := context.WithCancel(ctx)
+	defer h.observe(errMonitorStopped)
+	ctx, cancel := context.WithCancel(stop)
 	defer cancel()
 	defer context.AfterFunc(h.sess.ctx, cancel)()
 	from := h.rev + 1
@@ -63,15 +71,17 @@ func (h *Hold) monitor(ctx context.Context) {
 			h.settleLoss()
 			return
 		}
-		if ctx.Err() != nil {
-			return
+		if stop.Err() != nil {
+			return // the hold ended: end stopped the monitor
 		}
 		from = next
-		if b.wait(ctx) != nil {
-			return
-		}
+		_ = b.wait(ctx) // cut short by the session's end, which the next round reports
 	}
 }
+
+// errMonitorStopped is the loss of a hold whose monitor returned while it was still held,
+// which no path of the monitor does: the guard that keeps Done from staying open for good.
+var errMonitorStopped = fmt.Errorf("%w: the watch of the hold's key and session stopped", ErrLost)
 
 // watchKey returns when the watch fails (with the revision to watch from next), the key is
 // gone or nothing can keep it (the loss), the session ends, or ctx ends.
