@@ -17,7 +17,7 @@ import (
 
 // outageTTL is the TTL of the holds in the outage tests: short, so that the outage outlasts
 // it many times over.
-const outageTTL = 2 * time.Second
+const outageTTL = 5 * time.Second
 
 // TestAMajorityOutageEndsEveryHoldBeforeAnotherIsServed stops two of three members, the
 // leader among them, while one client (of every member) holds a name of every kind, waits
