@@ -1,6 +1,11 @@
 package election
 
-import "context"
+import (
+	"context"
+	"errors"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
 
 // Leader is who leads an election: the value the leader campaigned with or proclaimed
 // last, and its Token (its key's create revision). The zero Leader means nobody leads.
@@ -34,7 +39,8 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // when nobody leads), then every change of leader or of its value, in the order etcd applied
 // them, each once, and Leader{} whenever nobody leads. It rides out leader changes of etcd,
 // members that apply behind, and compaction (the observer then reads the election again and
-// sends what changed). It closes when ctx ends, when the client is closed, or when etcd
+// sends what changed), and a cluster that went back in time (restored from an older snapshot:
+// it starts over and sends the leader as it is now). It closes when ctx ends, when the client is closed, or when etcd
 // refuses to let this client read the name (no read permission, or revoked), which
 // [Election.Leader] then reports as an error; at once on an Election not made by [New] or
 // through a closed client, and with ctx done already, having yielded at most the current
@@ -54,9 +60,15 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	o := e.q.WatchHead()
 	go func() {
 		defer close(ch)
-		defer o.Stop()
+		defer func() { o.Stop() }()
 		for {
 			hd, err := o.Next(ctx)
+			if errors.Is(err, core.ErrRewound) && ctx.Err() == nil {
+				// What it followed is void: start over from the election as it is now.
+				o.Stop()
+				o = e.q.WatchHead()
+				continue
+			}
 			if err != nil {
 				return // ctx ended, or the client closed
 			}

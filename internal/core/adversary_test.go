@@ -444,9 +444,44 @@ func TestAHoldIsToldAtItsDeadlineWhileItsWatchIsRefused(t *testing.T) {
 		etcdtest.Within(t, h.Done(), 10*time.Second, "the hold's Done")
 		assert.ErrorIs(t, h.Err(), core.ErrLost)
 		assert.ErrorContains(t, h.Err(), "local deadline")
+		assert.ErrorContains(t, h.Err(), "injected", "the loss does not say why the renewals failed")
 		inj.Clear()
 		_, err = h.Release(ctx)
 		assert.ErrorIs(t, err, core.ErrLost)
 		require.NoError(t, core.Shutdown(ctx, cli))
+	}
+}
+
+// TestAHoldWhoseKeepAliveOrMonitorStopsIsLost: every goroutine a hold relies on either runs
+// as long as the hold lives or ends the hold when it stops. A keep-alive that stops while
+// nothing ended its session, and a monitor that returns while the hold is held, each end the
+// hold as lost (Done closed, Err and Release ErrLost), so that Done never stays open with
+// nothing left to close it.
+func TestAHoldWhoseKeepAliveOrMonitorStopsIsLost(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		stop func(*core.Hold)
+		why  string
+	}{
+		{"keep-alive", core.StopKeepAlive, "keep-alive stopped"},
+		{"monitor", core.StopMonitor, "watch of the hold's key and session stopped"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testContext(t)
+			name := "stopped-" + tc.name
+			cli := cluster.Client(t)
+			q := queue(t, cli, name, core.WithTTL(2*time.Second))
+			h, err := q.Acquire(ctx, exclusive, nil)
+			require.NoError(t, err)
+			done := h.Done()
+			tc.stop(h)
+			etcdtest.Within(t, done, 5*time.Second, "the hold's Done")
+			assert.ErrorIs(t, h.Err(), core.ErrLost)
+			assert.ErrorContains(t, h.Err(), tc.why)
+			_, err = h.Release(ctx)
+			assert.ErrorIs(t, err, core.ErrLost)
+			require.NoError(t, core.Shutdown(ctx, cli))
+			etcdtest.AwaitKeys(t, cluster.Client(t), core.NamePrefix(name), 0)
+		})
 	}
 }

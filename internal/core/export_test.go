@@ -7,3 +7,17 @@ var Transient = transient
 
 // Enqueued is Telemetry.enqueued, for the allocation test.
 func (t *Telemetry) Enqueued(ctx context.Context, ahead int, rev int64) { t.enqueued(ctx, ahead, rev) }
+
+// StopKeepAlive stops the keep-alive of h's session without ending or revoking anything, as
+// a keep-alive that returned by mistake would.
+func StopKeepAlive(h *Hold) { h.sess.ka.stop() }
+
+// StopMonitor stops h's monitor without ending the hold, as a monitor that returned by
+// mistake would.
+func StopMonitor(h *Hold) {
+	h.mu.Lock()
+	stop := h.stopMonitor
+	h.mu.Unlock()
+	stop()
+	h.waitMonitor()
+}

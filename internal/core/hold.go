@@ -197,11 +197,17 @@ func (h *Hold) checkSession() {
 // If it is not, the hold is lost (Done closes). One Range, retried through leader changes
 // until ctx ends.
 func (h *Hold) Check(ctx context.Context) (alive bool, err error) {
+	sent := clockOf(h.cli).now()
 	resp, err := retry(ctx, func() (*clientv3.GetResponse, error) {
 		return h.cli.Get(clientv3.WithRequireLeader(ctx), h.key, clientv3.WithKeysOnly())
 	})
 	if err != nil {
 		return false, fmt.Errorf("check %s: %w", h.key, err)
+	}
+	if rw := clockOf(h.cli).linear(resp.Header, sent); rw != nil {
+		rewind(h.cli, rw)
+		h.checkSession()
+		return false, nil
 	}
 	alive = len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.rev
 	if !alive {

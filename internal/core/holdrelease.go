@@ -58,6 +58,10 @@ func (h *Hold) Release(ctx context.Context) (ended bool, err error) {
 		final = errKeyGone(h.key)
 	case seen != nil:
 		final = seen // the session ended, or the key went, while the delete got no answer
+	case h.sess.ended():
+		// No try got through before the session ended: the hold is lost, and its key goes
+		// with the lease (revoked once etcd answers, or expired).
+		final = h.sess.lostErr()
 	default:
 		h.mu.Lock()
 		h.state = held
@@ -74,17 +78,32 @@ func (h *Hold) Release(ctx context.Context) (ended bool, err error) {
 
 // deleteFenced deletes the key if it is still the hold's: deleted if a try was seen to
 // delete it, gone if a try found it gone (perhaps deleted by an earlier try of this call
-// that got no answer), notDone with the error if none could tell.
+// that got no answer), notDone with the error if none could tell. It stops trying once the
+// session has ended: a release then blocks no longer than the session's local deadline,
+// whatever ctx allows.
 func (h *Hold) deleteFenced(ctx context.Context) (releaseOutcome, error) {
 	var b backoff
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(h.sess.ctx, cancel)()
 	for {
+		if err := h.sess.lostErr(); err != nil {
+			return notDone, err
+		}
 		if err := ctx.Err(); err != nil {
 			return notDone, err
 		}
 		tctx, cancel := tryContext(ctx)
+		sent := clockOf(h.cli).now()
 		resp, err := h.cli.Txn(clientv3.WithRequireLeader(tctx)).If(h.IsOwner()).Then(clientv3.OpDelete(h.key)).Commit()
 		tryEnded := tctx.Err() != nil
 		cancel()
+		if err == nil {
+			if rw := clockOf(h.cli).linear(resp.Header, sent); rw != nil {
+				rewind(h.cli, rw) // the hold was lost in the history that went: its session ends
+				return notDone, fmt.Errorf("%w: %w", ErrLost, rw)
+			}
+		}
 		switch {
 		case err == nil && resp.Succeeded:
 			return deleted, nil

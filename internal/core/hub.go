@@ -157,9 +157,17 @@ func (h *hub) readAll() {
 	if h.k.mode != values {
 		opts = append(opts, clientv3.WithKeysOnly())
 	}
+	var sent int64
 	resp, err := retry(h.ctx, func() (*clientv3.GetResponse, error) {
+		sent = clockOf(h.k.cli).now()
 		return h.k.cli.Get(clientv3.WithRequireLeader(h.ctx), h.k.prefix, opts...)
 	})
+	if err == nil {
+		if rw := clockOf(h.k.cli).linear(resp.Header, sent); rw != nil {
+			rewind(h.k.cli, rw) // closes this hub too, and tells its subscribers
+			return
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -82,17 +83,26 @@ func (k *keepAlive) Deadline() time.Time {
 func (k *keepAlive) run(sent time.Time, ttl time.Duration) {
 	defer close(k.exited)
 	defer k.cancel()
-	defer k.end(errClientClosed) // if nothing else ended it: stop or the client's close
+	defer func() {
+		// If nothing else ended it: the client's close, or a stop. Stop is called only once
+		// the session has ended for a cause of its own; any other way out of this loop still
+		// ends the session, so that no hold lives on a lease nobody renews.
+		if k.cli.Ctx().Err() != nil {
+			k.end(errClientClosed)
+		}
+		k.end(errKeepAliveStopped)
+	}()
 	deadline := k.Deadline()
 	expiry := time.NewTimer(time.Until(deadline))
 	defer expiry.Stop()
 	next := time.NewTimer(time.Until(sent.Add(ttl / 3)))
 	defer next.Stop()
 	var b backoff
+	var failed error // why the renewals since the last one that got through failed
 	for {
 		select {
 		case <-expiry.C:
-			k.end(errDeadline)
+			k.end(deadlineCause(failed))
 			k.revoke()
 			return
 		case <-k.retireC:
@@ -105,7 +115,7 @@ func (k *keepAlive) run(sent time.Time, ttl time.Duration) {
 		}
 		now := time.Now()
 		if !now.Before(deadline) {
-			k.end(errDeadline)
+			k.end(deadlineCause(failed))
 			k.revoke()
 			return
 		}
@@ -114,13 +124,24 @@ func (k *keepAlive) run(sent time.Time, ttl time.Duration) {
 			tryEnd = deadline
 		}
 		actx, cancel := context.WithDeadline(k.ctx, tryEnd)
-		granted, err := k.renewOnce(actx)
+		granted, hdr, err := k.renewOnce(actx)
+		if clockOf(k.cli).suspect(hdr) { // also on ErrLeaseNotFound: a lease gone in a restore
+			if rw := clockOf(k.cli).confirm(actx, k.cli); rw != nil {
+				cancel()
+				rewind(k.cli, rw) // ends this session too, and has its lease revoked
+				continue
+			}
+		}
 		cancel()
 		if k.ctx.Err() == nil { // not a try cut short by stop or the client's close
 			k.metrics.renewal(err == nil)
 		}
+		if err != nil {
+			failed = err
+		}
 		switch {
 		case err == nil:
+			failed = nil
 			ttl = time.Duration(granted) * time.Second
 			deadline = now.Add(ttl - Margin(ttl))
 			k.mu.Lock()
@@ -140,26 +161,40 @@ func (k *keepAlive) run(sent time.Time, ttl time.Duration) {
 
 // renewOnce renews the lease once, on a stream of its own that requires a leader: a member
 // without one refuses at once, and the next try goes to another member, instead of holding
-// the renewal until the try's time is up. It returns the TTL granted, or ErrLeaseNotFound.
-func (k *keepAlive) renewOnce(ctx context.Context) (ttl int64, err error) {
+// the renewal until the try's time is up. It returns the TTL granted and the answer's
+// header, or ErrLeaseNotFound.
+func (k *keepAlive) renewOnce(ctx context.Context) (ttl int64, hdr *pb.ResponseHeader, err error) {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	stream, err := pb.NewLeaseClient(k.cli.ActiveConnection()).LeaseKeepAlive(ctx)
 	if err != nil {
-		return 0, rpctypes.Error(err)
+		return 0, nil, rpctypes.Error(err)
 	}
 	if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(k.id)}); err != nil {
-		return 0, rpctypes.Error(err)
+		return 0, nil, rpctypes.Error(err)
 	}
 	resp, err := stream.Recv()
 	if err != nil {
-		return 0, rpctypes.Error(err)
+		return 0, nil, rpctypes.Error(err)
 	}
 	_ = stream.CloseSend()
 	if resp.TTL <= 0 {
-		return 0, rpctypes.ErrLeaseNotFound
+		return 0, resp.Header, rpctypes.ErrLeaseNotFound
 	}
-	return resp.TTL, nil
+	return resp.TTL, resp.Header, nil
+}
+
+// deadlineCause is why a session ended at its local deadline: errDeadline, with why the
+// renewals tried since the last one that got through failed (no leader, an expired auth
+// token, a permission, no answer in time), so that the loss says what an operator can fix.
+func deadlineCause(failed error) error {
+	switch {
+	case failed == nil:
+		return errDeadline
+	case errors.Is(failed, context.DeadlineExceeded):
+		return fmt.Errorf("%w (the last try got no answer in time)", errDeadline)
+	}
+	return fmt.Errorf("%w (the last try failed: %v)", errDeadline, failed)
 }
 
 // revoke revokes the lease, retrying until etcd answers or the client closes: until then

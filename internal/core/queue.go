@@ -138,6 +138,9 @@ func (q *Queue) grant(ctx context.Context, sess *Session, sl *slot, rev int64, e
 	if err == nil {
 		err = sess.lostErr()
 	}
+	if err == nil {
+		err = clockOf(q.cli).above(rev)
+	}
 	if err != nil {
 		q.abandon(ctx, sl, rev, false)
 		return nil, err
@@ -182,6 +185,7 @@ type enqueued struct {
 // ended it returns ctx's error, and the key's revision if its Txn was applied.
 func (q *Queue) enqueue(ctx context.Context, sess *Session, spec Spec, key string) (enqueued, error) {
 	aheadRange, w := q.prefix+spec.Ahead, weigherOf(q, spec)
+	before := clockOf(q.cli).now() // every key this call writes is created after it
 	res, err := commitWrite(ctx, q.cli, func(t clientv3.Txn) clientv3.Txn {
 		return t.If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, spec.Guard...)...).
 			// Read before the put: every key there is ahead.
@@ -211,6 +215,15 @@ func (q *Queue) enqueue(ctx context.Context, sess *Session, spec Spec, key strin
 		return enqueued{unknown: res.unknown}, fmt.Errorf("%w: key %s vanished inside a Txn", ErrLost, key)
 	}
 	rev := own[0].CreateRevision
+	if rev <= before {
+		// Not written by this call: no earlier use of the slot can have left it (a slot is
+		// reused only once its key is known gone, and a session whose write may land late is
+		// retired), so the cluster brought back a key of an older life. Never adopt it: its
+		// create revision would be a token that went back.
+		err := fmt.Errorf("%w: key %s came back at create revision %d, before revision %d seen already", ErrRewound, key, rev, before)
+		rewind(q.cli, err)
+		return enqueued{rev: rev}, fmt.Errorf("%w: %w", ErrLost, err)
+	}
 	e := enqueued{rev: rev, snap: resp.Header.Revision, ahead: w.ahead(resp.Responses[1].GetResponseRange().Kvs, rev)}
 	if err == nil {
 		err = q.takeOver(ctx, sess, own[0], spec.Value)

@@ -110,6 +110,28 @@ func (h *hub) shut() {
 	hubsMu.Unlock()
 }
 
+// closeHubs closes every hub of cli and fails its subscribers with err: the next join starts
+// a new hub, with a new watch from the present and a new read.
+func closeHubs(cli *clientv3.Client, err error) {
+	hubsMu.Lock()
+	var mine []*hub
+	for k, h := range hubs {
+		if k.cli == cli {
+			mine = append(mine, h)
+		}
+	}
+	for _, h := range mine {
+		h.mu.Lock()
+		h.unregister()
+		h.mu.Unlock()
+	}
+	hubsMu.Unlock()
+	for _, h := range mine {
+		h.failAll(err)
+		h.cancel()
+	}
+}
+
 func newHub(k hubKey) *hub {
 	ctx, cancel := context.WithCancel(k.cli.Ctx())
 	h := &hub{k: k, ctx: ctx, cancel: cancel, exited: make(chan struct{}), poke: make(chan struct{}, 1),

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -167,11 +168,16 @@ func commitWrite(ctx context.Context, cli *clientv3.Client, build func(clientv3.
 	var b backoff
 	for {
 		tctx, cancel := tryContext(ctx)
+		sent := clockOf(cli).now()
 		resp, err := build(cli.Txn(clientv3.WithRequireLeader(tctx))).Commit()
 		tryEnded := tctx.Err() != nil
 		cancel()
 		if err == nil {
 			res.resp = resp
+			if err := clockOf(cli).linear(resp.Header, sent); err != nil {
+				rewind(cli, err)
+				return res, fmt.Errorf("%w: %w", ErrLost, err)
+			}
 			return res, nil
 		}
 		if !refused(err) {

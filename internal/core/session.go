@@ -23,6 +23,9 @@ var (
 	errClientClosed = errors.New("the etcd client was closed")
 	errRetired      = errors.New("the session was retired")
 	errCallerEnded  = errors.New("the session given with WithSession ended")
+	// errKeepAliveStopped: the keep-alive returned while nothing else had ended the session;
+	// no path does, but a hold on a lease that nobody renews must not live on.
+	errKeepAliveStopped = errors.New("the session's keep-alive stopped")
 )
 
 // Session is the lease that acquisitions bind their keys to, and when it ends.
@@ -221,11 +224,15 @@ func (s *sharedSession) Session(ctx context.Context) (*Session, error) {
 	}
 	// The lease lives at least until the send time plus its TTL.
 	sent := time.Now()
+	seen := clockOf(s.cli).now()
 	resp, err := retry(ctx, func() (*clientv3.LeaseGrantResponse, error) {
 		return s.cli.Grant(clientv3.WithRequireLeader(ctx), s.ttl)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("grant lease: %w", err)
+	}
+	if err := clockOf(s.cli).linear(resp.ResponseHeader, seen); err != nil {
+		rewind(s.cli, err) // what was granted before is void; this lease is of the new life
 	}
 	sess := startKeepAlive(s.cli, resp.ID, sent, time.Duration(resp.TTL)*time.Second, s.metrics())
 	s.mu.Lock()
@@ -275,16 +282,8 @@ func (s *sharedSession) take() []*Session {
 // new lease. The next acquisition on cli grants a new lease. Sessions given with WithSession
 // are the caller's to close.
 func Shutdown(ctx context.Context, cli *clientv3.Client) error {
-	sharedMu.Lock()
-	var mine []*sharedSession
-	for k, s := range sharedBy {
-		if k.cli == cli {
-			mine = append(mine, s)
-		}
-	}
-	sharedMu.Unlock()
 	var errs []error
-	for _, s := range mine {
+	for _, s := range sharedOf(cli) {
 		for _, sess := range s.take() {
 			sess.end(errShutdown) // first: an acquisition that then finds the lease gone knows why
 			sess.ka.stop()
@@ -297,6 +296,19 @@ func Shutdown(ctx context.Context, cli *clientv3.Client) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// sharedOf returns the shared sessions of cli, one per TTL in use.
+func sharedOf(cli *clientv3.Client) []*sharedSession {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	var mine []*sharedSession
+	for k, s := range sharedBy {
+		if k.cli == cli {
+			mine = append(mine, s)
+		}
+	}
+	return mine
 }
 
 // meter makes the session count its renewals through mp's instruments (the global

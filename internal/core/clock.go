@@ -1,0 +1,152 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ErrRewound is why holds and waits end when the cluster went back in time: an operator
+// restored a member from an older snapshot, or forced a new cluster from a member that
+// lagged. Revisions then go back, keys written since are gone without a delete event, and
+// released keys come back on leases that still live: nothing this client learned of the
+// name holds any more. It comes wrapped in ErrLost.
+var ErrRewound = errors.New("etcdsync: the etcd cluster went back in time (restored from an older snapshot, or forced from a member that lagged)")
+
+// A clock is what one client has seen of the cluster's history: the highest revision any
+// response carried, and the cluster's ID. Every revision a member reports has been
+// committed, so a linearizable answer (a Txn, a linearizable read) to a request sent after
+// the client saw revision R can never carry a lower one in the same life of the cluster;
+// one that does proves the cluster went back. (Requests under way at once are answered in
+// any order, so an answer is compared with what was seen when its request was sent, never
+// with what was seen since.) A lease renewal is answered by whichever member the client
+// reached, which may apply behind the others: a lower revision there is only a suspicion,
+// which one linearizable read settles.
+type clock struct {
+	mu      sync.Mutex
+	max     int64
+	cluster uint64
+	// floor is the highest revision seen before the cluster last went back: every token this
+	// client handed out is at most that, so a new hold's token must be above it.
+	floor int64
+}
+
+var (
+	clocksMu sync.Mutex
+	clocks   = map[*clientv3.Client]*clock{}
+)
+
+// clockOf returns the clock of cli; the entry goes when the client closes.
+func clockOf(cli *clientv3.Client) *clock {
+	clocksMu.Lock()
+	defer clocksMu.Unlock()
+	if c, ok := clocks[cli]; ok {
+		return c
+	}
+	c := &clock{}
+	clocks[cli] = c
+	context.AfterFunc(cli.Ctx(), func() {
+		clocksMu.Lock()
+		delete(clocks, cli)
+		clocksMu.Unlock()
+	})
+	return c
+}
+
+// now is the highest revision seen: every key created after it is newer than anything this
+// client has seen.
+func (c *clock) now() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.max
+}
+
+// linear records the header of a linearizable answer to a request sent when the clock said
+// sent (its now then), and returns ErrRewound (with what was seen) if its revision is below
+// sent, or its cluster is another. The clock then starts over from this answer: the
+// cluster's new life.
+func (c *clock) linear(h *pb.ResponseHeader, sent int64) error {
+	if h == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var err error
+	switch {
+	case c.cluster != 0 && h.ClusterId != 0 && h.ClusterId != c.cluster:
+		err = fmt.Errorf("%w: cluster ID %x after %x", ErrRewound, h.ClusterId, c.cluster)
+	case h.Revision < sent:
+		err = fmt.Errorf("%w: revision %d after %d", ErrRewound, h.Revision, sent)
+	}
+	if err != nil {
+		c.floor = max(c.floor, c.max)
+	}
+	if err != nil || h.Revision > c.max {
+		c.max = h.Revision
+	}
+	if h.ClusterId != 0 {
+		c.cluster = h.ClusterId
+	}
+	return err
+}
+
+// above returns nil if a hold at token rev may be granted: a token never goes below one
+// this client handed out before the cluster went back in time. Until the cluster's
+// revisions pass that (or etcd 3.6's restore bumped them past it), acquisitions fail.
+func (c *clock) above(rev int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if rev > c.floor {
+		return nil
+	}
+	return fmt.Errorf("%w: %w: token %d is not above revision %d, seen before the cluster went back; restart the client, or restore etcd with --bump-revision", ErrLost, ErrRewound, rev, c.floor)
+}
+
+// suspect records the header of an answer from a member that may apply behind, and reports
+// whether it calls for a linearizable read to settle it (see confirm).
+func (c *clock) suspect(h *pb.ResponseHeader) bool {
+	if h == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h.Revision < c.max || c.cluster != 0 && h.ClusterId != 0 && h.ClusterId != c.cluster {
+		return true
+	}
+	c.max = h.Revision
+	if h.ClusterId != 0 {
+		c.cluster = h.ClusterId
+	}
+	return false
+}
+
+// confirm settles a suspicion with one linearizable read (a count of no key), and returns
+// ErrRewound if the cluster went back; nil if it did not, or if the read failed (the next
+// renewal looks again).
+func (c *clock) confirm(ctx context.Context, cli *clientv3.Client) error {
+	sent := c.now()
+	resp, err := cli.Get(clientv3.WithRequireLeader(ctx), "\x00etcdsync-clock", clientv3.WithCountOnly())
+	if err != nil {
+		return nil
+	}
+	return c.linear(resp.Header, sent)
+}
+
+// rewind ends everything cli holds or waits for because the cluster went back in time
+// (cause, an ErrRewound): every shared session ends with it, and its lease is revoked at
+// once, since it may have come back with keys this client had released; every watch of the
+// client on a name is closed and its subscribers told, so that waiters fail and observers
+// start over from what is true now. The next acquisition takes a new lease.
+func rewind(cli *clientv3.Client, cause error) {
+	for _, s := range sharedOf(cli) {
+		for _, sess := range s.take() {
+			sess.end(cause)
+			sess.ka.retire()
+		}
+	}
+	closeHubs(cli, fmt.Errorf("%w: %w", ErrLost, cause))
+}
