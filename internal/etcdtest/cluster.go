@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,11 +30,14 @@ type Cluster struct {
 	endpoints []string
 	prefix    string    // every client's namespace on an external cluster: see Prefix
 	members   []*member // nil for an external cluster
+	processes bool      // the members are server processes (NewProcesses), not embedded
 	closeOnce sync.Once
 	cuts      sync.Mutex // serializes Partition, Heal and restarts: see applyCuts
 
 	ca      *authority  // nil without WithTLS
 	rootTLS *tls.Config // the client TLS of ClientConfig: a certificate of RootUser; nil without WithTLS
+
+	backups []string // directories of Backup's copies, removed by Close
 
 	auth      sync.Mutex
 	passwords map[string]string // by user, set by EnableAuth on a cluster without TLS; under auth
@@ -54,7 +58,15 @@ type member struct {
 	closed bool // by Cluster.Close; under life
 	joined bool // has started once, so its data dir holds the cluster; under life
 	etcd   atomic.Pointer[embed.Etcd]
+
+	// A member of NewProcesses: the server binary, its log, the cluster token, and the
+	// running process (nil while stopped; under life).
+	bin, logFile, token string
+	proc                *process
 }
+
+// running reports whether the member runs. Under life.
+func (m *member) running() bool { return m.etcd.Load() != nil || m.proc != nil }
 
 // New starts an embedded cluster of size members (1 or 3; other sizes allowed) unless the
 // environment variable ETCD_ENDPOINTS is set ("host:port,host:port"), in which case it returns
@@ -235,8 +247,10 @@ func (m *member) start() error {
 	switch {
 	case m.closed:
 		return fmt.Errorf("etcdtest: start %s: cluster closed", m.name)
-	case m.etcd.Load() != nil:
+	case m.running():
 		return fmt.Errorf("etcdtest: start %s: already running", m.name)
+	case m.bin != "":
+		return m.startProcess()
 	}
 	e, err := embed.StartEtcd(m.config())
 	if err != nil {
@@ -265,6 +279,14 @@ func (m *member) stop(hard bool) {
 	defer m.life.Unlock()
 	if e := m.etcd.Swap(nil); e != nil {
 		shutdown(e, hard)
+	}
+	if p := m.proc; p != nil {
+		m.proc = nil
+		if hard {
+			p.signal(syscall.SIGKILL)
+		} else {
+			p.signal(syscall.SIGTERM)
+		}
 	}
 }
 
@@ -393,12 +415,24 @@ func (c *Cluster) Restart(i int) error {
 	return err
 }
 
+// RestartAll restarts the stopped members at once (see Restart), and returns once all serve:
+// after a majority was down, a member restarted alone waits for a peer to form a quorum with.
+func (c *Cluster) RestartAll(members ...int) error {
+	errs := make([]error, len(members))
+	var wg sync.WaitGroup
+	for j, i := range members {
+		wg.Go(func() { errs[j] = c.Restart(i) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // Leader returns the index of the leader, waiting until ctx ends for the members to agree on
 // one: every running embedded member, or every endpoint that answers a Status call on an
 // external cluster, names the same leader, which is one of them.
 func (c *Cluster) Leader(ctx context.Context) (int, error) {
 	view := c.embeddedView
-	if c.External() {
+	if c.External() || c.processes {
 		cli, err := c.NewClient()
 		if err != nil {
 			return -1, err
@@ -484,6 +518,9 @@ func (c *Cluster) Close() {
 				m.life.Unlock()
 				m.stop(true)
 				os.RemoveAll(m.dir)
+				if m.bin != "" {
+					os.RemoveAll(filepath.Dir(m.dir)) // the process's log beside it
+				}
 			})
 		}
 		wg.Wait()
@@ -496,6 +533,9 @@ func (c *Cluster) Close() {
 		}
 		if c.ca != nil {
 			os.RemoveAll(c.ca.dir)
+		}
+		for _, dir := range c.backups {
+			os.RemoveAll(dir)
 		}
 	})
 }
