@@ -37,6 +37,7 @@ var exploreFaults = []exploreFault{
 	{"compaction", 1, compactNow},
 	{"member partitioned", 1, partitionAMember},
 	{"leader stopped", 1, stopTheLeader},
+	{"majority down", 1, stopAMajority},
 }
 
 func (x *exploration) drawFault() exploreFault {
@@ -192,6 +193,37 @@ func partitionAMember(ctx context.Context, x *exploration) (string, error) {
 }
 
 // stopTheLeader stops the leader, lets the others go on for a moment, and restarts it.
+// stopAMajority stops two of the three members, the leader among them or not, gracefully
+// (the leader hands over first) or killed, for a third of the TTL to three TTLs, then starts
+// them again: the member left has no leader, so nothing is served and no renewal gets
+// through, and holds cut off past their local deadline must end before anyone is served.
+func stopAMajority(ctx context.Context, x *exploration) (string, error) {
+	leader, err := x.r.env.leader(ctx)
+	if err != nil {
+		return "", err
+	}
+	n := x.r.env.Cluster.Size()
+	down := []int{leader, (leader + 1) % n}
+	if x.rng.IntN(2) == 0 {
+		down = []int{(leader + 1) % n, (leader + 2) % n} // the leader stays, without a quorum
+	}
+	stop, how := (*etcdtest.Cluster).Stop, "stopped"
+	if x.rng.IntN(2) == 0 {
+		stop, how = (*etcdtest.Cluster).Kill, "killed"
+	}
+	d := time.Duration(float64(x.r.w.TTL) * (1.0/3 + x.rng.Float64()*8/3))
+	detail := fmt.Sprintf("members %v (leader %d) %s for %v", down, leader, how, d.Round(time.Millisecond))
+	for _, i := range down {
+		stop(x.r.env.Cluster, i)
+	}
+	x.r.wait(d)
+	if err := x.r.env.Cluster.RestartAll(down...); err != nil {
+		return detail, err
+	}
+	_, err = x.r.env.leader(ctx)
+	return detail, err
+}
+
 func stopTheLeader(ctx context.Context, x *exploration) (string, error) {
 	leader, err := x.r.env.leader(ctx)
 	if err != nil {

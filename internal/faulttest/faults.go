@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +40,72 @@ func Faults() []Fault {
 		{"holder's lease revoked", leaseRevoked},
 		{"compaction while waiting", compacted},
 		{"cluster restarted", clusterRestarted},
+		{"majority stopped for two TTLs", majorityDown((*etcdtest.Cluster).Stop, 2)},
+		{"majority killed for half a TTL", majorityDown((*etcdtest.Cluster).Kill, 0.5)},
+	}
+}
+
+// majorityDown stops the leader and one other member during a hold (gracefully, so the
+// leader hands over first, or killed) for ttls TTLs, then starts both again. The member left
+// has no leader: nothing is served and no renewal gets through. A struck holder of an
+// exclusive primitive cut off for longer than its TTL must know it lost (its Done closed)
+// by the time another worker is seen served after the restart, and its hold must end as
+// lost; one cut off for less may keep its hold.
+func majorityDown(stop func(*etcdtest.Cluster, int), ttls float64) func(context.Context, testing.TB, *Run) time.Duration {
+	return func(ctx context.Context, t testing.TB, r *Run) time.Duration {
+		var down []int
+		var told atomic.Int64 // when the struck hold's Done closed, on the history clock; 0 if not
+		watched := false      // the workload's locks have a Done
+		h := r.strikeHold(ctx, t, func(h held) error {
+			// The struck hold's own Done, taken now: the worker may hold again later.
+			if d, ok := h.wk.lk.(interface{ Done() <-chan struct{} }); ok {
+				watched = true
+				done := d.Done()
+				go func() {
+					select {
+					case <-done:
+						told.Store(int64(r.hist.Now()))
+					case <-ctx.Done():
+					}
+				}()
+			}
+			leader, err := r.env.leader(ctx)
+			if err != nil {
+				return err
+			}
+			down = []int{leader, (leader + 1) % r.env.Cluster.Size()}
+			for _, i := range down {
+				stop(r.env.Cluster, i)
+			}
+			return nil
+		})
+		outage := time.Duration(ttls * float64(r.w.TTL))
+		select {
+		case <-time.After(outage):
+		case <-ctx.Done():
+		}
+		// Together: a member that restarts alone waits for a peer to form a quorum with.
+		if err := r.env.Cluster.RestartAll(down...); err != nil {
+			t.Fatalf("faulttest: %v", err)
+		}
+		r.leader(ctx, t)
+		back := r.hist.Now()
+		t.Logf("members %v were down for %v (the holder: worker %d, token %d)", down, outage, h.wk.id, h.token)
+		wctx, cancel := context.WithTimeout(ctx, r.w.serveBound())
+		defer cancel()
+		served, err := r.hist.awaitAcquires(wctx, 1, back, h.wk.id)
+		switch {
+		case err != nil:
+			t.Errorf("nobody was served after the majority came back: %v", err)
+		case watched && r.w.slots() == 1 && outage > r.w.TTL:
+			if at := time.Duration(told.Load()); at == 0 || at > served {
+				t.Errorf("another worker was served at %v, after the outage, while the holder (worker %d, token %d) still believed it held (told at %v)", served, h.wk.id, h.token, at)
+			}
+		}
+		if outage > r.w.TTL {
+			r.awaitLostHold(ctx, t, h, "cut-off")
+		}
+		return back
 	}
 }
 

@@ -26,16 +26,32 @@ const outageTTL = 5 * time.Second
 // ErrLost saying why), every waiter of that client must fail or be served only after its
 // holder was told, and once the members are back, a waiter on another client is served only
 // after the holder was told, and the observer reports the new leader. Graceful stops hand
-// leadership over first and let renewals through for a while; kills do not.
+// leadership over first and let renewals through for a while; kills do not. It runs on
+// embedded members, and on etcd server processes (SIGTERM and SIGKILL) when an etcd server
+// is on PATH (or in $ETCDTEST_ETCD).
 func TestAMajorityOutageEndsEveryHoldBeforeAnotherIsServed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stops and restarts members of clusters of its own: not in the short tier")
 	}
-	for _, mode := range []struct {
-		name string
-		cut  func(*etcdtest.Cluster, int)
-	}{{"graceful stop", (*etcdtest.Cluster).Stop}, {"kill", (*etcdtest.Cluster).Kill}} {
-		t.Run(mode.name, func(t *testing.T) { majorityOutage(t, mode.cut) })
+	clusters := []struct {
+		name  string
+		start func() (*etcdtest.Cluster, error)
+	}{{"embedded", func() (*etcdtest.Cluster, error) { return etcdtest.NewEmbedded(3) }}}
+	if bin := etcdtest.ServerBinary(); bin != "" {
+		clusters = append(clusters, struct {
+			name  string
+			start func() (*etcdtest.Cluster, error)
+		}{"processes", func() (*etcdtest.Cluster, error) { return etcdtest.NewProcesses(3, bin) }})
+	} else {
+		t.Log("no etcd server on PATH: the outage runs on embedded members only")
+	}
+	for _, cl := range clusters {
+		for _, mode := range []struct {
+			name string
+			cut  func(*etcdtest.Cluster, int)
+		}{{"graceful stop", (*etcdtest.Cluster).Stop}, {"kill", (*etcdtest.Cluster).Kill}} {
+			t.Run(cl.name+"/"+mode.name, func(t *testing.T) { majorityOutage(t, cl.start, mode.cut) })
+		}
 	}
 }
 
@@ -51,8 +67,8 @@ type outageCase struct {
 	servedAt time.Time // when the waiter's Lock returned nil
 }
 
-func majorityOutage(t *testing.T, cut func(*etcdtest.Cluster, int)) {
-	c, err := etcdtest.NewEmbedded(3)
+func majorityOutage(t *testing.T, start func() (*etcdtest.Cluster, error), cut func(*etcdtest.Cluster, int)) {
+	c, err := start()
 	require.NoError(t, err)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -100,8 +116,7 @@ func majorityOutage(t *testing.T, cut func(*etcdtest.Cluster, int)) {
 		t.Logf("%s: told %v after the cut", oc.k.Name, oc.told.Sub(cutAt).Round(time.Millisecond))
 	}
 
-	require.NoError(t, c.Restart(leader))
-	require.NoError(t, c.Restart((leader+1)%3))
+	require.NoError(t, c.RestartAll(leader, (leader+1)%3))
 
 	for _, oc := range cases {
 		err := etcdtest.Within(t, oc.waited, time.Minute, oc.k.Name+": the waiter's Lock")
