@@ -40,6 +40,7 @@ func TestCommand(t *testing.T) {
 		{"NamespaceKeepsEveryKeyInside", testNamespace},
 		{"ALossStopsTheCommand", testLossStopsTheCommand},
 		{"ABlackHoledHolderStopsItsCommandBeforeTheSuccessorStarts", testBlackHoledHolder},
+		{"AMajorityOutageStopsTheCommandAndTheWaiterWaitsOn", testMajorityOutage},
 		{"NoProcessOfTheGroupOutlivesEtcdsync", testNoProcessOutlives},
 		{"SignalsArePassedOnToTheCommand", testSignalsArePassedOn},
 		{"ASignalWhileWaitingLeavesNoKey", testSignalWhileWaiting},

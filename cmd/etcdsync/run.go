@@ -140,7 +140,7 @@ func (c *holdCommand) acquire(a *app, acq acquirer, sigc <-chan os.Signal) (hold
 		if c.try {
 			r.h, r.err = acq.try(ctx)
 		} else {
-			r.h, r.err = acq.acquire(ctx)
+			r.h, r.err = c.waitThroughOutages(ctx, a, acq)
 		}
 		resc <- r
 	}()
@@ -171,11 +171,37 @@ func (c *holdCommand) acquire(a *app, acq acquirer, sigc <-chan os.Signal) (hold
 	return h, nil
 }
 
+// requeuePause is how long a wait whose place in line was lost pauses before it takes a new
+// one, so that an outage that keeps ending sessions is not met with a busy loop.
+const requeuePause = 500 * time.Millisecond
+
+// waitThroughOutages waits in line; when the place in line is lost (an outage let the
+// session's lease run out, an operator deleted the key or revoked the lease), it takes a new
+// place once etcd answers again, until ctx ends (--timeout, or a signal), instead of
+// failing: the caller asked to wait, and nothing was held yet.
+func (c *holdCommand) waitThroughOutages(ctx context.Context, a *app, acq acquirer) (hold, error) {
+	for {
+		h, err := acq.acquire(ctx)
+		if err == nil || !errors.Is(err, mutex.ErrLost) || ctx.Err() != nil {
+			return h, err
+		}
+		a.logf("%s: place in line lost (%v); waiting again once etcd answers", c.what(), err)
+		t := time.NewTimer(requeuePause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // holdUntilSignalled prints the key and the token and holds until a signal (exit 0) or a loss.
 func (c *holdCommand) holdUntilSignalled(a *app, h hold, sigc <-chan os.Signal) (int, error) {
 	fmt.Fprintf(a.stdout, "ETCDSYNC_NAME=%s\nETCDSYNC_KEY=%s\nETCDSYNC_TOKEN=%d\n", shellQuote(c.name), shellQuote(h.Key()), h.Token())
 	select {
 	case <-h.Done():
+		a.logf("%s: lost: %v", c.what(), h.Err())
 		return 0, failf(exitLost, "%s lost: %v", c.what(), h.Err())
 	case sig := <-sigc:
 		a.logf("%s: releasing on %s", c.what(), signame(sig))
