@@ -50,7 +50,9 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // past that it skips the oldest, so it may miss intermediate values, but never sees them out
 // of order and always ends with the latest.
 //
-// Cost: the observers of one client share one watch of the name.
+// Cost: the observers of one client share one watch of the name, and one read of the
+// cluster's revision (a count of no key) every 5 s, which is how a client that only
+// observes notices the cluster going back in time.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
 	if e.queue().Unusable() != nil {

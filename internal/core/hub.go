@@ -94,14 +94,31 @@ func (h *hub) watchOptions(from int64) []clientv3.OpOption {
 	return opts
 }
 
+// probeEvery is how often a hub of observers reads the cluster's revision (one
+// linearizable count of no key). A client that only observes sends nothing else that could
+// show the cluster went back in time, and its watch, resumed past the restored revision,
+// would wait silently on a leader whose key is gone. (etcd answers no progress request for
+// a watch that starts past its revision, so the watch itself cannot tell.)
+const probeEvery = 5 * time.Second
+
 // drain dispatches wch's events, and reads the name whenever a subscriber needs it, until
 // the watch fails (its error, nil if it just closed) or the hub's ctx ends.
 func (h *hub) drain(wch clientv3.WatchChan) error {
+	var probe <-chan time.Time
+	if h.k.mode == values {
+		t := time.NewTicker(probeEvery)
+		defer t.Stop()
+		probe = t.C
+	}
 	for {
 		if h.anyStale() {
 			h.readAll()
 		}
 		select {
+		case <-probe:
+			if h.rewound() {
+				return nil // rewind closed the hub: the pump returns
+			}
 		case wr, ok := <-wch:
 			if !ok {
 				return nil
@@ -144,6 +161,18 @@ func (h *hub) anyStale() bool {
 		if s.stale() {
 			return true
 		}
+	}
+	return false
+}
+
+// rewound reports whether the cluster went back in time, as one linearizable read shows;
+// if so, it has rewound the client, which closes this hub too.
+func (h *hub) rewound() bool {
+	ctx, cancel := context.WithTimeout(h.ctx, tryTimeout)
+	defer cancel()
+	if rw := clockOf(h.k.cli).confirm(ctx, h.k.cli); rw != nil {
+		rewind(h.k.cli, rw)
+		return true
 	}
 	return false
 }
