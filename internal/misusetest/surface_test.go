@@ -89,6 +89,7 @@ func mutexCalls(m *mutex.Mutex, admin *clientv3.Client) []call {
 	return []call{
 		{name: "Lock", kind: takes, run: m.Lock},
 		{name: "TryLock", kind: takes, run: m.TryLock},
+		{name: "Do", kind: takes, run: scoped(m.Do)},
 		{name: "Unlock", kind: needs, run: m.Unlock, noHold: mutex.ErrNotLocked},
 		{name: "Token", kind: reports, run: token(m.Token)},
 		{name: "Done", kind: reports, run: done(m.Done)},
@@ -105,6 +106,8 @@ func rwmutexCalls(rw *rwmutex.RWMutex, admin *clientv3.Client) []call {
 		{name: "TryRLock", kind: takes, run: rw.TryRLock},
 		{name: "Lock", kind: takes, run: rw.Lock},
 		{name: "TryLock", kind: takes, run: rw.TryLock},
+		{name: "Do", kind: takes, run: scoped(rw.Do)},
+		{name: "RDo", kind: takes, run: scoped(rw.RDo)},
 		{name: "RUnlock", kind: needs, run: rw.RUnlock, noHold: rwmutex.ErrNotLocked},
 		{name: "Unlock", kind: needs, run: rw.Unlock, noHold: rwmutex.ErrNotLocked},
 		{name: "Token", kind: reports, run: token(rw.Token)},
@@ -139,6 +142,7 @@ func reentrantCalls(m *reentrant.Mutex, admin *clientv3.Client) []call {
 	return []call{
 		{name: "Lock", kind: takes, run: take(m.Lock)},
 		{name: "TryLock", kind: takes, run: take(m.TryLock)},
+		{name: "Do", kind: takes, run: scoped(m.Do)},
 		{name: "Unlock", kind: needs, run: func(ctx context.Context) error { return m.Unlock(own(ctx)) }, noHold: reentrant.ErrNotLocked},
 		{name: "Count", kind: reports, run: func(ctx context.Context) error {
 			if n := m.Count(own(ctx)); n != 0 {
@@ -157,6 +161,7 @@ func reentrantCalls(m *reentrant.Mutex, admin *clientv3.Client) []call {
 
 func semaphoreCalls(s *semaphore.Semaphore, _ *clientv3.Client) []call {
 	return []call{
+		{name: "Do", kind: takes, run: scoped(func(ctx context.Context, fn func(context.Context) error) error { return s.Do(ctx, 1, fn) })},
 		{name: "Acquire", kind: takes, run: permitOf(s.Acquire)},
 		{name: "TryAcquire", kind: takes, run: permitOf(s.TryAcquire)},
 		{name: "AcquireN", kind: takes, run: permitOf(func(ctx context.Context) (*semaphore.Permit, error) { return s.AcquireN(ctx, 2) })},
@@ -476,6 +481,11 @@ var situations = []situation{
 			return nil
 		},
 	},
+}
+
+// scoped binds a Do to work that does nothing.
+func scoped(do func(context.Context, func(context.Context) error) error) func(context.Context) error {
+	return func(ctx context.Context) error { return do(ctx, func(context.Context) error { return nil }) }
 }
 
 // unmadeWant: a handle New did not make fails every call that would need etcd with

@@ -35,6 +35,12 @@ type Locker interface {
 	IsOwner() clientv3.Cmp
 }
 
+// Doer is a Locker that can run work scoped to a hold (Do; the read side's RDo; a
+// semaphore's Do of its units). Every kind but the election is one.
+type Doer interface {
+	Do(ctx context.Context, fn func(ctx context.Context) error) error
+}
+
 // ErrNoTry is TryLock's answer for a primitive that has no try.
 var ErrNoTry = errors.New("primtest: no try")
 
@@ -172,6 +178,9 @@ func (l readLocker) Lock(ctx context.Context) error    { return l.RLock(ctx) }
 func (l readLocker) TryLock(ctx context.Context) error { return l.TryRLock(ctx) }
 func (l readLocker) Unlock(ctx context.Context) error  { return l.RUnlock(ctx) }
 func (l readLocker) Token() int64                      { return 0 }
+func (l readLocker) Do(ctx context.Context, fn func(context.Context) error) error {
+	return l.RDo(ctx, fn)
+}
 
 // openReentrant opens a reentrant.Mutex, whose Unlock uses the owning context of its hold.
 func openReentrant(cli *clientv3.Client, name string, opts ...core.Option) (Locker, error) {
@@ -263,11 +272,16 @@ func (l *Permits) permit() *semaphore.Permit {
 func (l *Permits) Units() int { return l.units }
 
 func (l *Permits) Unlock(ctx context.Context) error { return l.permit().Release(ctx) }
-func (l *Permits) Token() int64                     { return l.permit().Token() }
-func (l *Permits) Key() string                      { return l.permit().Key() }
-func (l *Permits) Err() error                       { return l.permit().Err() }
-func (l *Permits) Done() <-chan struct{}            { return l.permit().Done() }
-func (l *Permits) IsOwner() clientv3.Cmp            { return l.permit().IsOwner() }
+
+// Do runs fn under a permit of its units (Semaphore.Do).
+func (l *Permits) Do(ctx context.Context, fn func(context.Context) error) error {
+	return l.s.Do(ctx, l.units, fn)
+}
+func (l *Permits) Token() int64          { return l.permit().Token() }
+func (l *Permits) Key() string           { return l.permit().Key() }
+func (l *Permits) Err() error            { return l.permit().Err() }
+func (l *Permits) Done() <-chan struct{} { return l.permit().Done() }
+func (l *Permits) IsOwner() clientv3.Cmp { return l.permit().IsOwner() }
 
 // openCandidate opens an election.Election as a Candidate.
 func openCandidate(cli *clientv3.Client, name string, opts ...core.Option) (Locker, error) {

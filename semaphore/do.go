@@ -1,0 +1,28 @@
+package semaphore
+
+import (
+	"context"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// Do takes a permit of n units as [Semaphore.AcquireN] does, runs fn while it is held, and
+// releases it once fn has returned: also when fn panics (the panic goes on after the
+// release) and when ctx has ended meanwhile (the release then has up to 5 s of its own).
+// fn's ctx derives from ctx and also ends as soon as the permit is lost, with the loss as its
+// cause (context.Cause matches [ErrLost]).
+//
+// Errors: AcquireN's error (n out of range is [ErrInvalidOption]), without calling fn. An
+// error matching [ErrLost] if the permit was lost before it was released (joined with fn's
+// error, if any): never nil when it was lost while fn ran. Otherwise fn's error joined with
+// [Permit.Release]'s. A nil fn is [ErrInvalidOption], and nothing is acquired.
+func (s *Semaphore) Do(ctx context.Context, n int, fn func(ctx context.Context) error) error {
+	if fn == nil {
+		return s.errorf("do", core.ErrNilFunc)
+	}
+	p, err := s.AcquireN(ctx, n)
+	if err != nil {
+		return err
+	}
+	return core.Scoped(ctx, p.hold(), fn, p.Release)
+}
