@@ -208,6 +208,9 @@ func permitCalls(p *semaphore.Permit, admin *clientv3.Client) []call {
 func electionCalls(e *election.Election, admin *clientv3.Client) []call {
 	return []call{
 		{name: "Campaign", kind: takes, run: func(ctx context.Context) error { return e.Campaign(ctx, "v") }},
+		{name: "Run", kind: takes, run: func(ctx context.Context) error {
+			return e.Run(ctx, "v", func(context.Context) error { return errors.New("lead: stop") })
+		}},
 		{name: "Proclaim", kind: needs, run: func(ctx context.Context) error { return e.Proclaim(ctx, "w") }, noHold: election.ErrNotLeader},
 		{name: "Resign", kind: needs, run: e.Resign, noHold: election.ErrNotLeader},
 		{name: "Leader", kind: reads, run: func(ctx context.Context) error {

@@ -1,0 +1,171 @@
+package election_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/election"
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
+)
+
+// TestRunLoopsNeverLeadAtOnceAndRotate: three Run loops on one name, on three clients
+// spread over the members of a 3-member cluster, whose lead returns nil after a moment:
+// never two in lead at once, every loop leads in turn, and once ctx ends every Run returns
+// ctx's error and no key is left.
+func TestRunLoopsNeverLeadAtOnceAndRotate(t *testing.T) {
+	c := etcdtest.LaggingCluster(t)
+	const name, loops, terms = "run-rotate", 3, 12
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var leading, total atomic.Int64
+	led := make([]atomic.Int64, loops)
+	var wg sync.WaitGroup
+	errs := make([]error, loops)
+	for i := range loops {
+		e := newElection(t, etcdtest.SpreadClient(t, c, i), name)
+		wg.Go(func() {
+			errs[i] = e.Run(ctx, "loop", func(lctx context.Context) error {
+				if n := leading.Add(1); n != 1 {
+					t.Errorf("%d loops lead at once", n)
+				}
+				led[i].Add(1)
+				time.Sleep(20 * time.Millisecond) // the work of a term
+				leading.Add(-1)
+				if total.Add(1) == terms {
+					cancel()
+				}
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	for i := range loops {
+		assert.ErrorIs(t, errs[i], context.Canceled)
+		assert.Positive(t, led[i].Load(), "loop %d never led", i)
+	}
+	etcdtest.AwaitKeys(t, c.Client(t), core.NamePrefix(name), 0)
+}
+
+// TestRunCampaignsAgainAfterALoss: the leader's key is deleted by an operator, then its
+// lease revoked: each time lead's ctx ends with a cause matching ErrLost, and Run campaigns
+// again and leads a new term.
+func TestRunCampaignsAgainAfterALoss(t *testing.T) {
+	const name = "run-loss"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	admin := cluster.Client(t)
+	e := newElection(t, cluster.Client(t), name, election.WithTTL(5*time.Second))
+	terms := make(chan int64, 3)
+	var causes []error
+	errc := etcdtest.Async(func() error {
+		return e.Run(ctx, "v", func(lctx context.Context) error {
+			terms <- e.Token()
+			<-lctx.Done()
+			causes = append(causes, context.Cause(lctx))
+			if len(causes) == 3 {
+				cancel()
+			}
+			return lctx.Err()
+		})
+	})
+	first := etcdtest.Within(t, terms, 20*time.Second, "the first term")
+	_, err := admin.Delete(ctx, core.NamePrefix(name), clientv3.WithPrefix())
+	require.NoError(t, err)
+	second := etcdtest.Within(t, terms, 20*time.Second, "a term after the key was deleted")
+	assert.Greater(t, second, first)
+	_, err = admin.Revoke(ctx, leaderLease(t, admin, name))
+	require.NoError(t, err)
+	third := etcdtest.Within(t, terms, 20*time.Second, "a term after the lease was revoked")
+	assert.Greater(t, third, second)
+	cancel()
+	assert.ErrorIs(t, etcdtest.Within(t, errc, 20*time.Second, "Run's return"), context.Canceled)
+	require.GreaterOrEqual(t, len(causes), 2)
+	for _, c := range causes[:2] {
+		assert.ErrorIs(t, c, core.ErrLost)
+	}
+	etcdtest.AwaitKeys(t, admin, core.NamePrefix(name), 0)
+}
+
+// TestRunStopsOnLeadsError: lead returns an error while leading: Run resigns and returns it.
+func TestRunStopsOnLeadsError(t *testing.T) {
+	const name = "run-error"
+	errBroken := errors.New("broken")
+	e := newElection(t, cluster.Client(t), name)
+	terms := 0
+	err := e.Run(etcdtest.Context(t), "v", func(context.Context) error {
+		terms++
+		return errBroken
+	})
+	assert.ErrorIs(t, err, errBroken)
+	assert.Equal(t, 1, terms)
+	assert.Zero(t, etcdtest.CountKeys(t, cluster.Client(t), core.NamePrefix(name)), "Run did not resign")
+}
+
+// TestRunStepsDownOnAFailedHealthCheck: the first failed check ends lead's ctx with the
+// check's error as its cause; Run resigns at once (another candidate leads) and campaigns
+// again only once the check passes.
+func TestRunStepsDownOnAFailedHealthCheck(t *testing.T) {
+	const name = "run-health"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errSick := errors.New("sick")
+	var sick atomic.Bool
+	check := func(context.Context) error {
+		if sick.Load() {
+			return errSick
+		}
+		return nil
+	}
+	e := newElection(t, cluster.Client(t), name)
+	terms := make(chan context.Context, 2)
+	ended := make(chan error, 2)
+	errc := etcdtest.Async(func() error {
+		return e.Run(ctx, "v", func(lctx context.Context) error {
+			terms <- lctx
+			<-lctx.Done()
+			ended <- context.Cause(lctx)
+			return nil
+		}, election.WithHealthCheck(20*time.Millisecond, check))
+	})
+	etcdtest.Within(t, terms, 20*time.Second, "the first term")
+	sick.Store(true)
+	assert.ErrorIs(t, etcdtest.Within(t, ended, 20*time.Second, "the end of the sick term"), errSick)
+	other := newElection(t, cluster.Client(t), name)
+	require.NoError(t, other.Campaign(ctx, "other"), "another candidate could not lead once the sick leader stepped down")
+	require.NoError(t, other.Resign(ctx))
+	select {
+	case <-terms:
+		t.Fatal("Run campaigned again while its check failed")
+	case <-time.After(200 * time.Millisecond):
+	}
+	sick.Store(false)
+	etcdtest.Within(t, terms, 20*time.Second, "a term once the check passed")
+	cancel()
+	assert.ErrorIs(t, etcdtest.Within(t, errc, 20*time.Second, "Run's return"), context.Canceled)
+	etcdtest.AwaitKeys(t, cluster.Client(t), core.NamePrefix(name), 0)
+}
+
+// TestRunRefusesBadInput: a nil lead or a bad health check is ErrInvalidOption, and Run
+// campaigns for nothing.
+func TestRunRefusesBadInput(t *testing.T) {
+	cli := cluster.Client(t)
+	before := etcdtest.Revision(t, cli)
+	e := newElection(t, cli, "run-bad")
+	ctx := etcdtest.Context(t)
+	lead := func(context.Context) error { return nil }
+	assert.ErrorIs(t, e.Run(ctx, "v", nil), election.ErrInvalidOption)
+	assert.ErrorIs(t, e.Run(ctx, "v", lead, election.WithHealthCheck(0, func(context.Context) error { return nil })), election.ErrInvalidOption)
+	assert.ErrorIs(t, e.Run(ctx, "v", lead, election.WithHealthCheck(time.Second, nil)), election.ErrInvalidOption)
+	var zero election.Election
+	assert.ErrorIs(t, zero.Run(ctx, "v", lead), election.ErrInvalidOption)
+	etcdtest.NoWrites(t, cli, before, "a refused Run wrote to etcd")
+}
