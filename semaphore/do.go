@@ -10,7 +10,8 @@ import (
 // releases it once fn has returned: also when fn panics (the panic goes on after the
 // release) and when ctx has ended meanwhile (the release then has up to 5 s of its own).
 // fn's ctx derives from ctx and also ends as soon as the permit is lost, with the loss as its
-// cause (context.Cause matches [ErrLost]).
+// cause (context.Cause matches [ErrLost]); [Semaphore.PermitOf] of it is the permit, for
+// fenced writes.
 //
 // Errors: AcquireN's error (n out of range is [ErrInvalidOption]), without calling fn. An
 // error matching [ErrLost] if the permit was lost before it was released (joined with fn's
@@ -24,5 +25,15 @@ func (s *Semaphore) Do(ctx context.Context, n int, fn func(ctx context.Context) 
 	if err != nil {
 		return err
 	}
-	return core.Scoped(ctx, p.hold(), fn, p.Release)
+	return core.Scoped(context.WithValue(ctx, permitKey{s}, p), p.hold(), fn, p.Release)
+}
+
+// permitKey is the context key of the permit that s's Do holds.
+type permitKey struct{ s *Semaphore }
+
+// PermitOf is the permit that [Semaphore.Do] holds for fn, given fn's ctx (or one derived
+// from it): its IsOwner and Token fence the writes fn makes. nil for any other ctx.
+func (s *Semaphore) PermitOf(ctx context.Context) *Permit {
+	p, _ := ctx.Value(permitKey{s}).(*Permit)
+	return p
 }

@@ -103,19 +103,21 @@ func run(endpoints string, workers, adds int) error {
 	return nil
 }
 
-// addOne adds one to the counter under m. The write is fenced with m.IsOwner(): should
-// the lock be lost between the read and the write, the write does not apply and the add
-// is tried again under a new lock.
+// addOne adds one to the counter under m (Mutex.Do). The write is fenced with m.IsOwner():
+// should the lock be lost between the read and the write, the write does not apply and the
+// add is tried again under a new lock.
 func addOne(ctx context.Context, cli *clientv3.Client, m *mutex.Mutex) error {
 	for {
-		if err := m.Lock(ctx); err != nil {
+		applied := false
+		err := m.Do(ctx, func(ctx context.Context) error {
+			var err error
+			applied, err = fencedIncrement(ctx, cli, m)
 			return err
-		}
-		applied, err := fencedIncrement(ctx, cli, m)
-		if uerr := m.Unlock(ctx); uerr != nil && !errors.Is(uerr, mutex.ErrLost) {
-			return errors.Join(err, uerr)
-		}
-		if err != nil || applied {
+		})
+		switch {
+		case applied:
+			return nil
+		case err != nil && !errors.Is(err, mutex.ErrLost):
 			return err
 		}
 	}

@@ -2,8 +2,9 @@
 // election. The leader does periodic work, a counter in etcd, with every write fenced by
 // its leadership (a Txn that applies only while it leads). Part-way the program revokes the
 // leader's lease, as a crash or a partition would end it: another replica takes over with a
-// higher token, and the deposed leader's next fenced write is refused. An observer prints
-// every change of leader.
+// higher token, and the deposed leader's next fenced write is refused. Each replica runs
+// election.Run, the leader loop, with a health check. An observer prints every change of
+// leader.
 //
 // With no -endpoints and no ETCD_ENDPOINTS it runs on an etcd it embeds.
 //
@@ -132,41 +133,43 @@ func run(endpoints string, replicas int) error {
 
 type stats struct{ applied, refused atomic.Int64 }
 
-// replica campaigns, works while it leads, and campaigns again once its leadership is
-// lost, until ctx ends; then it resigns.
+// replica runs the leader loop until ctx ends (election.Run): it campaigns, works while it
+// leads, resigns after a loss and campaigns again. Its health check, a read through its own
+// client, makes it step down when it cannot reach etcd itself.
 func replica(ctx context.Context, id int, cli *clientv3.Client, e *election.Election, st *stats) {
-	for ctx.Err() == nil {
-		if err := e.Campaign(ctx, fmt.Sprintf("replica-%d", id)); err != nil {
-			if ctx.Err() == nil {
-				fmt.Printf("replica %d: campaign: %v\n", id, err)
-			}
-			continue
-		}
-		fmt.Printf("replica %d: leading with token %d\n", id, e.Token())
-		lead(ctx, id, cli, e, st)
+	healthy := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err := cli.Get(ctx, counterKey)
+		return err
 	}
-	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := e.Resign(rctx); err != nil && !errors.Is(err, election.ErrNotLeader) && !errors.Is(err, election.ErrLost) {
-		fmt.Printf("replica %d: resign: %v\n", id, err)
+	err := e.Run(ctx, fmt.Sprintf("replica-%d", id), func(lctx context.Context) error {
+		fmt.Printf("replica %d: leading with token %d\n", id, e.Token())
+		lead(lctx, id, cli, e, st)
+		return nil
+	}, election.WithHealthCheck(time.Second, healthy))
+	if err != nil && ctx.Err() == nil {
+		fmt.Printf("replica %d: %v\n", id, err)
 	}
 }
 
-// lead does the leader's work every workEvery until ctx ends or the leadership is lost.
-// After a loss it tries one more write, as a leader that paused and woke up late would:
-// the fence refuses it.
+// lead does the leader's work every workEvery until its ctx ends: when the leadership is
+// lost (the cause matches ErrLost), or the program stops. After a loss it tries one more
+// write, as a leader that paused and woke up late would: the fence refuses it.
 func lead(ctx context.Context, id int, cli *clientv3.Client, e *election.Election, st *stats) {
 	tick := time.NewTicker(workEvery)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
-		case <-e.Done():
-			fmt.Printf("replica %d: leadership lost (%v)\n", id, e.Err())
-			if applied, err := fencedIncrement(ctx, cli, e); err == nil && !applied {
-				st.refused.Add(1)
-				fmt.Printf("replica %d: late fenced write with token %d refused\n", id, e.Token())
+			if cause := context.Cause(ctx); errors.Is(cause, election.ErrLost) {
+				fmt.Printf("replica %d: leadership lost (%v)\n", id, cause)
+				late, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				if applied, err := fencedIncrement(late, cli, e); err == nil && !applied {
+					st.refused.Add(1)
+					fmt.Printf("replica %d: late fenced write with token %d refused\n", id, e.Token())
+				}
 			}
 			return
 		case <-tick.C:

@@ -124,30 +124,32 @@ func run(endpoints string, nClients, nWorkers, limit, jobs int, work time.Durati
 	return nil
 }
 
-// runJob runs one job under a permit and records its result with a write fenced by the
-// permit: should the permit be lost meanwhile, the write does not apply and the job runs
-// again under a new one.
+// runJob runs one job under a permit (Semaphore.Do) and records its result with a write
+// fenced by the permit: should the permit be lost meanwhile, the job's ctx ends, the write
+// does not apply and the job runs again under a new one.
 func runJob(ctx context.Context, cli *clientv3.Client, sem *semaphore.Semaphore, job int, work time.Duration, running, peak *atomic.Int64) error {
 	for {
-		p, err := sem.Acquire(ctx)
-		if err != nil {
-			return err
-		}
-		n := running.Add(1)
-		for old := peak.Load(); n > old && !peak.CompareAndSwap(old, n); old = peak.Load() {
-		}
-		time.Sleep(work) // the job's work
-		running.Add(-1)
-		resp, err := cli.Txn(ctx).If(p.IsOwner()).
-			Then(clientv3.OpPut(resultDir+strconv.Itoa(job), strconv.FormatInt(p.Token(), 10))).Commit()
-		if rerr := p.Release(ctx); rerr != nil && !errors.Is(rerr, semaphore.ErrLost) {
-			return errors.Join(err, rerr)
-		}
-		if err != nil {
-			return fmt.Errorf("job %d: record the result: %w", job, err)
-		}
-		if resp.Succeeded {
+		recorded := false
+		err := sem.Do(ctx, 1, func(ctx context.Context) error {
+			n := running.Add(1)
+			for old := peak.Load(); n > old && !peak.CompareAndSwap(old, n); old = peak.Load() {
+			}
+			time.Sleep(work) // the job's work
+			running.Add(-1)
+			p := sem.PermitOf(ctx)
+			resp, err := cli.Txn(ctx).If(p.IsOwner()).
+				Then(clientv3.OpPut(resultDir+strconv.Itoa(job), strconv.FormatInt(p.Token(), 10))).Commit()
+			if err != nil {
+				return fmt.Errorf("job %d: record the result: %w", job, err)
+			}
+			recorded = resp.Succeeded
 			return nil
+		})
+		switch {
+		case recorded:
+			return nil
+		case err != nil && !errors.Is(err, semaphore.ErrLost):
+			return err
 		}
 	}
 }
