@@ -3,6 +3,7 @@ package election_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/primtest"
 )
 
 // TestRunLoopsNeverLeadAtOnceAndRotate: three Run loops on one name, on three clients
@@ -168,4 +170,57 @@ func TestRunRefusesBadInput(t *testing.T) {
 	var zero election.Election
 	assert.ErrorIs(t, zero.Run(ctx, "v", lead), election.ErrInvalidOption)
 	etcdtest.NoWrites(t, cli, before, "a refused Run wrote to etcd")
+}
+
+// TestACutOffLeadersLeadEndsBeforeAnotherLeads: the leader's client is black-holed (etcd's
+// proxy drops its traffic) while another Run waits. The other comes to lead only once the
+// leader's lease expires in etcd; by then the cut-off leader's lead ctx must have ended
+// (the local deadline precedes the expiry), in every run. The lead is logged.
+func TestACutOffLeadersLeadEndsBeforeAnotherLeads(t *testing.T) {
+	runs := 3
+	if testing.Short() {
+		runs = 1
+	}
+	for i := range runs {
+		const ttl = 2 * time.Second
+		name := "run-cut-off-" + strconv.Itoa(i)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cli, proxy := etcdtest.ProxiedClient(t, cluster, 0)
+		cut := newElection(t, cli, name, election.WithTTL(ttl))
+		start := time.Now()
+		var ended atomic.Int64 // when the cut-off leader's lead ctx ended, in ns since start
+		leading := make(chan struct{})
+		cutErr := etcdtest.Async(func() error {
+			return cut.Run(ctx, "cut", func(lctx context.Context) error {
+				close(leading)
+				<-lctx.Done()
+				ended.Store(int64(time.Since(start)))
+				<-ctx.Done() // stay out of the way: one term is enough
+				return nil
+			})
+		})
+		etcdtest.Within(t, leading, 20*time.Second, "the first leader")
+		type term struct {
+			at       time.Duration
+			endedYet bool
+		}
+		terms := make(chan term, 1)
+		other := newElection(t, cluster.Client(t), name, election.WithTTL(ttl))
+		otherErr := etcdtest.Async(func() error {
+			return other.Run(ctx, "other", func(lctx context.Context) error {
+				terms <- term{at: time.Since(start), endedYet: ended.Load() != 0}
+				<-lctx.Done()
+				return nil
+			})
+		})
+		primtest.AwaitKeys(t, cluster.Client(t), name, 2)
+		proxy.Blackhole()
+		got := etcdtest.Within(t, terms, ttl+30*time.Second, "the other's term")
+		require.True(t, got.endedYet, "the other led while the cut-off leader's lead ctx was still open")
+		t.Logf("run %d: the cut-off leader's lead ended %v before the other led", i, got.at-time.Duration(ended.Load()))
+		proxy.Restore()
+		cancel()
+		assert.ErrorIs(t, etcdtest.Within(t, cutErr, 20*time.Second, "the cut-off Run"), context.Canceled)
+		assert.ErrorIs(t, etcdtest.Within(t, otherErr, 20*time.Second, "the other Run"), context.Canceled)
+	}
 }
