@@ -1,6 +1,8 @@
 package election_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -49,4 +51,27 @@ func TestMetricsCountLeaderships(t *testing.T) {
 
 	assert.Equal(t, []string{"acquired", "acquired"}, mt.Outcomes(sr, "etcdsync.election.Campaign"))
 	assert.Equal(t, []string{"released"}, mt.Outcomes(sr, "etcdsync.election.Resign"))
+}
+
+// TestMetricsCountRunsStepDowns: each term of Run that ends is one step-down under its cause:
+// lead returned nil (Run campaigns again), then lead's error (Run stops); each term is a hold.
+func TestMetricsCountRunsStepDowns(t *testing.T) {
+	r := mt.NewReader(t)
+	const name = "metrics-stepdowns"
+	prim := mt.Primitive.String("election")
+	e := newElection(t, cluster.Client(t), name, election.WithMeterProvider(r.Provider))
+	errStop := errors.New("stop")
+	terms := 0
+	err := e.Run(etcdtest.Context(t), "v", func(context.Context) error {
+		if terms++; terms == 1 {
+			return nil
+		}
+		return errStop
+	})
+	require.ErrorIs(t, err, errStop)
+	d := r.Collect(t)
+	assert.EqualValues(t, 1, d.Sum(mt.LeaderStepdowns, prim, mt.Cause.String("returned")))
+	assert.EqualValues(t, 1, d.Sum(mt.LeaderStepdowns, prim, mt.Cause.String("error")))
+	assert.EqualValues(t, 2, d.Sum(mt.LeaderStepdowns), "nothing else")
+	assert.EqualValues(t, 2, d.Count(mt.HoldDuration, prim, mt.Outcome.String("released")), "a term is a hold")
 }

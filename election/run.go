@@ -79,15 +79,32 @@ func (e *Election) Run(ctx context.Context, value string, lead func(ctx context.
 			unhealthy = failed
 			return err
 		}, e.Resign)
-		switch {
-		case ctx.Err() != nil:
+		why := stepDownOf(ctx, err, unhealthy)
+		e.tel.SteppedDown(context.WithoutCancel(ctx), why)
+		switch why {
+		case core.StepDownCanceled:
 			return e.errorf("run", ctx.Err())
-		case errors.Is(err, ErrLost), unhealthy:
-			// Lost, or stepped down: campaign again (once healthy).
-		case err != nil:
+		case core.StepDownError:
 			return err
 		}
+		// Lost, stepped down, or lead returned nil: campaign again (once healthy).
 	}
+}
+
+// stepDownOf says why a term ended: ctx's end, a loss, a failed health check, lead's error,
+// or lead returning nil.
+func stepDownOf(ctx context.Context, err error, unhealthy bool) core.StepDown {
+	switch {
+	case ctx.Err() != nil:
+		return core.StepDownCanceled
+	case errors.Is(err, ErrLost):
+		return core.StepDownLost
+	case unhealthy:
+		return core.StepDownUnhealthy
+	case err != nil:
+		return core.StepDownError
+	}
+	return core.StepDownReturned
 }
 
 // lead runs lead under the health check, if any: it returns whether a check failed (lead's

@@ -80,6 +80,8 @@ type instruments struct {
 	waiters  metric.Int64UpDownCounter
 	renewals metric.Int64Counter
 	ahead    metric.Int64Histogram
+	// stepdowns counts the terms of election.Run that ended, by why.
+	stepdowns metric.Int64Counter
 	// The options of a renewal, made once: a variadic option built per call allocates.
 	renewOK, renewFailed []metric.AddOption
 }
@@ -128,6 +130,7 @@ func newInstruments(mp metric.MeterProvider) *instruments {
 		waiters:     upDown("etcdsync.waiters", "{waiter}", "Blocking acquisitions under way."),
 		renewals:    counter("etcdsync.lease.renewals", "{renewal}", "Renewals of the shared leases, by outcome."),
 		ahead:       aheadHistogram(m, noop, &errs),
+		stepdowns:   counter("etcdsync.leader.stepdowns", "{term}", "Terms of election.Run that ended, by cause."),
 		renewOK:     []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(AttrOutcome.String("ok")))},
 		renewFailed: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(AttrOutcome.String("failed")))},
 	}
@@ -191,6 +194,7 @@ type Telemetry struct {
 	attrs     []attribute.KeyValue // the primitive, and the name with WithNameAttribute
 	byOutcome [outcomes][]metric.RecordOption
 	byCause   [causes][]metric.AddOption
+	byStep    [stepDowns][]metric.AddOption
 	plain     []metric.AddOption // the primitive (and name) alone
 	plainRec  []metric.RecordOption
 	outcomeKV [outcomes]attribute.KeyValue
@@ -213,7 +217,35 @@ func NewTelemetry(c Config, p Primitive, name string) *Telemetry {
 		kv := AttrCause.String(causeNames[c])
 		t.byCause[c] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{kv}, t.attrs...)...))}
 	}
+	for s := range stepDowns {
+		kv := AttrCause.String(stepDownNames[s])
+		t.byStep[s] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{kv}, t.attrs...)...))}
+	}
 	return t
+}
+
+// StepDown is why a term of election.Run ended: the value of etcdsync.cause on
+// etcdsync.leader.stepdowns.
+type StepDown int
+
+// The causes of a step-down.
+const (
+	StepDownLost      StepDown = iota // the leadership was lost
+	StepDownUnhealthy                 // the health check failed
+	StepDownReturned                  // lead returned nil: Run campaigns again
+	StepDownError                     // lead returned an error: Run stops
+	StepDownCanceled                  // Run's ctx ended
+	stepDowns
+)
+
+var stepDownNames = [stepDowns]string{"lost", "unhealthy", "returned", "error", "canceled"}
+
+// SteppedDown counts one term of election.Run that ended, for why.
+func (t *Telemetry) SteppedDown(ctx context.Context, why StepDown) {
+	if t == nil || !t.ins.stepdowns.Enabled(ctx) {
+		return
+	}
+	t.ins.stepdowns.Add(ctx, 1, t.byStep[why]...)
 }
 
 // Attempt is one acquisition or release under way, from Begin* to End. Its zero value

@@ -30,6 +30,7 @@ const (
 	Waiters         = "etcdsync.waiters"
 	LeaseRenewals   = "etcdsync.lease.renewals"
 	QueueAhead      = "etcdsync.queue.ahead"
+	LeaderStepdowns = "etcdsync.leader.stepdowns"
 )
 
 // Reader is a MeterProvider whose measurements a test collects when it likes.
