@@ -33,6 +33,7 @@ func TestCommand(t *testing.T) {
 		{"SemaphoreRunsAtMostN", testSemaphoreRunsAtMostN},
 		{"SemaphoreUnitsAreTakenTogether", testSemaphoreUnits},
 		{"ElectionHandsOverWhenTheLeaderExits", testElectionHandsOver},
+		{"ElectLoopRunsAgainAfterAnExit0AndALoss", testElectLoop},
 		{"ExitStatusIsTheCommands", testExitStatusIsTheCommands},
 		{"TimeoutAndBusyHaveCodesOfTheirOwn", testTimeoutAndBusy},
 		{"TheCommandSeesNameKeyAndToken", testChildEnvironment},

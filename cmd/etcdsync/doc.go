@@ -8,7 +8,7 @@
 //	etcdsync lock   [flags] NAME [-- CMD [ARGS...]]
 //	etcdsync rlock  [flags] NAME [-- CMD [ARGS...]]
 //	etcdsync sem -n N [flags] NAME [-- CMD [ARGS...]]
-//	etcdsync elect  [--value V] [flags] NAME [-- CMD [ARGS...]]
+//	etcdsync elect  [--value V] [--loop] [flags] NAME [-- CMD [ARGS...]]
 //	etcdsync status [--prefix P] [--json] [--watch] [--kind lock|election] [NAME...]
 //
 // lock, rlock, sem and elect wait their turn (first come, first served), run CMD directly

@@ -47,9 +47,14 @@ etcdsync sem -n 16 --units 4 gpus -- ./train --gpus 4`,
 		`Runs CMD once this candidate leads the election NAME: one leader at a time; the
 others wait in line and the next takes over when the leader's CMD exits or its hold is
 lost. On a name without '/' and '%', etcdctl elect and etcd's concurrency.Election
-see the same leader.`,
+see the same leader. With --loop, a candidate whose leadership was lost (CMD stopped,
+as with exit 125), or whose CMD exited 0, campaigns again and runs CMD again when it
+leads, until interrupted: a daemon that must always have one active copy. Any other
+exit of CMD ends the loop with its status.`,
 		`# one active billing worker among the replicas; a standby takes over when it stops
-etcdsync elect --value "$(hostname):8080" billing-leader -- ./billing-worker`,
+etcdsync elect --value "$(hostname):8080" billing-leader -- ./billing-worker
+# the same, and a replica whose worker lost the leadership stands again
+etcdsync elect --loop billing-leader -- ./billing-worker`,
 	},
 }
 
@@ -64,6 +69,7 @@ func (c *holdCommand) define() *subcommand {
 	}
 	if c.verb == "elect" {
 		fs.StringVar(&c.value, "value", "", "the candidate's value, what observers see of the leader (default \"host=HOST pid=PID since=TIME\")")
+		fs.BoolVar(&c.loop, "loop", false, "after a loss, or after CMD exits 0, campaign again and run CMD again, until interrupted")
 	}
 	fs.DurationVar(&c.ttl, "ttl", mutex.DefaultTTL, "lease TTL: how long others wait for this hold if etcdsync dies or loses etcd")
 	fs.StringVar(&c.prefix, "prefix", "", "put the name's keys under this `prefix`, which ends with '/'")
@@ -105,6 +111,8 @@ func (c *holdCommand) parse(sub *subcommand, args []string, a *app) error {
 		return usagef("--try: an election has no try; use --timeout")
 	case c.shell && len(rest) == 0:
 		return usagef("--shell without a command")
+	case c.loop && len(rest) == 0:
+		return usagef("--loop without a command")
 	}
 	c.name = operands[0]
 	if err := core.ValidateName(c.name); err != nil {

@@ -31,6 +31,7 @@ func testBadInput(t *testing.T, h *harness) {
 		{[]string{"lock", "--timeout", "-1s", name}, nil, "etcdsync lock: --timeout -1s is negative"},
 		{[]string{"lock", "--try", "--timeout", "1s", name}, nil, "etcdsync lock: --try and --timeout exclude each other"},
 		{[]string{"lock", "--shell", name}, nil, "etcdsync lock: --shell without a command"},
+		{[]string{"elect", "--loop", name}, nil, "etcdsync elect: --loop without a command"},
 		{[]string{"lock", "--user", "bob", name}, nil, `etcdsync lock: --user "bob" needs a name and a password`},
 		{[]string{"lock", "--cert", "c.pem", name}, nil, "etcdsync lock: --cert and --key go together"},
 		{[]string{"lock", name}, []string{"ETCDCTL_DIAL_TIMEOUT=soon"}, `etcdsync lock: ETCDCTL_DIAL_TIMEOUT="soon" is not a valid --dial-timeout`},

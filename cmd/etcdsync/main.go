@@ -109,7 +109,7 @@ Usage:
   etcdsync lock   [flags] NAME [-- CMD [ARGS...]]   one at a time
   etcdsync rlock  [flags] NAME [-- CMD [ARGS...]]   many readers, no rwmutex writer
   etcdsync sem -n N [flags] NAME [-- CMD [ARGS...]] N at a time
-  etcdsync elect  [--value V] [flags] NAME [-- CMD [ARGS...]]  only the leader
+  etcdsync elect  [--value V] [--loop] [flags] NAME [-- CMD [ARGS...]]  only the leader
   etcdsync status [--prefix P] [--json] [--watch] [NAME...]
   etcdsync help COMMAND                             flags and an example
 

@@ -38,6 +38,9 @@ type holdCommand struct {
 	limit   int    // sem -n
 	units   int    // sem --units
 	value   string // elect --value
+	loop    bool   // elect --loop
+
+	stopAsked bool // a signal was passed on to the command: never loop again
 }
 
 // what names the thing held, for messages: `lock "nightly"`.
@@ -103,20 +106,40 @@ func (c *holdCommand) run(a *app) (int, error) {
 	if err := c.conn.probe(cli, c.keyPrefix()); err != nil {
 		return 0, err
 	}
-	h, err := c.acquire(a, acq, sigc)
-	if err != nil {
-		return 0, err
+	for {
+		h, err := c.acquire(a, acq, sigc)
+		if err != nil {
+			return 0, err
+		}
+		var code int
+		if c.command == nil {
+			code, err = c.holdUntilSignalled(a, h, sigc)
+		} else {
+			code, err = c.runCommand(a, h, sigc)
+		}
+		if rerr := c.release(a, h); rerr != nil && err == nil {
+			a.warnf("%v", rerr)
+		}
+		if !c.again(a, code, err) {
+			return code, err
+		}
 	}
-	var code int
-	if c.command == nil {
-		code, err = c.holdUntilSignalled(a, h, sigc)
-	} else {
-		code, err = c.runCommand(a, h, sigc)
+}
+
+// again reports whether elect --loop campaigns again after a term that ended with code and
+// err: after a loss, or a command that exited 0, unless a signal was passed on to it.
+func (c *holdCommand) again(a *app, code int, err error) bool {
+	switch {
+	case !c.loop || c.stopAsked:
+		return false
+	case err != nil && exitCode(err) == exitLost:
+		a.warnf("%v; campaigning again (--loop)", err)
+		return true
+	case err == nil && code == 0:
+		a.logf("%s: campaigning again after the command exited 0 (--loop)", c.what())
+		return true
 	}
-	if rerr := c.release(a, h); rerr != nil && err == nil {
-		a.warnf("%v", rerr)
-	}
-	return code, err
+	return false
 }
 
 // acquire waits for the hold (or tries once) until --timeout or a signal. A wait cut short

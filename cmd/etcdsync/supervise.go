@@ -87,6 +87,7 @@ func (c *holdCommand) supervise(a *app, h hold, g *group, sigc <-chan os.Signal)
 			a.logf("%s: lost: %v", c.what(), h.Err())
 			stop()
 		case sig := <-sigc:
+			c.stopAsked = true
 			g.signal(syscall.Signal(signum(sig)))
 			a.logf("%s: passed %s on to process group %d", c.what(), signame(sig), g.pid)
 		case <-exited:

@@ -1,0 +1,60 @@
+//go:build unix
+
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/etcdtest"
+)
+
+// testElectLoop: `elect --loop` runs its command again, in a new term, after the command
+// exits 0 and after the leadership is lost (an operator deletes its key: the command is
+// stopped), and stops with the command's status when it exits otherwise.
+func testElectLoop(t *testing.T, h *harness) {
+	const name = "cmd-elect-loop"
+	cli := cluster.Client(t)
+	ev, dir := newEvents(t), t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "quick"), nil, 0o600))
+	body := `trap 'echo stopped >"$EV"; exit 0' TERM; echo "term $ETCDSYNC_TOKEN" >"$EV"
+if [ -e "$D/quick" ]; then rm "$D/quick"; exit 0; fi
+if [ -e "$D/fail" ]; then exit 3; fi
+sleep 300 & wait`
+	p := h.start(t, environ("EV="+ev.path, "D="+dir), append([]string{"elect", "--loop", "--verbose", name}, script(body)...)...)
+	term := func() int64 {
+		t.Helper()
+		tok, ok := strings.CutPrefix(ev.next(t, 30*time.Second), "term ")
+		require.True(t, ok)
+		n, err := strconv.ParseInt(tok, 10, 64)
+		require.NoError(t, err)
+		return n
+	}
+	deleteKey := func() {
+		t.Helper()
+		_, err := cli.Delete(etcdtest.Context(t), core.NamePrefix(name), clientv3.WithPrefix())
+		require.NoError(t, err)
+		assert.Equal(t, "stopped", ev.next(t, 30*time.Second))
+	}
+	first := term() // exits 0 at once
+	second := term()
+	assert.Greater(t, second, first, "no new term after the command exited 0")
+	deleteKey()
+	third := term()
+	assert.Greater(t, third, second, "no new term after the loss")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "fail"), nil, 0o600))
+	deleteKey()
+	assert.Greater(t, term(), third)
+	assert.Equal(t, 3, p.wait(30*time.Second), p.stderr.text())
+	assert.Contains(t, p.stderr.text(), "campaigning again (--loop)")
+	nothingLeft(t, cli, "", name)
+}
