@@ -242,6 +242,12 @@ type doner interface {
 	Err() error
 }
 
+// doer is a Locker that runs work scoped to a hold (Do), whose Token and IsOwner are those
+// of that hold while the work runs.
+type doer interface {
+	Do(ctx context.Context, fn func(ctx context.Context) error) error
+}
+
 // busy reports whether err says a try found the lock taken.
 func busy(err error) bool {
 	return errors.Is(err, core.ErrLocked) || errors.Is(err, core.ErrNoPermits)
@@ -253,6 +259,10 @@ func busy(err error) bool {
 func (r *Run) exploreWork(ctx context.Context, wk *worker, rng *rand.Rand) {
 	for !r.stopped() {
 		call := r.hist.Now()
+		if d, ok := wk.lk.(doer); ok && rng.IntN(4) == 0 {
+			r.exploreDo(ctx, wk, d, rng, call)
+			continue
+		}
 		var err error
 		tl, canTry := wk.lk.(tryLocker)
 		switch d := rng.IntN(10); {
@@ -391,4 +401,46 @@ func ownGoroutines(patience time.Duration) string {
 		}
 		time.Sleep(100 * time.Millisecond) // goroutines end with no event to await
 	}
+}
+
+// exploreDo is one cycle through Do: the acquisition, then, inside fn, Done and Err now and
+// then and the fenced writes; the release is Do's own. Its outcome is Do's: nil released,
+// an error matching Lost a hold lost before its release, another error unknown (the handle
+// is then replaced, as after an Unlock without an answer).
+func (r *Run) exploreDo(ctx context.Context, wk *worker, d doer, rng *rand.Rand, call time.Duration) {
+	lctx, cancel := context.WithTimeout(ctx, lockTimeout)
+	defer cancel()
+	var token int64
+	var releaseCall time.Duration
+	entered := false
+	err := d.Do(lctx, func(context.Context) error {
+		entered = true
+		token = wk.lk.Token()
+		r.hist.add(Op{Worker: wk.id, Kind: Acquire, Token: token, Units: unitsOf(wk.lk), Call: call, Return: r.hist.Now()})
+		if dn, ok := wk.lk.(doner); ok && rng.IntN(2) == 0 {
+			_ = dn.Done()
+			_ = dn.Err()
+		}
+		r.writeUnderHold(wk, token)
+		releaseCall = r.hist.Now()
+		return nil
+	})
+	if !entered {
+		r.hist.lockFailed(wk.id, Acquire, call, err)
+		r.wait(time.Duration(rng.IntN(50)) * time.Millisecond)
+		return
+	}
+	op := Op{Worker: wk.id, Kind: Release, Token: token, Call: releaseCall, Return: r.hist.Now(), Err: err}
+	switch {
+	case err == nil:
+		op.Outcome = OK
+	case errors.Is(err, r.w.Lost):
+		op.Outcome = Refused
+	default:
+		op.Outcome = Ambiguous
+		if lk, oerr := r.w.Open(wk.cli.Client, r.name); oerr == nil {
+			wk.lk = lk
+		}
+	}
+	r.hist.add(op)
 }

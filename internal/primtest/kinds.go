@@ -273,9 +273,13 @@ func (l *Permits) Units() int { return l.units }
 
 func (l *Permits) Unlock(ctx context.Context) error { return l.permit().Release(ctx) }
 
-// Do runs fn under a permit of its units (Semaphore.Do).
+// Do runs fn under a permit of its units (Semaphore.Do); while fn runs, Token, IsOwner and
+// the others are that permit's.
 func (l *Permits) Do(ctx context.Context, fn func(context.Context) error) error {
-	return l.s.Do(ctx, l.units, fn)
+	return l.s.Do(ctx, l.units, func(ctx context.Context) error {
+		l.keep(l.s.PermitOf(ctx), nil)
+		return fn(ctx)
+	})
 }
 func (l *Permits) Token() int64          { return l.permit().Token() }
 func (l *Permits) Key() string           { return l.permit().Key() }
