@@ -16,6 +16,16 @@
 // [Election.Err]); [Election.Observe] says when nobody leads, rides out compaction and member
 // failover, and never repeats or reorders what it sends.
 //
+// [Election.Run] is the leader loop that client-go's LeaderElector and Curator's
+// LeaderSelector (with autoRequeue) give their users, built on the leadership's own Done:
+// lead's ctx ends the moment the leadership is lost (context.Cause matches [ErrLost]), or a
+// [WithHealthCheck] check fails; Run resigns only after lead has returned, so leadership is
+// never given up under lead and never kept without it for longer than the Resign takes. It
+// campaigns again after a loss, a failed check (once the check passes again), or a lead that
+// returned nil; a lead that returns an error stops it, after resigning; a campaign that
+// fails with ErrLost (an outage) is tried again after half a second, with a new lease. Every
+// term is a hold in the metrics, and its end counts in etcdsync.leader.stepdowns by cause.
+//
 // Leadership is not a fence: a leader that pauses (GC, swap, a stopped VM) may wake after its
 // lease expired and another candidate took over, with nothing to tell it in time. Guard every
 // write the leader makes with [Election.IsOwner] in the same Txn, or with [Election.Token]
