@@ -15,6 +15,10 @@ var ErrNilFunc = fmt.Errorf("%w: fn is nil", ErrInvalidOption)
 // returned, on a context that outlives ctx by up to 5 s (Detached), also when fn panics or
 // calls runtime.Goexit: the panic then goes on after the release.
 //
+// A release that does not get through by then is handed to the client's janitor, which
+// calls release again until etcd answers: the hold's owner has let it go, and nobody else
+// would release it (its key would sit on a lease the shared session keeps renewing).
+//
 // It returns an error matching ErrLost if the hold was lost before the release ended it
 // (joined with fn's error, if any), else fn's error joined with the release's: never nil
 // when the hold was lost while fn ran.
@@ -29,17 +33,13 @@ func Scoped(ctx context.Context, h *Hold, fn func(context.Context) error, releas
 	returned := false
 	defer func() {
 		if !returned { // fn panicked or called runtime.Goexit: release all the same
-			rctx, rcancel := Detached(ctx)
-			_ = release(rctx)
-			rcancel()
+			_ = releaseScoped(ctx, h, release)
 		}
 	}()
 	ferr := fn(fctx)
 	returned = true
 	lost := h.Err() // ErrLost once lost; nil while held
-	rctx, rcancel := Detached(ctx)
-	rerr := release(rctx)
-	rcancel()
+	rerr := releaseScoped(ctx, h, release)
 	switch {
 	case lost != nil && errors.Is(lost, ErrLost):
 		return errors.Join(lost, ferr)
@@ -48,3 +48,38 @@ func Scoped(ctx context.Context, h *Hold, fn func(context.Context) error, releas
 	}
 	return errors.Join(ferr, rerr)
 }
+
+// releaseScoped releases h with release on a context that outlives ctx by up to 5 s; if that
+// does not settle it (released, lost, or not held), the janitor goes on with it.
+func releaseScoped(ctx context.Context, h *Hold, release func(context.Context) error) error {
+	rctx, cancel := Detached(ctx)
+	err := release(rctx)
+	cancel()
+	if c := (scopedRelease{base: ctx, release: release}); !c.settled(err) {
+		janitorOf(h.cli).add(c)
+		return fmt.Errorf("%w (the release goes on in the background until etcd answers)", err)
+	}
+	return err
+}
+
+// scopedRelease is the chore of releasing a hold whose Do returned before its release got
+// through: the handle's own release, so that the handle is free again afterwards, on a
+// context with base's values (a reentrant owner) and the janitor's deadline.
+type scopedRelease struct {
+	base    context.Context
+	release func(context.Context) error
+}
+
+func (c scopedRelease) attempt(ctx context.Context) bool {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(c.base))
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	return c.settled(c.release(rctx))
+}
+
+// settled reports whether a release that returned err needs no other try.
+func (scopedRelease) settled(err error) bool {
+	return err == nil || errors.Is(err, ErrLost) || errors.Is(err, ErrNotLocked) || refused(err)
+}
+
+func (scopedRelease) drop() {} // the client is closed: the key goes with its lease

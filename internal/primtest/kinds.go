@@ -276,6 +276,9 @@ func (l *Permits) Unlock(ctx context.Context) error { return l.permit().Release(
 // Do runs fn under a permit of its units (Semaphore.Do); while fn runs, Token, IsOwner and
 // the others are that permit's.
 func (l *Permits) Do(ctx context.Context, fn func(context.Context) error) error {
+	if fn == nil {
+		return l.s.Do(ctx, l.units, nil) // refused as it is
+	}
 	return l.s.Do(ctx, l.units, func(ctx context.Context) error {
 		l.keep(l.s.PermitOf(ctx), nil)
 		return fn(ctx)
