@@ -12,7 +12,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
 )
 
 // Every benchmark runs ours ("etcdsync") and etcd's concurrency.Election ("etcd") on the

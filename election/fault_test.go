@@ -11,8 +11,8 @@ import (
 
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
-	"github.com/etcdsync/etcdsync/internal/faulttest"
-	"github.com/etcdsync/etcdsync/internal/primtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/faulttest"
+	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
 )
 
 // faultTTL is short, so that a leader cut off by a fault hands over soon.

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/etcdsync/etcdsync/election"
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
-	mt "github.com/etcdsync/etcdsync/internal/metrictest"
-	"github.com/etcdsync/etcdsync/internal/primtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+	mt "github.com/etcdsync/etcdsync/internal/testkit/metrictest"
+	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
 )
 
 // TestMetricsCountLeaderships: a Campaign is an acquisition, a leadership a hold, a

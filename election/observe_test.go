@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/etcdsync/etcdsync/election"
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
-	"github.com/etcdsync/etcdsync/internal/primtest"
-	"github.com/etcdsync/etcdsync/internal/rpcstat"
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/rpcstat"
 )
 
 func TestObserveSeesEveryValueInOrderAndTheHandover(t *testing.T) {

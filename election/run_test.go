@@ -15,8 +15,8 @@ import (
 
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
-	"github.com/etcdsync/etcdsync/internal/primtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
 )
 
 // TestRunLoopsNeverLeadAtOnceAndRotate: three Run loops on one name, on three clients

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
-	"github.com/etcdsync/etcdsync/internal/primtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
 	"github.com/etcdsync/etcdsync/mutex"
 )
 

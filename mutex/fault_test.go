@@ -7,7 +7,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/internal/core"
-	"github.com/etcdsync/etcdsync/internal/faulttest"
+	"github.com/etcdsync/etcdsync/internal/testkit/faulttest"
 	"github.com/etcdsync/etcdsync/mutex"
 )
 

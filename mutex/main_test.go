@@ -3,8 +3,8 @@ package mutex_test
 import (
 	"testing"
 
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
-	"github.com/etcdsync/etcdsync/internal/primtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
 	"github.com/etcdsync/etcdsync/mutex"
 )
 

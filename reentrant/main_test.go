@@ -9,9 +9,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/internal/core"
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
-	"github.com/etcdsync/etcdsync/internal/primtest"
-	"github.com/etcdsync/etcdsync/internal/rpcstat"
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/rpcstat"
 	"github.com/etcdsync/etcdsync/reentrant"
 )
 

@@ -8,8 +8,8 @@ import (
 	"go.opentelemetry.io/otel"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
-	mt "github.com/etcdsync/etcdsync/internal/metrictest"
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+	mt "github.com/etcdsync/etcdsync/internal/testkit/metrictest"
 	"github.com/etcdsync/etcdsync/reentrant"
 )
 

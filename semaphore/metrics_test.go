@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/codes"
 
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
-	mt "github.com/etcdsync/etcdsync/internal/metrictest"
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+	mt "github.com/etcdsync/etcdsync/internal/testkit/metrictest"
 	"github.com/etcdsync/etcdsync/semaphore"
 )
 

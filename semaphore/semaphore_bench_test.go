@@ -11,8 +11,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
-	"github.com/etcdsync/etcdsync/internal/rpcstat"
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/rpcstat"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/semaphore"
 )

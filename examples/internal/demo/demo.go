@@ -17,7 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/etcdsync/etcdsync/internal/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
 )
 
 // ExamplePrefix is where examples write on a real cluster unless -prefix says otherwise:

@@ -1,0 +1,84 @@
+package misusetest_test
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/election"
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+	"github.com/etcdsync/etcdsync/mutex"
+	"github.com/etcdsync/etcdsync/reentrant"
+	"github.com/etcdsync/etcdsync/rwmutex"
+	"github.com/etcdsync/etcdsync/semaphore"
+)
+
+// etcdMaxTTL is etcd's lease.MaxLeaseTTL: a grant of a longer TTL is refused.
+const etcdMaxTTL = 9_000_000_000 * time.Second
+
+// A constructor is one package's New, with that package's WithTTL.
+type constructor struct {
+	name string
+	new  func(cli *clientv3.Client, name string, ttl time.Duration) error
+}
+
+var constructors = []constructor{
+	{"mutex", func(cli *clientv3.Client, name string, ttl time.Duration) error {
+		_, err := mutex.New(cli, name, mutex.WithTTL(ttl))
+		return err
+	}},
+	{"rwmutex", func(cli *clientv3.Client, name string, ttl time.Duration) error {
+		_, err := rwmutex.New(cli, name, rwmutex.WithTTL(ttl))
+		return err
+	}},
+	{"reentrant", func(cli *clientv3.Client, name string, ttl time.Duration) error {
+		_, err := reentrant.New(cli, name, reentrant.WithTTL(ttl))
+		return err
+	}},
+	{"semaphore", func(cli *clientv3.Client, name string, ttl time.Duration) error {
+		_, err := semaphore.New(cli, name, 1, semaphore.WithTTL(ttl))
+		return err
+	}},
+	{"election", func(cli *clientv3.Client, name string, ttl time.Duration) error {
+		_, err := election.New(cli, name, election.WithTTL(ttl))
+		return err
+	}},
+}
+
+// TestATTLPastEtcdsLimitIsRefusedByNew: New refuses a TTL that etcd would refuse at every
+// grant (over 9,000,000,000 s), and one so long that rounding it up to whole seconds would
+// overflow (math.MaxInt64), with ErrInvalidOption; it takes the limit itself.
+func TestATTLPastEtcdsLimitIsRefusedByNew(t *testing.T) {
+	cli := cluster.Client(t)
+	for _, c := range constructors {
+		t.Run(c.name, func(t *testing.T) {
+			for _, ttl := range []time.Duration{etcdMaxTTL + time.Second, math.MaxInt64} {
+				assert.ErrorIs(t, c.new(cli, "ttl", ttl), core.ErrInvalidOption, "WithTTL(%v)", ttl)
+			}
+			assert.NoError(t, c.new(cli, "ttl", etcdMaxTTL), "WithTTL(etcd's limit)")
+		})
+	}
+}
+
+// TestTheLongestTTLIsGranted: a lock with WithTTL of etcd's limit is granted a lease of
+// that TTL; Shutdown revokes it.
+func TestTheLongestTTLIsGranted(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	cli := cluster.Client(t)
+	m, err := mutex.New(cli, "misuse-longest-ttl", mutex.WithTTL(etcdMaxTTL))
+	require.NoError(t, err)
+	require.NoError(t, m.Lock(ctx))
+	resp, err := cli.Get(ctx, m.Key())
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+	require.NoError(t, err)
+	assert.Equal(t, int64(etcdMaxTTL/time.Second), ttl.GrantedTTL)
+	require.NoError(t, m.Unlock(ctx))
+	require.NoError(t, mutex.Shutdown(ctx, cli))
+}

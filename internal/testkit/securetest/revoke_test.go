@@ -1,0 +1,103 @@
+package securetest_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
+	"github.com/etcdsync/etcdsync/mutex"
+)
+
+// etcd checks a user's permissions on each request, and on a watch when the watch starts:
+// a grant revoked under a holder or a waiter shows when it next asks for something.
+
+// revokeGrant takes user revocable's permission on revocablePrefix away until the test
+// ends, or until the returned restore is called.
+func revokeGrant(t *testing.T, admin *clientv3.Client) (restore func()) {
+	t.Helper()
+	ctx := etcdtest.Context(t)
+	end := clientv3.GetPrefixRangeEnd(revocablePrefix)
+	_, err := admin.RoleRevokePermission(ctx, revocable, revocablePrefix, end)
+	require.NoError(t, err)
+	restored := false
+	restore = func() {
+		if restored {
+			return
+		}
+		restored = true
+		_, err := admin.RoleGrantPermission(ctx, revocable, revocablePrefix, end, clientv3.PermissionType(clientv3.PermReadWrite))
+		require.NoError(t, err)
+	}
+	t.Cleanup(restore)
+	return restore
+}
+
+// TestRevokedGrantRefusesReleaseAndKeepsHold: a holder whose grant is revoked is refused its
+// release at once with ErrPermissionDenied, and keeps its hold: once the grant is back, the
+// same release goes through and no key is left.
+func TestRevokedGrantRefusesReleaseAndKeepsHold(t *testing.T) {
+	for _, k := range primtest.Kinds {
+		t.Run(k.Name, func(t *testing.T) {
+			ctx := etcdtest.Context(t)
+			admin := cluster.Client(t)
+			name := "revoked/" + k.Name
+			l := k.First.Make(t, cluster.ClientAs(t, revocable), name, k.WithPrefix(revocablePrefix))
+			require.NoError(t, l.Lock(ctx))
+			restore := revokeGrant(t, admin)
+			assertRefused(t, l.Unlock, "release under a revoked grant")
+			restore()
+			require.NoError(t, l.Unlock(ctx), "the same release once the grant is back")
+			assertNoLockKeys(t, admin, revocablePrefix+core.NamePrefix(name))
+		})
+	}
+}
+
+// TestRevokedGrantEndsWaitWhenItsWatchResumes: a waiter whose grant is revoked while it
+// waits learns it when its watch of the name resumes (here after a restart of the member)
+// and etcd refuses the watch: its Lock then fails at once with ErrPermissionDenied, rather
+// than waiting on a watch that cannot come back.
+func TestRevokedGrantEndsWaitWhenItsWatchResumes(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	admin := cluster.Client(t)
+	const name = "resumed"
+	keys := revocablePrefix + core.NamePrefix(name)
+	t.Cleanup(func() { _, _ = admin.Delete(context.Background(), keys, clientv3.WithPrefix()) })
+	holder, err := mutex.New(admin, name, mutex.WithPrefix(revocablePrefix))
+	require.NoError(t, err)
+	cli := cluster.ClientAs(t, revocable)
+	waiter, err := mutex.New(cli, name, mutex.WithPrefix(revocablePrefix))
+	require.NoError(t, err)
+	require.NoError(t, holder.Lock(ctx))
+
+	// The first round of a release watch yields once the client's watch of the name, which
+	// its waiters share, has started: the waiter's watch then predates the revocation.
+	probe, err := mutex.New(cli, name, mutex.WithPrefix(revocablePrefix))
+	require.NoError(t, err)
+	arm, stop := probe.WatchRelease()
+	defer stop()
+	etcdtest.Within(t, arm(), served, "the client's watch of the name started")
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	locked := etcdtest.Async(func() error { return waiter.Lock(wctx) })
+	etcdtest.AwaitKeys(t, admin, keys, 2)
+
+	revokeGrant(t, admin)
+	cluster.Stop(0)
+	require.NoError(t, cluster.Restart(0))
+	require.NoError(t, holder.Unlock(ctx))
+	select {
+	case err := <-locked:
+		assert.ErrorIs(t, err, rpctypes.ErrPermissionDenied)
+	case <-time.After(refusedWithin):
+		cancel()
+		t.Errorf("Lock still waiting %v after its watch was refused; cancelled: %v", refusedWithin, <-locked)
+	}
+}
