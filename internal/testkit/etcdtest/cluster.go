@@ -168,27 +168,34 @@ func newEmbedded(size int, o options) (*Cluster, error) {
 		c.endpoints = append(c.endpoints, m.clientURL.String())
 		initial[i] = m.name + "=" + m.peerURL.String()
 	}
+	if err := c.startNew(initial); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// startNew starts the members of a new cluster, whose peers are initial, together (they wait
+// for each other before they serve) and waits for them to agree on a leader; on error it
+// closes the cluster.
+func (c *Cluster) startNew(initial []string) error {
 	for _, m := range c.members {
 		m.initialCluster = strings.Join(initial, ",")
 	}
-	// The members of a new cluster wait for each other before they serve: start them together.
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for i, m := range c.members {
-		wg.Go(func() { errs[i] = m.start() })
+	indices := make([]int, len(c.members))
+	for i := range indices {
+		indices[i] = i
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := c.RestartAll(indices...); err != nil {
 		c.Close()
-		return nil, err
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	if err := c.WaitLeader(ctx); err != nil {
 		c.Close()
-		return nil, err
+		return err
 	}
-	return c, nil
+	return nil
 }
 
 // makeAuthority makes the cluster's CA in a directory of its own, which Close removes, and

@@ -4,14 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -76,23 +73,7 @@ func newProcesses(size int, bin string) (*Cluster, error) {
 		c.endpoints = append(c.endpoints, m.clientURL.String())
 		initial[i] = m.name + "=" + m.peerURL.String()
 	}
-	for _, m := range c.members {
-		m.initialCluster = strings.Join(initial, ",")
-	}
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	for i, m := range c.members {
-		wg.Go(func() { errs[i] = m.start() })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		c.Close()
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	if err := c.WaitLeader(ctx); err != nil {
-		c.Close()
+	if err := c.startNew(initial); err != nil {
 		return nil, err
 	}
 	return c, nil
