@@ -57,8 +57,14 @@ func (s *subcommand) parse(args []string, max int) (operands, rest []string, err
 func (s *subcommand) printHelp(w io.Writer) {
 	fmt.Fprintf(w, "Usage: etcdsync %s\n\n%s\n\nExample:\n%s\n\nFlags:\n", s.synopsis, s.about, indent(s.example))
 	s.flags.VisitAll(func(f *flag.Flag) {
+		if f.Usage == "" {
+			return // defined only to be refused with a message of its own (elect --try)
+		}
 		kind, usage := flag.UnquoteUsage(f)
 		line := "  --" + f.Name
+		if len(f.Name) == 1 {
+			line = "  -" + f.Name // as the synopses write it: -n N
+		}
 		if kind != "" {
 			line += " " + kind
 		}

@@ -64,8 +64,8 @@ func (c *holdCommand) define() *subcommand {
 	sub := newSubcommand(c.verb, h.synopsis, h.about, h.example)
 	fs := sub.flags
 	if c.verb == "sem" {
-		fs.IntVar(&c.limit, "n", 0, "how many may hold at once (required)")
-		fs.IntVar(&c.units, "units", 1, "how many of the N this command takes, from 1 to N")
+		fs.IntVar(&c.limit, "n", 0, "how many (`N`) may hold at once (required)")
+		fs.IntVar(&c.units, "units", 1, "how many (`K`) of the N this command takes, from 1 to N")
 	}
 	if c.verb == "elect" {
 		fs.StringVar(&c.value, "value", "", "the candidate's value, what observers see of the leader (default \"host=HOST pid=PID since=TIME\")")
@@ -74,7 +74,11 @@ func (c *holdCommand) define() *subcommand {
 	fs.DurationVar(&c.ttl, "ttl", mutex.DefaultTTL, "lease TTL: how long others wait for this hold if etcdsync dies or loses etcd")
 	fs.StringVar(&c.prefix, "prefix", "", "put the name's keys under this `prefix`, which ends with '/'")
 	fs.DurationVar(&c.timeout, "timeout", 0, "give up waiting after this long (exit 124); 0 waits forever")
-	fs.BoolVar(&c.try, "try", false, "one try: exit 75 at once if the name is busy, having written nothing")
+	if c.verb == "elect" {
+		fs.BoolVar(&c.try, "try", false, "") // not in the help: refused with a message of its own
+	} else {
+		fs.BoolVar(&c.try, "try", false, "one try: exit 75 at once if the name is busy, having written nothing")
+	}
 	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after SIGTERM to the command's process group, SIGKILL after this long")
 	fs.BoolVar(&c.shell, "shell", false, "run CMD ARGS... joined by spaces with /bin/sh -c")
 	fs.BoolVar(&c.verbose, "verbose", false, "log every step to stderr, with times")

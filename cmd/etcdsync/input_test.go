@@ -72,6 +72,15 @@ func testHelp(t *testing.T, h *harness) {
 				assert.Contains(t, out, want, "%q", args)
 			}
 			assert.Empty(t, p.stderr.text())
+			// The help agrees with what the command takes, and spells flags as the usage does.
+			switch sub {
+			case "elect":
+				assert.NotContains(t, out, "--try", "elect refuses --try")
+				assert.Contains(t, out, "--loop")
+			case "sem":
+				assert.Contains(t, out, "\n  -n N\n")
+				assert.Contains(t, out, "\n  --units K\n")
+			}
 		}
 	}
 	for _, args := range [][]string{{"--help"}, {"help"}} {
