@@ -9,11 +9,14 @@ import (
 	"io"
 	"os/signal"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -260,17 +263,18 @@ func writeName(b *strings.Builder, ns nameStatus) {
 			waiting++
 		}
 	}
+	name := printable(ns.Name)
 	switch {
 	case len(ns.Queue) == 0 && title == "":
-		fmt.Fprintf(b, "%s: nobody holds or waits\n", ns.Name)
+		fmt.Fprintf(b, "%s: nobody holds or waits\n", name)
 		return
 	case len(ns.Queue) == 0:
-		fmt.Fprintf(b, "%s: %s, nobody holds or waits\n", ns.Name, title)
+		fmt.Fprintf(b, "%s: %s, nobody holds or waits\n", name, title)
 		return
 	case ns.Primitive == "election":
-		fmt.Fprintf(b, "%s: %s, %d leading, %d waiting\n", ns.Name, title, holding, waiting)
+		fmt.Fprintf(b, "%s: %s, %d leading, %d waiting\n", name, title, holding, waiting)
 	default:
-		fmt.Fprintf(b, "%s: %s, %d holding, %d waiting\n", ns.Name, title, holding, waiting)
+		fmt.Fprintf(b, "%s: %s, %d holding, %d waiting\n", name, title, holding, waiting)
 	}
 	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  POS\tKIND\tSTATE\tKEY\tTOKEN\tLEASE\tTTL\tOWNER")
@@ -283,7 +287,7 @@ func writeName(b *strings.Builder, ns nameStatus) {
 		if e.Units > 1 {
 			kind = fmt.Sprintf("%s(%d)", kind, e.Units)
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Position, kind, e.State, e.Key, e.Token, lease, ttlText(e), ownerText(e.Owner))
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Position, kind, e.State, printable(e.Key), e.Token, lease, ttlText(e), ownerText(e.Owner))
 	}
 	tw.Flush()
 }
@@ -317,5 +321,16 @@ func ownerText(owner map[string]string) string {
 	if len(parts) == 0 {
 		return "unknown"
 	}
-	return strings.Join(parts, " ")
+	return printable(strings.Join(parts, " "))
+}
+
+// printable is s as the text output shows a name, a key or an owner: as it is, or, if it
+// holds a control character (a newline, a tab that would break the table's columns) or is
+// not UTF-8, quoted with Go's escapes ("a\nb"), so that every entry stays on its line.
+// JSON output needs none of it.
+func printable(s string) string {
+	if utf8.ValidString(s) && strings.IndexFunc(s, unicode.IsControl) < 0 {
+		return s
+	}
+	return strconv.Quote(s)
 }
