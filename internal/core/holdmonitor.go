@@ -57,7 +57,11 @@ func (h *Hold) monitor(stop context.Context) {
 	from := h.rev + 1
 	var b backoff
 	for {
-		next, loss := h.watchKey(ctx, from)
+		var next int64
+		var loss error
+		if ctx.Err() == nil { // no watch is opened on a done ctx: only what ended it counts
+			next, loss = h.watchKey(ctx, from)
+		}
 		if loss == nil {
 			loss = h.sess.lostErr()
 		}
@@ -71,8 +75,8 @@ func (h *Hold) monitor(stop context.Context) {
 			h.settleLoss()
 			return
 		}
-		if stop.Err() != nil {
-			return // the hold ended: end stopped the monitor
+		if stop.Err() != nil || ctx.Err() != nil {
+			return // the hold ended (end stopped the monitor); else the deferred observe ends it
 		}
 		from = next
 		_ = b.wait(ctx) // cut short by the session's end, which the next round reports

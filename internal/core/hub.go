@@ -50,10 +50,13 @@ func (h *hub) pump() {
 	var b backoff
 	from := int64(0)
 	for {
-		wctx, stop := context.WithCancel(clientv3.WithRequireLeader(h.ctx))
-		wch := h.k.cli.Watch(wctx, h.k.prefix, h.watchOptions(from)...) // returns once created, or ctx ended
-		err := h.drain(wch)
-		stop()
+		var err error
+		if h.ctx.Err() == nil { // never a watch on a done ctx: it only churns the client's stream
+			wctx, stop := context.WithCancel(clientv3.WithRequireLeader(h.ctx))
+			wch := h.k.cli.Watch(wctx, h.k.prefix, h.watchOptions(from)...) // returns once created, or ctx ended
+			err = h.drain(wch)
+			stop()
+		}
 		if h.ctx.Err() != nil {
 			if h.k.cli.Ctx().Err() != nil {
 				h.shut()
@@ -73,6 +76,27 @@ func (h *hub) pump() {
 		// the watch was resumed), the events in between are lost: the subscribers read
 		// again, and a read that is refused too fails them.
 		from = h.resumeFrom(errors.Is(err, rpctypes.ErrCompacted) || err != nil && !transient(err))
+		// Every subscriber failed and left (a refused read): watch again only for a new one,
+		// not over and over for nobody until the hub's idle close.
+		h.awaitSubscriber()
+	}
+}
+
+// awaitSubscriber returns once the hub has a subscriber (join pokes the pump), or its ctx
+// has ended.
+func (h *hub) awaitSubscriber() {
+	for {
+		h.mu.Lock()
+		n := len(h.subs)
+		h.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		select {
+		case <-h.poke:
+		case <-h.ctx.Done():
+			return
+		}
 	}
 }
 

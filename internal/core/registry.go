@@ -56,7 +56,7 @@ func join(k hubKey, s subscriber) *hub {
 	if h.started {
 		h.catchUp(s)
 	}
-	read := s.stale()
+	read := s.stale() || len(h.subs) == 1 // the first may find the pump awaiting a subscriber
 	h.mu.Unlock()
 	if read {
 		h.pokePump()
