@@ -36,7 +36,7 @@ func WithSession(s *concurrency.Session) Option { return core.WithSession(s) }
 // name; names stay independent of each other ("a" and "a/b" never share a key).
 func WithPrefix(prefix string) Option { return core.WithPrefix(prefix) }
 
-// WithMeterProvider makes the Semaphore record its metrics (see the README's Metrics section)
+// WithMeterProvider makes the Semaphore record its metrics (see docs/metrics.md)
 // through mp instead of the global MeterProvider, which is the default: one set with
 // otel.SetMeterProvider after New is used as well. A nil mp makes New return
 // ErrInvalidOption.
