@@ -22,8 +22,8 @@ import (
 type Mutex struct {
 	name      string
 	q         *core.Queue
-	turn      chan struct{} // the handle's own one-at-a-time: full while it waits or holds
-	unlocking chan struct{} // one Unlock at a time: full while one runs
+	turn      core.Turn // the handle's own one-at-a-time: taken while it waits or holds
+	unlocking core.Turn // one Unlock at a time: taken while one runs
 	tel       *core.Telemetry
 
 	mu      sync.Mutex
@@ -45,11 +45,9 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 		return nil, fmt.Errorf("mutex %q: %w", name, err)
 	}
 	return &Mutex{
-		name:      name,
-		q:         core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)),
-		turn:      make(chan struct{}, 1),
-		unlocking: make(chan struct{}, 1),
-		tel:       core.NewTelemetry(cfg, core.PrimitiveMutex, name),
+		name: name,
+		q:    core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)),
+		tel:  core.NewTelemetry(cfg, core.PrimitiveMutex, name),
 	}, nil
 }
 
@@ -78,10 +76,8 @@ func (m *Mutex) Lock(ctx context.Context) (err error) {
 	}
 	ctx, a := m.tel.BeginWait(ctx, "etcdsync.mutex.Lock")
 	defer func() { a.End(err) }()
-	select {
-	case m.turn <- struct{}{}:
-	case <-ctx.Done():
-		return m.errorf("lock", ctx.Err())
+	if err := m.turn.Take(ctx); err != nil {
+		return m.errorf("lock", err)
 	}
 	h, err := m.q.Acquire(ctx, core.Spec{Slots: 1, Value: core.OwnerValue(""), Tel: m.tel}, m.setWaiting)
 	a.Held(h)
@@ -89,7 +85,7 @@ func (m *Mutex) Lock(ctx context.Context) (err error) {
 	m.waiting, m.hold = "", h
 	m.mu.Unlock()
 	if err != nil {
-		<-m.turn
+		m.turn.Give()
 		return m.errorf("lock", err)
 	}
 	return nil
@@ -109,15 +105,13 @@ func (m *Mutex) TryLock(ctx context.Context) (err error) {
 	}
 	ctx, a := m.tel.BeginTry(ctx, "etcdsync.mutex.TryLock")
 	defer func() { a.End(err) }()
-	select {
-	case m.turn <- struct{}{}:
-	default:
+	if !m.turn.TryTake() {
 		return m.errorf("try lock", ErrLocked)
 	}
 	h, err := m.q.TryAcquire(ctx, core.Spec{Slots: 1, Value: core.OwnerValue("")})
 	a.Held(h)
 	if err != nil {
-		<-m.turn
+		m.turn.Give()
 		return m.errorf("try lock", err)
 	}
 	m.mu.Lock()
@@ -148,10 +142,10 @@ func (m *Mutex) Unlock(ctx context.Context) (err error) {
 	if h == nil {
 		return m.errorf("unlock", ErrNotLocked)
 	}
-	if err := core.TakeTurn(ctx, m.unlocking); err != nil {
+	if err := m.unlocking.Take(ctx); err != nil {
 		return m.errorf("unlock", err)
 	}
-	defer func() { <-m.unlocking }()
+	defer m.unlocking.Give()
 	if m.current() != h {
 		return m.errorf("unlock", ErrNotLocked) // the Unlock before this one released it
 	}
@@ -161,7 +155,7 @@ func (m *Mutex) Unlock(ctx context.Context) (err error) {
 		m.mu.Lock()
 		m.hold = nil
 		m.mu.Unlock()
-		<-m.turn
+		m.turn.Give()
 	}
 	if err != nil {
 		return m.errorf("unlock", err)

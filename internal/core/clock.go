@@ -35,28 +35,6 @@ type clock struct {
 	floor int64
 }
 
-var (
-	clocksMu sync.Mutex
-	clocks   = map[*clientv3.Client]*clock{}
-)
-
-// clockOf returns the clock of cli; the entry goes when the client closes.
-func clockOf(cli *clientv3.Client) *clock {
-	clocksMu.Lock()
-	defer clocksMu.Unlock()
-	if c, ok := clocks[cli]; ok {
-		return c
-	}
-	c := &clock{}
-	clocks[cli] = c
-	context.AfterFunc(cli.Ctx(), func() {
-		clocksMu.Lock()
-		delete(clocks, cli)
-		clocksMu.Unlock()
-	})
-	return c
-}
-
 // now is the highest revision seen: every key created after it is newer than anything this
 // client has seen.
 func (c *clock) now() int64 {

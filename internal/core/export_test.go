@@ -12,12 +12,16 @@ func (t *Telemetry) Enqueued(ctx context.Context, ahead int, rev int64) { t.enqu
 // a keep-alive that returned by mistake would.
 func StopKeepAlive(h *Hold) { h.sess.ka.stop() }
 
-// StopMonitor stops h's monitor without ending the hold, as a monitor that returned by
-// mistake would.
+// StopMonitor stops the watch of h's key without ending the hold, as a goroutine of the
+// client's keyWatch (or h's monitor, on a wrapped client) that returned by mistake would.
 func StopMonitor(h *Hold) {
 	h.mu.Lock()
-	stop := h.stopMonitor
+	m := h.mon
 	h.mu.Unlock()
-	stop()
-	h.waitMonitor()
+	if m != nil {
+		m.stop()
+		h.waitMonitor()
+		return
+	}
+	stateOf(h.cli).keys.crash()
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // holdState is where a hold is in its life.
-type holdState int
+type holdState uint8
 
 const (
 	held      holdState = iota // granted and not ending
@@ -21,12 +21,13 @@ const (
 
 // Hold is one granted acquisition: a key at a create revision.
 //
-// From the first call to Done or Err on, a goroutine (the monitor, holdmonitor.go) watches
-// the key, from the revision after its creation so that no delete is missed whenever it
-// starts, and the session, so that Done closes and Err turns ErrLost as soon as etcd says
-// the key is gone. It is started on demand because it costs a fifth of an uncontended
-// lock+unlock cycle, which a holder that never asks should not pay; a loss is still reported
-// by Release, whose fenced delete then fails.
+// From the first call to Done or Err on, the key is watched (keywatch.go), from the
+// revision after its creation so that no delete is missed whenever the watch starts, and so
+// is the session, so that Done closes and Err turns ErrLost as soon as etcd says the key is
+// gone or the session ends. The watch is one of many on the client's one watch stream: a
+// watched hold costs no goroutine. It is started on demand because it costs an RPC's worth
+// of work, which a holder that never asks should not pay; a loss is still reported by
+// Release, whose fenced delete then fails.
 //
 // A nil *Hold stands for no hold, so that a public handle can pass on the methods of what
 // it holds, or of nothing: Token is 0, Done is Closed, Err is ErrNotLocked, and
@@ -41,18 +42,22 @@ type Hold struct {
 
 	mu    sync.Mutex
 	state holdState
-	err   error // the final error once ended: nil after a clean release, ErrLost after a loss
+	// checking: etcd cancelled the key's watch, and the key is being read before it is
+	// watched again (see keyWatch.recheck). Under the keyWatch's lock, as are watchID and from.
+	checking bool
+	err      error // the final error once ended: nil after a clean release, ErrLost after a loss
 	// seen is a loss the monitor saw while a release was under way, for that release to
 	// weigh (the key it saw go may be the release's own); cleared by every release.
-	seen        error
-	stopMonitor context.CancelFunc // nil until the monitor starts
-	monitorDone chan struct{}
-	onEnd       []func(error)
-	metrics     *holdMetrics // nil unless counted: see Telemetry.Held
+	seen    error
+	watchID int64    // the ID of its watch on the client's keyWatch; 0 until watched there
+	from    int64    // the revision its watch starts at
+	mon     *monitor // the watch of a hold on a client with a wrapped KV or Watcher
+	onEnd   []func(error)
+	metrics *holdMetrics // nil unless counted: see Telemetry.Held
 }
 
 func newHold(cli *clientv3.Client, sess *Session, slot *slot, rev int64) *Hold {
-	return &Hold{cli: cli, sess: sess, slot: slot, key: slot.key(), rev: rev, done: make(chan struct{})}
+	return &Hold{cli: cli, sess: sess, slot: slot, key: slot.key(), rev: rev, from: rev + 1, done: make(chan struct{})}
 }
 
 // Key is the hold's key; "" for no hold.
@@ -165,9 +170,7 @@ func (h *Hold) end(state holdState, err error) {
 		f(err)
 	}
 	h.onEnd = nil
-	if h.stopMonitor != nil {
-		h.stopMonitor()
-	}
+	h.unwatch()
 }
 
 // observe records a loss: it ends a hold that is held; during a release, the release weighs

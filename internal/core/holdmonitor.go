@@ -10,30 +10,61 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// watch starts the monitor unless it runs already or the hold has ended.
+// watch starts watching the key, unless it is watched already or the hold has ended: on
+// the client's keyWatch, or through the client's own Watcher when it is wrapped (see
+// ownWatch).
 func (h *Hold) watch() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.stopMonitor != nil || h.state == lost || h.state == over {
+	if h.watchID != 0 || h.mon != nil || h.state == lost || h.state == over {
+		return
+	}
+	if ownWatch(h.cli) {
+		stateOf(h.cli).keys.add(h)
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	h.stopMonitor, h.monitorDone = cancel, make(chan struct{})
+	h.mon = &monitor{stop: cancel, done: make(chan struct{})}
 	go h.monitor(ctx)
+}
+
+// unwatch stops the watch of a hold that has ended. Under h.mu.
+func (h *Hold) unwatch() {
+	switch {
+	case h.watchID != 0:
+		stateOf(h.cli).keys.remove(h)
+	case h.mon != nil:
+		h.mon.stop()
+	}
+}
+
+// unsettled reports whether the hold's loss is still to be counted (see settleLoss).
+func (h *Hold) unsettled() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.metrics != nil && h.metrics.unsettled
+}
+
+// A monitor is the goroutine that watches the key of a hold on a client whose KV or
+// Watcher is wrapped, through that Watcher: the keyWatch's raw stream would watch keys
+// other than those the client wrote.
+type monitor struct {
+	stop context.CancelFunc
+	done chan struct{} // closed when the monitor has returned
 }
 
 // waitMonitor waits for the monitor, if one was started, to return. Not under h.mu, which
 // the monitor takes; call it once the hold has ended (end stops the monitor).
 func (h *Hold) waitMonitor() {
 	h.mu.Lock()
-	done := h.monitorDone
+	m := h.mon
 	h.mu.Unlock()
-	if done != nil {
-		<-done
+	if m != nil {
+		<-m.done
 	}
 }
 
-// monitor watches the key from the revision after its creation, so no delete is missed
+// monitor (for a client with a wrapped Watcher) watches the key from the revision after its creation, so no delete is missed
 // whenever the watch starts; it re-watches through leader changes until the hold ends. What
 // it sees it reports with observe, which ends a held hold at once and leaves a release under
 // way to weigh it; it then returns, as there is nothing left to watch.
@@ -49,7 +80,7 @@ func (h *Hold) waitMonitor() {
 // still held, the deferred observe ends the hold as lost: Done must never stay open with
 // nothing left to close it.
 func (h *Hold) monitor(stop context.Context) {
-	defer close(h.monitorDone)
+	defer close(h.mon.done)
 	defer h.observe(errMonitorStopped)
 	ctx, cancel := context.WithCancel(stop)
 	defer cancel()

@@ -28,28 +28,6 @@ type janitor struct {
 	running bool
 }
 
-var (
-	janitorsMu sync.Mutex
-	janitors   = map[*clientv3.Client]*janitor{}
-)
-
-// janitorOf returns the janitor of cli; the entry goes when the client closes.
-func janitorOf(cli *clientv3.Client) *janitor {
-	janitorsMu.Lock()
-	defer janitorsMu.Unlock()
-	if j, ok := janitors[cli]; ok {
-		return j
-	}
-	j := &janitor{cli: cli}
-	janitors[cli] = j
-	context.AfterFunc(cli.Ctx(), func() {
-		janitorsMu.Lock()
-		delete(janitors, cli)
-		janitorsMu.Unlock()
-	})
-	return j
-}
-
 func (j *janitor) add(c chore) {
 	j.mu.Lock()
 	j.chores = append(j.chores, c)

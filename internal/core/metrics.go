@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -190,6 +191,7 @@ func WithNameAttribute() Option {
 // nothing of its own; with a provider that records nothing, nothing is measured either.
 // A nil *Telemetry records nothing.
 type Telemetry struct {
+	mp        metric.MeterProvider // the global provider it was made for, when shared
 	ins       *instruments
 	attrs     []attribute.KeyValue // the primitive, and the name with WithNameAttribute
 	byOutcome [outcomes][]metric.RecordOption
@@ -200,8 +202,33 @@ type Telemetry struct {
 	outcomeKV [outcomes]attribute.KeyValue
 }
 
-// NewTelemetry is the Telemetry of a handle of primitive p on name, configured by c.
+// NewTelemetry is the Telemetry of a handle of primitive p on name, configured by c. The
+// handles of one primitive on the global MeterProvider without WithNameAttribute record
+// alike, and share one: a process with a handle per tenant pays for its option slices once.
 func NewTelemetry(c Config, p Primitive, name string) *Telemetry {
+	if c.Meter != nil || c.NameAttribute {
+		return newTelemetry(c, p, name)
+	}
+	mp := otel.GetMeterProvider()
+	globalTelemetryMu.Lock()
+	defer globalTelemetryMu.Unlock()
+	if t := globalTelemetry[p]; t != nil && t.mp == mp {
+		return t
+	}
+	t := newTelemetry(Config{Meter: mp}, p, name)
+	t.mp = mp
+	globalTelemetry[p] = t
+	return t
+}
+
+// globalTelemetry is the Telemetry shared by the handles of each primitive on the global
+// MeterProvider (see NewTelemetry); replaced when the global provider is.
+var (
+	globalTelemetryMu sync.Mutex
+	globalTelemetry   = map[Primitive]*Telemetry{}
+)
+
+func newTelemetry(c Config, p Primitive, name string) *Telemetry {
 	t := &Telemetry{ins: newInstruments(c.Meter), attrs: []attribute.KeyValue{AttrPrimitive.String(string(p))}}
 	if c.NameAttribute {
 		t.attrs = append(t.attrs, AttrName.String(name))

@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -32,25 +31,22 @@ type hubKey struct {
 	mode   watchMode
 }
 
-// The registry of hubs: one per client, name and mode. Its lock is never held while a hub's
-// lock is awaited for long: a hub's lock guards only what is in memory, and no RPC or watch
-// creation runs under it.
-var (
-	hubsMu sync.Mutex
-	hubs   = map[hubKey]*hub{}
-)
+// The hubs of a client are in its state (one per name and mode), under the state's lock,
+// which is never held while a hub's lock is awaited for long: a hub's lock guards only what
+// is in memory, and no RPC or watch creation runs under it.
 
 // join registers s with the hub of k, starting the hub (its goroutine and its watch) if
 // there is none. It never blocks on etcd.
 func join(k hubKey, s subscriber) *hub {
-	hubsMu.Lock()
-	h, ok := hubs[k]
+	st := stateOf(k.cli)
+	st.mu.Lock()
+	h, ok := st.hubs[k]
 	if !ok {
 		h = newHub(k)
-		hubs[k] = h
+		st.hubs[k] = h
 	}
 	h.mu.Lock()
-	hubsMu.Unlock()
+	st.mu.Unlock()
 	h.subs[s] = struct{}{}
 	h.idleGen++ // a pending idle close no longer applies
 	if h.started {
@@ -79,53 +75,54 @@ func (h *hub) leave(s subscriber) {
 
 // closeIfIdle closes the hub unless a subscriber came since idle close gen was armed.
 func (h *hub) closeIfIdle(gen uint64) {
-	hubsMu.Lock()
+	st := stateOf(h.k.cli)
+	st.mu.Lock()
 	h.mu.Lock()
 	idle := len(h.subs) == 0 && h.idleGen == gen && !h.closed
 	if idle {
-		h.unregister()
+		h.unregister(st)
 	}
 	h.mu.Unlock()
-	hubsMu.Unlock()
+	st.mu.Unlock()
 	if idle {
 		h.cancel() // the goroutine ends, and with it the watch
 	}
 }
 
-// unregister marks the hub closed and drops it from the registry, so that the next join
-// starts a new one. Under hubsMu and h.mu.
-func (h *hub) unregister() {
+// unregister marks the hub closed and drops it from its client's state st, so that the next
+// join starts a new one. Under st.mu and h.mu.
+func (h *hub) unregister(st *clientState) {
 	h.closed = true
-	if hubs[h.k] == h {
-		delete(hubs, h.k)
+	if st.hubs[h.k] == h {
+		delete(st.hubs, h.k)
 	}
 }
 
 // shut closes the hub from its own goroutine (the client closed).
 func (h *hub) shut() {
-	hubsMu.Lock()
+	st := stateOf(h.k.cli)
+	st.mu.Lock()
 	h.mu.Lock()
-	h.unregister()
+	h.unregister(st)
 	h.mu.Unlock()
-	hubsMu.Unlock()
+	st.mu.Unlock()
 }
 
 // closeHubs closes every hub of cli and fails its subscribers with err: the next join starts
 // a new hub, with a new watch from the present and a new read.
 func closeHubs(cli *clientv3.Client, err error) {
-	hubsMu.Lock()
-	var mine []*hub
-	for k, h := range hubs {
-		if k.cli == cli {
-			mine = append(mine, h)
-		}
+	st := stateOf(cli)
+	st.mu.Lock()
+	mine := make([]*hub, 0, len(st.hubs))
+	for _, h := range st.hubs {
+		mine = append(mine, h)
 	}
 	for _, h := range mine {
 		h.mu.Lock()
-		h.unregister()
+		h.unregister(st)
 		h.mu.Unlock()
 	}
-	hubsMu.Unlock()
+	st.mu.Unlock()
 	for _, h := range mine {
 		h.failAll(err)
 		h.cancel()

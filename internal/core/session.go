@@ -156,32 +156,16 @@ func (fixedSession) Expired(*Session) {}
 
 func (fixedSession) Retire(*Session) {}
 
-type sharedKey struct {
-	cli *clientv3.Client
-	ttl int64
-}
-
-var (
-	sharedMu sync.Mutex
-	sharedBy = map[sharedKey]*sharedSession{}
-)
-
-// shared returns the one sharedSession of cli and ttl. It does no I/O; the entry is
-// dropped when the client closes, so the map never keeps a closed client alive.
+// shared returns the one sharedSession of cli and ttl. It does no I/O.
 func shared(cli *clientv3.Client, ttl int64) *sharedSession {
-	k := sharedKey{cli, ttl}
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if s, ok := sharedBy[k]; ok {
+	st := stateOf(cli)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if s, ok := st.shared[ttl]; ok {
 		return s
 	}
 	s := &sharedSession{cli: cli, ttl: ttl, grant: make(chan struct{}, 1)}
-	sharedBy[k] = s
-	context.AfterFunc(cli.Ctx(), func() {
-		sharedMu.Lock()
-		delete(sharedBy, k)
-		sharedMu.Unlock()
-	})
+	st.shared[ttl] = s
 	return s
 }
 
@@ -300,13 +284,12 @@ func Shutdown(ctx context.Context, cli *clientv3.Client) error {
 
 // sharedOf returns the shared sessions of cli, one per TTL in use.
 func sharedOf(cli *clientv3.Client) []*sharedSession {
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	var mine []*sharedSession
-	for k, s := range sharedBy {
-		if k.cli == cli {
-			mine = append(mine, s)
-		}
+	st := stateOf(cli)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	mine := make([]*sharedSession, 0, len(st.shared))
+	for _, s := range st.shared {
+		mine = append(mine, s)
 	}
 	return mine
 }

@@ -1,7 +1,7 @@
 package core
 
 import (
-	"fmt"
+	"strconv"
 	"sync"
 )
 
@@ -26,18 +26,21 @@ var (
 
 // slot is one acquisition's claim on a key.
 type slot struct {
-	stem string
+	k    string // the key: the stem, "_", the slot's number
+	stem int    // the length of the stem in k
 	n    int
 	sess *Session
 	once sync.Once
 }
 
 func claimSlot(prefix, kind string, sess *Session) *slot {
-	stem := fmt.Sprintf("%s%s%x", prefix, kind, int64(sess.Lease()))
+	stem := make([]byte, 0, len(prefix)+len(kind)+24)
+	stem = append(append(stem, prefix...), kind...)
+	stem = strconv.AppendInt(stem, int64(sess.Lease()), 16)
 	sess.claim()
 	slotsMu.Lock()
 	defer slotsMu.Unlock()
-	used := slotsInUse[stem]
+	used := slotsInUse[string(stem)]
 	n := 0
 	for n < len(used) && used[n] {
 		n++
@@ -47,25 +50,28 @@ func claimSlot(prefix, kind string, sess *Session) *slot {
 	} else {
 		used[n] = true
 	}
-	slotsInUse[stem] = used
-	return &slot{stem: stem, n: n, sess: sess}
+	k := string(strconv.AppendInt(append(stem, '_'), int64(n), 10))
+	slotsInUse[k[:len(stem)]] = used // the stem, without a string of its own
+	return &slot{k: k, stem: len(stem), n: n, sess: sess}
 }
 
-func (s *slot) key() string { return fmt.Sprintf("%s_%d", s.stem, s.n) }
+// key is the slot's key.
+func (s *slot) key() string { return s.k }
 
 // free gives the slot back once its key is known to be gone; only the first call counts.
 func (s *slot) free() {
 	s.once.Do(func() {
 		slotsMu.Lock()
-		used := slotsInUse[s.stem]
+		stem := s.k[:s.stem]
+		used := slotsInUse[stem]
 		used[s.n] = false
 		for len(used) > 0 && !used[len(used)-1] {
 			used = used[:len(used)-1]
 		}
 		if len(used) == 0 {
-			delete(slotsInUse, s.stem)
+			delete(slotsInUse, stem)
 		} else {
-			slotsInUse[s.stem] = used
+			slotsInUse[stem] = used
 		}
 		slotsMu.Unlock()
 		s.sess.unclaim()
