@@ -270,3 +270,32 @@ func (m *Mutex) errorf(op string, err error) error {
 	}
 	return fmt.Errorf("reentrant %q: %s: %w", m.name, op, err)
 }
+
+// WatchRelease lets a caller that retries a failed TryLock wake when the lock may have come
+// free instead of sleeping blindly; trylock's Retry and Timeout use it. Call arm before each
+// TryLock: its channel yields once a key of the name is deleted after that (a last Unlock, a
+// waiter giving up, a lost lease), or when the watch cannot tell whether one was, so a wake
+// may be spurious. Call stop once done, from any goroutine; arm is for one goroutine at a
+// time. On a Mutex not made by [New], arm's channel never yields.
+//
+// Cost: none of its own. It shares the client's one watch of the name with every waiter
+// there (the first registration on a client opens it); neither it nor arm ever blocks.
+func (m *Mutex) WatchRelease() (arm func() <-chan struct{}, stop func()) {
+	if m.queue() == nil {
+		return core.NoReleases()
+	}
+	return m.q.WatchRelease("")
+}
+
+// Shutdown revokes the leases that the primitives of every etcdsync package share on cli
+// (one per TTL in use), for a process about to exit: every hold and waiting acquisition on
+// them ends at once (Done closes, Err returns [ErrLost]) and their keys go, so other
+// processes need not wait a TTL; without it, a closed client's keys go when its lease
+// expires. An acquisition after Shutdown grants a new lease. Sessions given with
+// [WithSession] are the caller's to close. A nil cli returns [ErrInvalidOption].
+func Shutdown(ctx context.Context, cli *clientv3.Client) error {
+	if cli == nil {
+		return fmt.Errorf("reentrant: shutdown: %w: nil client", ErrInvalidOption)
+	}
+	return core.Shutdown(ctx, cli)
+}

@@ -95,7 +95,7 @@ func (o *owner) exit(ctx context.Context) (last bool, err error) {
 // awaitRelease waits for another Unlock's release, whose end closes ch, for as long as a
 // release of this Unlock's own could go on.
 func awaitRelease(ctx context.Context, ch <-chan struct{}) error {
-	rctx, cancel := outlive(ctx, releaseGrace)
+	rctx, cancel := core.Outlive(ctx, releaseGrace)
 	defer cancel()
 	select {
 	case <-ch:
@@ -109,32 +109,10 @@ func awaitRelease(ctx context.Context, ch <-chan struct{}) error {
 // outlives ctx by releaseGrace: a deadline that passes while the delete is in flight does
 // not cut it short. A closed client ends the hold as lost at once.
 func (o *owner) release(ctx context.Context) (ended bool, err error) {
-	rctx, cancel := outlive(ctx, releaseGrace)
+	rctx, cancel := core.Outlive(ctx, releaseGrace)
 	defer cancel()
 	_ = o.hold.EndIfClientClosed()
 	return o.hold.Release(rctx)
-}
-
-// outlive returns a context with ctx's values that ends d after ctx does (d from now if ctx
-// is done already), or when the returned cancel is called.
-func outlive(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	octx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var mu sync.Mutex
-	var grace *time.Timer
-	stop := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		grace = time.AfterFunc(d, cancel)
-		mu.Unlock()
-	})
-	return octx, func() {
-		stop()
-		mu.Lock()
-		if grace != nil {
-			grace.Stop()
-		}
-		mu.Unlock()
-		cancel()
-	}
 }
 
 // released ends the release that exit began: the hold is over if ended, otherwise it

@@ -1,6 +1,7 @@
 package rwmutex
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -158,4 +159,52 @@ func (rw *RWMutex) errorf(op string, err error) error {
 		return fmt.Errorf("rwmutex: %s: %w", op, err)
 	}
 	return fmt.Errorf("rwmutex %q: %s: %w", rw.name, op, err)
+}
+
+// Key is the etcd key of this handle's current hold, the one Done follows: the write hold's
+// key if it has one, else its newest read hold's (shared by the readers of a group); ""
+// without a hold.
+func (rw *RWMutex) Key() string {
+	if h := rw.current(); h != nil {
+		return h.Key()
+	}
+	return ""
+}
+
+// WatchRelease lets a caller that retries a failed TryLock wake when the lock may have come
+// free instead of sleeping blindly; trylock's Retry and Timeout use it. Call arm before each
+// TryLock: its channel yields once a key of the name, read or write, is deleted after that,
+// or when the watch cannot tell whether one was, so a wake may be spurious. Call stop once
+// done, from any goroutine; arm is for one goroutine at a time. On an RWMutex not made by
+// [New], arm's channel never yields.
+//
+// Cost: none of its own. It shares the client's one watch of the name with every waiter
+// there (the first registration on a client opens it); neither it nor arm ever blocks.
+func (rw *RWMutex) WatchRelease() (arm func() <-chan struct{}, stop func()) {
+	if rw.queue() == nil {
+		return core.NoReleases()
+	}
+	return rw.q.WatchRelease("")
+}
+
+// WatchWriteRelease is [RWMutex.WatchRelease] for a caller that retries a failed TryRLock:
+// only the delete of a write key wakes it, since a read lock waits for writers alone.
+func (rw *RWMutex) WatchWriteRelease() (arm func() <-chan struct{}, stop func()) {
+	if rw.queue() == nil {
+		return core.NoReleases()
+	}
+	return rw.q.WatchRelease(writeKind)
+}
+
+// Shutdown revokes the leases that the primitives of every etcdsync package share on cli
+// (one per TTL in use), for a process about to exit: every hold and waiting acquisition on
+// them ends at once (Done closes, Err returns [ErrLost]) and their keys go, so other
+// processes need not wait a TTL; without it, a closed client's keys go when its lease
+// expires. An acquisition after Shutdown grants a new lease. Sessions given with
+// [WithSession] are the caller's to close. A nil cli returns [ErrInvalidOption].
+func Shutdown(ctx context.Context, cli *clientv3.Client) error {
+	if cli == nil {
+		return fmt.Errorf("rwmutex: shutdown: %w: nil client", ErrInvalidOption)
+	}
+	return core.Shutdown(ctx, cli)
 }

@@ -248,3 +248,31 @@ func (s *Semaphore) errorf(op string, err error) error {
 	}
 	return fmt.Errorf("semaphore %q: %s: %w", s.name, op, err)
 }
+
+// WatchRelease lets a caller that retries a failed TryAcquire wake when a permit may have
+// come free instead of sleeping blindly; package trylock's Permits adapter uses it. Call
+// arm before each TryAcquire: its channel yields once a permit key of the name is deleted
+// after that (a Release, a waiter giving up, a lost lease), or when the watch cannot tell
+// whether one was, so a wake may be spurious. Call stop once done, from any goroutine; arm
+// is for one goroutine at a time. It shares the client's one watch of the name and sends
+// no RPC of its own; neither it nor arm ever blocks. On a Semaphore not made by New, arm's
+// channel never yields.
+func (s *Semaphore) WatchRelease() (arm func() <-chan struct{}, stop func()) {
+	if s.queue() == nil {
+		return core.NoReleases()
+	}
+	return s.q.WatchRelease(permitKind)
+}
+
+// Shutdown revokes the leases that the primitives of every etcdsync package share on cli
+// (one per TTL in use), for a process that is about to exit: every hold and waiting
+// acquisition on them ends at once (Done closes, Err returns ErrLost) and their keys go,
+// so other processes need not wait a TTL. Without it, the keys of a closed client go when
+// its lease expires. An acquisition after Shutdown grants a new lease. Sessions given with
+// WithSession are the caller's to close. A nil cli returns ErrInvalidOption.
+func Shutdown(ctx context.Context, cli *clientv3.Client) error {
+	if cli == nil {
+		return fmt.Errorf("semaphore: shutdown: %w: nil client", ErrInvalidOption)
+	}
+	return core.Shutdown(ctx, cli)
+}

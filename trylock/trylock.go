@@ -103,7 +103,7 @@ func Timeout(ctx context.Context, l Locker, d time.Duration) error {
 	}
 	if d <= 0 {
 		err := l.TryLock(ctx)
-		if busy(err) {
+		if core.Busy(err) {
 			return &gaveUpError{why: ErrTimeout, last: err, tries: 1}
 		}
 		return err
@@ -124,11 +124,6 @@ func isNil(v any) bool {
 		return rv.IsNil()
 	}
 	return false
-}
-
-// busy reports whether err says that the lock is taken, which another try may find free.
-func busy(err error) bool {
-	return errors.Is(err, ErrLocked) || errors.Is(err, ErrNoPermits)
 }
 
 // gaveUpError is the error of a Retry or Timeout that ran out of time with the lock busy:
@@ -167,9 +162,9 @@ func retry(ctx context.Context, l Locker, cfg retryConfig) error {
 		switch {
 		case err == nil:
 			return nil
-		case !busy(err) && ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		case !core.Busy(err) && ctx.Err() != nil && errors.Is(err, ctx.Err()):
 			return gaveUp(ctx, err, last, try-1) // ctx ended during the try
-		case !busy(err):
+		case !core.Busy(err):
 			return fmt.Errorf("trylock: try %d: %w", try, err)
 		}
 		last = err

@@ -27,3 +27,10 @@ var (
 	// ErrNoLeader: an election has no leader now.
 	ErrNoLeader = errors.New("etcdsync: no leader")
 )
+
+// Busy reports whether err says that a try found the name taken (ErrLocked, ErrNoPermits),
+// so that another try may find it free: the one test of it for trylock, the command and the
+// tests.
+func Busy(err error) bool {
+	return errors.Is(err, ErrLocked) || errors.Is(err, ErrNoPermits)
+}

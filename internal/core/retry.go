@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -28,40 +27,6 @@ const answerGrace = time.Second
 // cleanupWait bounds the cleanup a cancelled or failed call does before it returns; what is
 // not done by then is finished in the background (see janitor).
 const cleanupWait = time.Second
-
-// detached returns a context that outlives ctx's cancellation by at most d.
-func detached(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), d)
-}
-
-// Detached is a context that outlives ctx's cancellation by at most 5 s, for the public
-// packages' own cleanups.
-func Detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return detached(ctx, tryTimeout)
-}
-
-// tryContext is the context of one try of a Txn that may write a key: detached from ctx, so
-// that a try cancelled in flight is still answered (etcd may apply it after the client gave
-// up), bounded by tryTimeout, and by answerGrace once ctx has ended.
-func tryContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	tctx, cancel := detached(ctx, tryTimeout)
-	var mu sync.Mutex
-	var grace *time.Timer
-	stop := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		grace = time.AfterFunc(answerGrace, cancel)
-		mu.Unlock()
-	})
-	return tctx, func() {
-		stop()
-		mu.Lock()
-		if grace != nil {
-			grace.Stop()
-		}
-		mu.Unlock()
-		cancel()
-	}
-}
 
 // Every request of the core carries clientv3.WithRequireLeader: a member cut off from its
 // quorum then refuses it at once (no leader: Unavailable, so retried, and the client's
