@@ -2,10 +2,13 @@ package mutex_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,7 +68,7 @@ func heapNow() uint64 {
 func TestCostPerHold(t *testing.T) {
 	c := costCluster(t)
 	n := holdsToCount(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute+time.Duration(n)*10*time.Millisecond)
 	defer cancel()
 	cli := c.Client(t)
 	other := c.Client(t)
@@ -85,9 +88,14 @@ func TestCostPerHold(t *testing.T) {
 	dones := make([]<-chan struct{}, n)
 	for i := range ms {
 		ms[i] = newMutex(t, cli, fmt.Sprintf("%sm%d", prefix, i))
-		require.NoError(t, ms[i].Lock(ctx))
-		dones[i] = ms[i].Done()
 	}
+	require.NoError(t, inParallel(n, func(i int) error {
+		if err := ms[i].Lock(ctx); err != nil {
+			return err
+		}
+		dones[i] = ms[i].Done()
+		return nil
+	}))
 	took := time.Since(start)
 	// The last hold's watch is told of its key's delete: every watch is in place.
 	_, err := other.Delete(ctx, ms[n-1].Key())
@@ -114,9 +122,7 @@ func TestCostPerHold(t *testing.T) {
 		etcdtest.Within(t, dones[i], time.Minute, fmt.Sprintf("hold %d's Done after its key's delete", i))
 		require.ErrorIs(t, ms[i].Err(), mutex.ErrLost)
 	}
-	for i := range ms {
-		_ = ms[i].Unlock(ctx)
-	}
+	_ = inParallel(n, func(i int) error { _ = ms[i].Unlock(ctx); return nil })
 	etcdtest.AwaitKeys(t, other, prefix, 0)
 
 	// etcd's own Mutex, for the record: its holds tell nobody of a loss.
@@ -127,13 +133,28 @@ func TestCostPerHold(t *testing.T) {
 	theirs := make([]*concurrency.Mutex, n)
 	for i := range theirs {
 		theirs[i] = concurrency.NewMutex(sess, fmt.Sprintf("%se%d", prefix, i))
-		require.NoError(t, theirs[i].Lock(ctx))
 	}
+	require.NoError(t, inParallel(n, func(i int) error { return theirs[i].Lock(ctx) }))
 	t.Logf("etcd's concurrency.Mutex, %d holds on one session: %d bytes per hold",
 		n, int64(heapNow()-before)/int64(n))
-	for _, m := range theirs {
-		require.NoError(t, m.Unlock(ctx))
+	require.NoError(t, inParallel(n, func(i int) error { return theirs[i].Unlock(ctx) }))
+}
+
+// inParallel calls f(i) for every i below n, from 16 goroutines, and returns the first
+// error.
+func inParallel(n int, f func(i int) error) error {
+	var next atomic.Int64
+	errs := make([]error, 16)
+	var wg sync.WaitGroup
+	for w := range errs {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n && errs[w] == nil; i = int(next.Add(1)) - 1 {
+				errs[w] = f(i)
+			}
+		})
 	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // closedAfterDelete deletes m's key through other and returns m's Done.
