@@ -91,7 +91,7 @@ func (e *Election) Campaign(ctx context.Context, value string) (err error) {
 	if err := e.takeTurn(ctx); err != nil {
 		return e.errorf("campaign", err)
 	}
-	h, err := e.q.Acquire(ctx, core.Spec{Slots: 1, Value: value, Tel: e.tel}, nil)
+	h, err := e.q.Acquire(ctx, core.Spec{Value: value, Tel: e.tel}, nil)
 	if err == nil {
 		h.Done() // start the watch now: a loss from here on closes Done at once
 		if !h.Live() {

@@ -79,7 +79,7 @@ func (m *Mutex) Lock(ctx context.Context) (err error) {
 	if err := m.turn.Take(ctx); err != nil {
 		return m.errorf("lock", err)
 	}
-	h, err := m.q.Acquire(ctx, core.Spec{Slots: 1, Value: core.OwnerValue(""), Tel: m.tel}, m.setWaiting)
+	h, err := m.q.Acquire(ctx, core.Spec{Value: core.OwnerValue(""), Tel: m.tel}, m.setWaiting)
 	a.Held(h)
 	m.mu.Lock()
 	m.waiting, m.hold = "", h
@@ -108,7 +108,7 @@ func (m *Mutex) TryLock(ctx context.Context) (err error) {
 	if !m.turn.TryTake() {
 		return m.errorf("try lock", ErrLocked)
 	}
-	h, err := m.q.TryAcquire(ctx, core.Spec{Slots: 1, Value: core.OwnerValue("")})
+	h, err := m.q.TryAcquire(ctx, core.Spec{Value: core.OwnerValue("")})
 	a.Held(h)
 	if err != nil {
 		m.turn.Give()

@@ -20,11 +20,11 @@ const (
 
 // readSpec is a reader's: served once no write key is ahead of it.
 func readSpec() core.Spec {
-	return core.Spec{Kind: readKind, Ahead: writeKind, Slots: 1, Value: core.OwnerValue("")}
+	return core.Spec{Kind: readKind, Ahead: writeKind, Value: core.OwnerValue("")}
 }
 
 // writeSpec is a writer's: served once no key at all is ahead of it.
-func writeSpec() core.Spec { return core.Spec{Kind: writeKind, Slots: 1, Value: core.OwnerValue("")} }
+func writeSpec() core.Spec { return core.Spec{Kind: writeKind, Value: core.OwnerValue("")} }
 
 // RWMutex is a distributed readers/writer lock on one name, safe for use by several
 // goroutines like [sync.RWMutex]. Many readers hold it at once, a writer alone, in FIFO

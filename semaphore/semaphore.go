@@ -67,7 +67,7 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 		limitKey: limitKey,
 		tel:      tel,
 		spec: core.Spec{
-			Kind: permitKind, Ahead: permitKind, Slots: limit, Units: true, Tel: tel,
+			Kind: permitKind, Ahead: permitKind, Capacity: limit, Tel: tel,
 			// Every write of a permit key checks the limit in the same Txn.
 			Guard: []clientv3.Cmp{clientv3.Compare(clientv3.Value(limitKey), "=", strconv.Itoa(limit))},
 		},
@@ -75,12 +75,10 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 }
 
 // specFor is the spec of an acquisition of n units starting now: its key's value says who
-// and since when. It is served once fewer than limit-n+1 units are ahead of it, that is
-// once its n fit beside them.
+// and since when. Core serves it once its n fit beside the units ahead of it.
 func (s *Semaphore) specFor(n int) core.Spec {
 	spec := s.spec
-	spec.Kind = core.UnitsKind(permitKind, n)
-	spec.Slots = s.limit - n + 1
+	spec.Weight = n
 	spec.Value = core.OwnerValue("")
 	return spec
 }

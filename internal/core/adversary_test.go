@@ -52,7 +52,7 @@ func release(t *testing.T, h *core.Hold) {
 // go at one revision. A's waiter must not count its holder's delete and be served on a key
 // that went with it: it fails with ErrLost, and only B is served.
 func TestALeaseEndingTakesItsOwnWaiterWithItsHolder(t *testing.T) {
-	permit := core.Spec{Kind: core.KindPermit, Ahead: core.KindPermit, Slots: 1}
+	permit := core.Spec{Kind: core.KindPermit, Ahead: core.KindPermit}
 	for _, tc := range []struct {
 		name string
 		spec core.Spec
@@ -209,7 +209,7 @@ func TestATakenOverKeyGetsTheNewValue(t *testing.T) {
 	const name = "take-over"
 	admin, cli := cluster.Client(t), cluster.Client(t)
 	q := queue(t, cli, name)
-	h, err := q.Acquire(ctx, core.Spec{Slots: 1, Value: "first"}, nil)
+	h, err := q.Acquire(ctx, core.Spec{Value: "first"}, nil)
 	require.NoError(t, err)
 	key, lease := h.Key(), leaseOf(t, admin, h.Key())
 	release(t, h)
@@ -217,7 +217,7 @@ func TestATakenOverKeyGetsTheNewValue(t *testing.T) {
 	// acquisition landed after its cleanup.
 	_, err = admin.Put(ctx, key, "stale", clientv3.WithLease(lease))
 	require.NoError(t, err)
-	h, err = q.Acquire(ctx, core.Spec{Slots: 1, Value: "fresh"}, nil)
+	h, err = q.Acquire(ctx, core.Spec{Value: "fresh"}, nil)
 	require.NoError(t, err)
 	require.Equal(t, key, h.Key())
 	resp, err := admin.Get(ctx, key)

@@ -23,7 +23,7 @@ func testContext(t *testing.T) context.Context {
 	return ctx
 }
 
-var exclusive = core.Spec{Slots: 1}
+var exclusive = core.Spec{}
 
 func queue(t *testing.T, cli *clientv3.Client, name string, opts ...core.Option) *core.Queue {
 	t.Helper()
@@ -109,7 +109,7 @@ func TestReleaseTwiceEndsOnce(t *testing.T) {
 
 func TestSlotsAdmitThatManyHolders(t *testing.T) {
 	ctx := testContext(t)
-	spec := core.Spec{Slots: 2}
+	spec := core.Spec{Capacity: 2}
 	q := queue(t, cluster.Client(t), "slots")
 	a, err := q.Acquire(ctx, spec, nil)
 	require.NoError(t, err)
@@ -153,16 +153,16 @@ func TestNamePrefixKeepsNamesApart(t *testing.T) {
 func TestKeysAreReusedAndDistinctWhileLive(t *testing.T) {
 	ctx := testContext(t)
 	q := queue(t, cluster.Client(t), "reuse")
-	first, err := q.Acquire(ctx, core.Spec{Slots: 2}, nil)
+	first, err := q.Acquire(ctx, core.Spec{Capacity: 2}, nil)
 	require.NoError(t, err)
-	second, err := q.Acquire(ctx, core.Spec{Slots: 2}, nil)
+	second, err := q.Acquire(ctx, core.Spec{Capacity: 2}, nil)
 	require.NoError(t, err)
 	assert.NotEqual(t, first.Key(), second.Key(), "two live acquisitions share a key")
 
 	key := first.Key()
 	_, err = first.Release(ctx)
 	require.NoError(t, err)
-	again, err := q.Acquire(ctx, core.Spec{Slots: 2}, nil)
+	again, err := q.Acquire(ctx, core.Spec{Capacity: 2}, nil)
 	require.NoError(t, err)
 	assert.Equal(t, key, again.Key(), "a freed slot's key is not reused")
 	assert.Greater(t, again.Token(), second.Token())

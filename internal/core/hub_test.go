@@ -133,8 +133,8 @@ func TestACancelledWaiterAheadDoesNotHoldUpTheNext(t *testing.T) {
 func TestOnlyKeysOfTheAheadKindCount(t *testing.T) {
 	ctx := testContext(t)
 	const name = "kinds"
-	read := core.Spec{Kind: "r", Ahead: "w", Slots: 1}
-	write := core.Spec{Kind: "w", Slots: 1}
+	read := core.Spec{Kind: "r", Ahead: "w"}
+	write := core.Spec{Kind: "w"}
 	cli := cluster.Client(t)
 	r1, err := queue(t, cli, name).Acquire(ctx, read, nil)
 	require.NoError(t, err)

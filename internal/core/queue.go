@@ -49,22 +49,39 @@ func (q *Queue) Prefix() string { return q.prefix }
 // Client is the etcd client the queue works through.
 func (q *Queue) Client() *clientv3.Client { return q.cli }
 
-// Spec describes one kind of acquisition.
+// Spec describes one kind of acquisition in the queue's own terms: what kind of key it
+// writes, which keys it waits behind, and how many units it takes of how many the name has.
+// Core derives the rest: the key's sub-prefix (which carries a weight above one, see
+// units.go) and the threshold a waiter is served at.
 type Spec struct {
 	Kind  string // sub-prefix of the acquisition's key under the name ("" for a mutex)
 	Ahead string // sub-prefix whose earlier keys count against it ("" for every kind)
-	Slots int    // it is served once fewer than Slots keys are ahead in Ahead (their weight, with Units)
-	Value string // stored in the key
-	// Units says that keys of Ahead may weigh more than one (see UnitsKind): what is ahead
-	// is then their total weight, and the acquiring Txn reads the keys of more than one
-	// unit besides counting the range.
-	Units bool
+	// Capacity is how many units the keys of Ahead may hold at once (0 means 1), and Weight
+	// how many this acquisition takes (0 means 1; at most Capacity). It is served once the
+	// keys ahead of it weigh no more than Capacity-Weight. With a Capacity above 1 a key may
+	// weigh more than one unit: the acquiring Txn then also reads the keys that do.
+	Capacity, Weight int
+	Value            string // stored in the key
 	// Tel, if not nil, records where a blocking acquisition joined the line.
 	Tel *Telemetry
 	// Guard, if not empty, is ANDed into the If of every Txn that may write the key: when
 	// it fails, the acquisition writes nothing and returns ErrGuard (see try.go).
 	Guard []clientv3.Cmp
 }
+
+func (s Spec) capacity() int { return max(s.Capacity, 1) }
+
+func (s Spec) weight() int { return max(s.Weight, 1) }
+
+// slots is the threshold of the spec: it is served once what is ahead weighs less.
+func (s Spec) slots() int { return s.capacity() - s.weight() + 1 }
+
+// weighted reports whether the keys ahead may weigh more than one unit each.
+func (s Spec) weighted() bool { return s.capacity() > 1 }
+
+// keyKind is the sub-prefix the acquisition's key goes under: Kind, with its weight when
+// above one (see unitsKind).
+func (s Spec) keyKind() string { return unitsKind(s.Kind, s.weight()) }
 
 // Acquire enqueues and waits until spec's predicate holds, then returns the hold. onKey, if
 // not nil, learns the key before the wait. Uncontended it costs one Txn; a waiter adds one
@@ -79,7 +96,7 @@ func (q *Queue) Acquire(ctx context.Context, spec Spec, onKey func(string)) (*Ho
 // AcquireNotify is Acquire, and calls onQueued, if not nil, once the key is in etcd (its
 // place in line is taken), before the wait; not at all if the key could not be written.
 func (q *Queue) AcquireNotify(ctx context.Context, spec Spec, onKey func(string), onQueued func()) (*Hold, error) {
-	return q.withSlot(ctx, spec.Kind, func(sess *Session, sl *slot) (*Hold, error) {
+	return q.withSlot(ctx, spec.keyKind(), func(sess *Session, sl *slot) (*Hold, error) {
 		if onKey != nil {
 			onKey(sl.key())
 		}
@@ -94,7 +111,7 @@ func (q *Queue) AcquireNotify(ctx context.Context, spec Spec, onKey func(string)
 		if err == nil {
 			spec.Tel.enqueued(ctx, e.ahead, e.rev)
 		}
-		if err == nil && e.ahead >= spec.Slots {
+		if err == nil && e.ahead >= spec.slots() {
 			err = q.wait(ctx, sess, spec, sl.key(), e)
 		}
 		return q.grant(ctx, sess, sl, e.rev, err)
@@ -252,10 +269,10 @@ func (q *Queue) takeOver(ctx context.Context, sess *Session, kv *mvccpb.KeyValue
 	return nil
 }
 
-// wait returns once fewer than spec.Slots keys (or units) are ahead of key, counting the deletes its
+// wait returns once fewer than spec.slots() keys (or units) are ahead of key, counting the deletes its
 // hub dispatches; ErrLost when its own key or session goes first. It sends no RPC itself.
 func (q *Queue) wait(ctx context.Context, sess *Session, spec Spec, key string, e enqueued) error {
-	w := newQueueWaiter(key, e.rev, e.snap, e.ahead, q.prefix+spec.Ahead, spec.Slots)
+	w := newQueueWaiter(key, e.rev, e.snap, e.ahead, q.prefix+spec.Ahead, spec.slots())
 	w.weigh = weigherOf(q, spec)
 	h := join(q.hubKey(), w)
 	defer h.leave(w)

@@ -17,13 +17,13 @@ var ErrGuard = errors.New("etcdsync: guard failed")
 const countedTries = 3
 
 // TryAcquire takes a hold only if it would be served at once, having written nothing
-// otherwise. With spec.Slots <= 1 that is when no key is in spec.Ahead: one Txn, ErrLocked
-// when it fails. With more slots it is when fewer than spec.Slots keys are there (see
+// otherwise. With spec.slots() <= 1 that is when no key is in spec.Ahead: one Txn, ErrLocked
+// when it fails. With more slots it is when fewer than spec.slots() keys are there (see
 // tryCounted): ErrNoPermits, after one read-only Txn, when they are all taken. Either way
 // ErrGuard when spec.Guard fails.
 func (q *Queue) TryAcquire(ctx context.Context, spec Spec) (*Hold, error) {
-	return q.withSlot(ctx, spec.Kind, func(sess *Session, sl *slot) (*Hold, error) {
-		if spec.Slots > 1 {
+	return q.withSlot(ctx, spec.keyKind(), func(sess *Session, sl *slot) (*Hold, error) {
+		if spec.slots() > 1 {
 			return q.tryCounted(ctx, sess, spec, sl)
 		}
 		return q.try(ctx, sess, spec, sl)
@@ -93,11 +93,11 @@ func guardHeld(resp *clientv3.TxnResponse, i int) bool {
 	return resp.Responses[i].GetResponseTxn().GetSucceeded()
 }
 
-// tryCounted is TryAcquire for spec.Slots > 1: a hold only if fewer than spec.Slots keys
-// (units, with spec.Units) are in spec.Ahead, so that it is served at once and jumps no
-// waiter. On a semaphore of limit L an acquisition of n units has Slots L-n+1; a waiter of
-// m units has at least L-m+1 ahead of it, so while there is one the range holds more than
-// L units, and no try's count is under its Slots.
+// tryCounted is TryAcquire for spec.slots() > 1: a hold only if fewer than spec.slots() keys
+// (units, when weighted) are in spec.Ahead, so that it is served at once and jumps no
+// waiter. With capacity C an acquisition of weight n is served below C-n+1 units ahead; a
+// waiter of weight m waits behind at least C-m+1, so while there is one the range holds
+// more than C units, and no try's count is under its threshold.
 //
 // A Txn cannot compare a count, so it reads first and writes on condition: one read-only
 // Txn counts the range at revision R (and checks the guard); if a slot is free, a second
@@ -108,7 +108,7 @@ func guardHeld(resp *clientv3.TxnResponse, i int) bool {
 func (q *Queue) tryCounted(ctx context.Context, sess *Session, spec Spec, sl *slot) (*Hold, error) {
 	for range countedTries {
 		n, rev, err := q.countKeys(ctx, spec)
-		if err == nil && n >= spec.Slots {
+		if err == nil && n >= spec.slots() {
 			err = ErrNoPermits
 		}
 		if err != nil {
@@ -147,7 +147,7 @@ func (q *Queue) countKeys(ctx context.Context, spec Spec) (n int, rev int64, err
 }
 
 // putIfUnchanged writes the slot's key if no key of spec.Ahead was written after rev and
-// the guard holds: then fewer than spec.Slots keys are ahead of it, as counted at rev.
+// the guard holds: then fewer than spec.slots() keys are ahead of it, as counted at rev.
 // errMoved says a key arrived meanwhile (the slot is still claimed, nothing written). A key
 // of the slot already there (a try of this call whose answer was lost) is taken over if it
 // is served, else removed.
@@ -176,7 +176,7 @@ func (q *Queue) putIfUnchanged(ctx context.Context, sess *Session, spec Spec, sl
 	}
 	own := resp.Responses[0].GetResponseRange().Kvs
 	switch {
-	case len(own) == 1 && weigherOf(q, spec).ahead(resp.Responses[1].GetResponseRange().Kvs, own[0].CreateRevision) < spec.Slots:
+	case len(own) == 1 && weigherOf(q, spec).ahead(resp.Responses[1].GetResponseRange().Kvs, own[0].CreateRevision) < spec.slots():
 		if err == nil {
 			err = q.takeOver(ctx, sess, own[0], spec.Value)
 		}

@@ -22,8 +22,8 @@ import (
 // unitsMark starts the sub-prefix of the keys of more than one unit.
 const unitsMark = "u"
 
-// UnitsKind is the kind of an acquisition of n units of kind: kind itself for one unit.
-func UnitsKind(kind string, n int) string {
+// unitsKind is the kind of an acquisition of n units of kind: kind itself for one unit.
+func unitsKind(kind string, n int) string {
 	if n == 1 {
 		return kind
 	}
@@ -35,7 +35,7 @@ func UnitsKind(kind string, n int) string {
 type weigher string
 
 func weigherOf(q *Queue, spec Spec) weigher {
-	if !spec.Units {
+	if !spec.weighted() {
 		return ""
 	}
 	return weigher(q.prefix + spec.Ahead + unitsMark)
