@@ -24,6 +24,12 @@ const (
 	exitSignal    = 128 // + N: interrupted by signal N before the command ran
 )
 
+// freeStatus reports whether etcdsync never exits with status of its own: from 1 to 123, but
+// 64, 69 and 75. --command-failed takes one of them.
+func freeStatus(status int) bool {
+	return status >= 1 && status < exitTimeout && status != exitUsage && status != exitEtcd && status != exitBusy
+}
+
 // failure is an error that ends the command with code, reported as one line.
 type failure struct {
 	code int

@@ -79,7 +79,8 @@ func (c *holdCommand) define() *subcommand {
 	} else {
 		fs.BoolVar(&c.try, "try", false, "one try: exit 75 at once if the name is busy, having written nothing")
 	}
-	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after SIGTERM to the command's process group, SIGKILL after this long")
+	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after SIGTERM to the command's process group (on a loss, or passed on from etcdsync's first\nSIGINT, SIGTERM or SIGHUP), SIGKILL after this long; a second signal sends it at once")
+	fs.IntVar(&c.commandFailed, "command-failed", 0, "exit `N` whenever the command exits non-zero or dies of a signal, so that its\nstatus never reads as one of etcdsync's own; N from 1 to 123 but 64, 69, 75")
 	fs.BoolVar(&c.shell, "shell", false, "run CMD ARGS... joined by spaces with /bin/sh -c")
 	fs.BoolVar(&c.verbose, "verbose", false, "log every step to stderr, with times")
 	c.conn.register(fs)
@@ -109,6 +110,10 @@ func (c *holdCommand) parse(sub *subcommand, args []string, a *app) error {
 		return usagef("--timeout %v is negative", c.timeout)
 	case c.grace < 0:
 		return usagef("--grace %v is negative", c.grace)
+	case set["command-failed"] && !freeStatus(c.commandFailed):
+		return usagef("--command-failed %d: from 1 to 123, but not 64, 69 or 75, which are etcdsync's own", c.commandFailed)
+	case set["command-failed"] && len(rest) == 0:
+		return usagef("--command-failed without a command")
 	case c.try && set["timeout"]:
 		return usagef("--try and --timeout exclude each other: --try does not wait at all")
 	case c.try && c.verb == "elect":
