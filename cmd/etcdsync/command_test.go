@@ -50,6 +50,7 @@ func TestCommand(t *testing.T) {
 		{"ASignalWhileWaitingLeavesNoKey", testSignalWhileWaiting},
 		{"StatusShowsEveryKind", testStatusGolden},
 		{"StatusWatchFollowsChanges", testStatusWatch},
+		{"StatusWithoutNameFindsEveryNameAtTheRoot", testStatusFindsEveryName},
 		{"BadInputIsOneLineAndWritesNothing", testBadInput},
 		{"HelpOfEverySubcommand", testHelp},
 		{"UnreachableEtcdIsExit69", testUnreachableEtcd},

@@ -46,7 +46,6 @@ func testBadInput(t *testing.T, h *harness) {
 		{[]string{"sem", "-n", "4", "--units", "0", name}, nil, "etcdsync sem: --units 0: from 1 to -n 4"},
 		{[]string{"elect", "--try", name}, nil, "etcdsync elect: --try: an election has no try"},
 		{[]string{"rlock", "--value", "v", name}, nil, "etcdsync rlock: flag provided but not defined: -value"},
-		{[]string{"status"}, nil, "etcdsync status: NAME or --prefix needed"},
 		{[]string{"status", "--prefix", "app"}, nil, `etcdsync status: --prefix "app" does not end with '/'`},
 		{[]string{"status", "--kind", "mutex", name}, nil, `etcdsync status: --kind "mutex": lock or election`},
 		{[]string{"status", name, ""}, nil, "etcdsync status: etcdsync: invalid name: empty"},
