@@ -47,6 +47,7 @@ func TestCommand(t *testing.T) {
 		{"AStopEscalatesToSIGKILLAfterGrace", testStopEscalatesAfterGrace},
 		{"ASecondSignalKillsAtOnce", testSecondSignalKills},
 		{"CommandFailedMapsTheCommandsStatus", testCommandFailed},
+		{"AWaiterWhoseKeyOrLeaseIsRemovedWaitsAgain", testRemovedWaiterWaitsAgain},
 		{"ASignalWhileWaitingLeavesNoKey", testSignalWhileWaiting},
 		{"StatusShowsEveryKind", testStatusGolden},
 		{"StatusWatchFollowsChanges", testStatusWatch},

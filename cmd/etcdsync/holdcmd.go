@@ -10,9 +10,8 @@ import (
 )
 
 // The help of the hold commands: what each does, and an example.
-var holdHelp = map[string]struct{ synopsis, about, example string }{
+var holdHelp = map[string]struct{ about, example string }{
 	"lock": {
-		"lock [flags] NAME [-- CMD [ARGS...]]",
 		`Runs CMD while holding the lock NAME: one holder at a time across every host, served
 first come, first served. Exits with CMD's status. Without CMD, holds the lock until
 interrupted and prints its key and fencing token. On a name without '/' and '%',
@@ -23,7 +22,6 @@ etcdsync lock --endpoints 10.0.0.1:2379 nightly-report -- /usr/local/bin/report 
 etcdsync lock --try nightly-report -- /usr/local/bin/report`,
 	},
 	"rlock": {
-		"rlock [flags] NAME [-- CMD [ARGS...]]",
 		`Runs CMD while holding a read lock of NAME: many readers at once, but never while a
 writer (Go's etcdsync/rwmutex Lock on NAME) holds it; a reader that comes after a waiting
 writer waits behind it. ETCDSYNC_TOKEN is the create revision of the read key.`,
@@ -31,7 +29,6 @@ writer waits behind it. ETCDSYNC_TOKEN is the create revision of the read key.`,
 etcdsync rlock pricing-config -- etcdctl get --prefix pricing/ --write-out=json`,
 	},
 	"sem": {
-		"sem -n N [--units K] [flags] NAME [-- CMD [ARGS...]]",
 		`Runs CMD while holding one of N permits of NAME (K of them with --units K, all at once
 or none): at most N commands at once across every host (N units), served first come,
 first served; a command waiting for K units is not overtaken by smaller ones behind it.
@@ -43,7 +40,6 @@ etcdsync sem -n 4 thumbnailers -- ./make-thumbnails --batch 100
 etcdsync sem -n 16 --units 4 gpus -- ./train --gpus 4`,
 	},
 	"elect": {
-		"elect [--value V] [flags] NAME [-- CMD [ARGS...]]",
 		`Runs CMD once this candidate leads the election NAME: one leader at a time; the
 others wait in line and the next takes over when the leader's CMD exits or its hold is
 lost. On a name without '/' and '%', etcdctl elect and etcd's concurrency.Election
@@ -61,7 +57,7 @@ etcdsync elect --loop billing-leader -- ./billing-worker`,
 // define registers the flags of the hold command.
 func (c *holdCommand) define() *subcommand {
 	h := holdHelp[c.verb]
-	sub := newSubcommand(c.verb, h.synopsis, h.about, h.example)
+	sub := newSubcommand(c.verb, h.about, h.example)
 	fs := sub.flags
 	if c.verb == "sem" {
 		fs.IntVar(&c.limit, "n", 0, "how many (`N`) may hold at once (required)")

@@ -35,7 +35,7 @@ type statusCommand struct {
 }
 
 func (c *statusCommand) define() *subcommand {
-	sub := newSubcommand("status", "status [flags] [NAME...]",
+	sub := newSubcommand("status",
 		`Shows every holder and waiter of each NAME, in the order they are served: its kind
 (read, write, permit, permit(N) for one of N units, candidate or lock), position, state (holds, leads, waits), key,
 token (the key's create revision), lease and the TTL it has left, and its owner (host,

@@ -108,3 +108,31 @@ func testCommandFailed(t *testing.T, h *harness) {
 	assert.Equal(t, 0, holder.wait(30*time.Second), holder.stderr.text())
 	nothingLeft(t, cli, "", name)
 }
+
+// testRemovedWaiterWaitsAgain: a waiter whose key is deleted, or whose lease is revoked, by
+// an operator is not exit 69: it takes a new place in line and runs its command in turn.
+func testRemovedWaiterWaitsAgain(t *testing.T, h *harness) {
+	cli := cluster.Client(t)
+	for _, how := range []string{"deleted", "revoked"} {
+		name := "cmd-waiter-" + how
+		holder := h.start(t, environ(), "lock", name)
+		holder.stdout.awaitLine(t, "ETCDSYNC_TOKEN=", 30*time.Second)
+		waiter := h.start(t, environ(), "lock", "--verbose", name, "--", "true")
+		etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), 2)
+		keys := keysOf(t, cli, "", name)
+		require.Len(t, keys, 2)
+		if how == "deleted" {
+			_, err := cli.Delete(etcdtest.Context(t), keys[1].key)
+			require.NoError(t, err)
+		} else {
+			_, err := cli.Revoke(etcdtest.Context(t), keys[1].lease)
+			require.NoError(t, err)
+		}
+		waiter.stderr.awaitLine(t, "place in line lost", 30*time.Second)
+		etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), 2) // in line again
+		holder.signal(syscall.SIGTERM)
+		assert.Equal(t, 0, holder.wait(30*time.Second), holder.stderr.text())
+		assert.Equal(t, 0, waiter.wait(30*time.Second), "%s: %s", how, waiter.stderr.text())
+		nothingLeft(t, cli, "", name)
+	}
+}
