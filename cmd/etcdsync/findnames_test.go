@@ -27,7 +27,8 @@ import (
 // names at the root of the keyspace, where every name goes by default: those of etcd's own
 // concurrency.Mutex and Election (etcdctl lock and elect use them), of etcdsync's
 // primitives, and a semaphore nobody holds; not application data beside them, leased or not.
-// Other subtests hold names at the root meanwhile: only this one's are checked.
+// Other subtests hold names at the root meanwhile: only this one's are checked, and the
+// reads, one TimeToLive per lease of them all, get a minute.
 func testStatusFindsEveryName(t *testing.T, h *harness) {
 	q := newQueueing(t)
 	cli := cluster.Client(t)
@@ -90,7 +91,7 @@ func testStatusFindsEveryName(t *testing.T, h *harness) {
 		cli.Delete(ctx, core.NamePrefix(idleSem)+core.RecordLimit)
 	})
 
-	p := h.run(t, environ(), "status", "--json")
+	p := h.run(t, environ(), "status", "--json", "--command-timeout", "60s")
 	require.Equal(t, 0, p.code, p.stderr.text())
 	var snap snapshot
 	require.NoError(t, json.Unmarshal([]byte(p.stdout.text()), &snap))
@@ -110,7 +111,7 @@ func testStatusFindsEveryName(t *testing.T, h *harness) {
 		assert.NotContains(t, found, name, "application data shown as a name")
 	}
 
-	p = h.run(t, environ(), "status", "--kind", "election")
+	p = h.run(t, environ(), "status", "--kind", "election", "--command-timeout", "60s")
 	require.Equal(t, 0, p.code, p.stderr.text())
 	out := p.stdout.text()
 	assert.Contains(t, out, etcdElection+": election, 1 leading, 0 waiting\n")
