@@ -64,12 +64,13 @@ func (r *Run) exploreDo(ctx context.Context, wk *worker, d doer, rng *rand.Rand,
 }
 
 // exploreRun is one cycle through an election's Run: each term's lead makes the fenced
-// writes (and asks Done and Err now and then) and returns errTermDone. A term lost before
-// Run resigned makes Run campaign again and call lead once more: that term's release is
-// then recorded as refused, and the next term is a hold of its own. Run's return settles
-// the last term: errTermDone alone says the resign got through, so the term held until
-// lead returned; any other error (ctx's end, a resign without an answer) leaves it unknown,
-// and the handle is replaced.
+// writes (and asks Done and Err now and then) and returns errTermDone. By Run's contract a
+// lead that returns an error while still leading stops it; so when Run calls lead once
+// more, the term before was lost before its resign got through: its release is recorded as
+// refused, and the next term is a hold of its own. Run's return settles the last term:
+// errTermDone alone says the resign got through, so the term held until lead returned; any
+// other error (ctx's end, a resign without an answer) leaves it unknown, and the handle is
+// replaced. TestExploreRunRecordsEveryTerm holds Run to what this relies on.
 func (r *Run) exploreRun(ctx context.Context, wk *worker, l leaderLoop, rng *rand.Rand, call time.Duration) {
 	lctx, cancel := context.WithTimeout(ctx, lockTimeout)
 	defer cancel()
