@@ -24,7 +24,8 @@ const faultTTL = 2 * time.Second
 func TestFault(t *testing.T) { faulttest.Suite(t, workload()) }
 
 // TestExplore runs candidates and observers under schedules of operations and faults drawn
-// from seeds (faulttest.Explore). ETCDSYNC_EXPLORE=10m draws new seeds.
+// from seeds (faulttest.Explore); a quarter of the candidates' cycles are a Run, whose
+// every term makes fenced writes. ETCDSYNC_EXPLORE=10m draws new seeds.
 func TestExplore(t *testing.T) { faulttest.Explore(t, workload()) }
 
 func workload() faulttest.Workload {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
 
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
@@ -114,11 +115,14 @@ func TestRunStopsOnLeadsError(t *testing.T) {
 
 // TestRunStepsDownOnAFailedHealthCheck: the first failed check ends lead's ctx with the
 // check's error as its cause; Run resigns at once (another candidate leads) and campaigns
-// again only once the check passes.
+// again only once the check passes. Once Run has returned and its clients are closed, no
+// key and no goroutine (of a term, of its check) is left.
 func TestRunStepsDownOnAFailedHealthCheck(t *testing.T) {
 	const name = "run-health"
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	ignore := goleak.IgnoreCurrent()
+	cli, otherCli, admin := cluster.Client(t), cluster.Client(t), cluster.Client(t)
 	errSick := errors.New("sick")
 	var sick atomic.Bool
 	check := func(context.Context) error {
@@ -127,7 +131,7 @@ func TestRunStepsDownOnAFailedHealthCheck(t *testing.T) {
 		}
 		return nil
 	}
-	e := newElection(t, cluster.Client(t), name)
+	e := newElection(t, cli, name)
 	terms := make(chan context.Context, 2)
 	ended := make(chan error, 2)
 	errc := etcdtest.Async(func() error {
@@ -141,7 +145,7 @@ func TestRunStepsDownOnAFailedHealthCheck(t *testing.T) {
 	etcdtest.Within(t, terms, 20*time.Second, "the first term")
 	sick.Store(true)
 	assert.ErrorIs(t, etcdtest.Within(t, ended, 20*time.Second, "the end of the sick term"), errSick)
-	other := newElection(t, cluster.Client(t), name)
+	other := newElection(t, otherCli, name)
 	require.NoError(t, other.Campaign(ctx, "other"), "another candidate could not lead once the sick leader stepped down")
 	require.NoError(t, other.Resign(ctx))
 	select {
@@ -153,7 +157,11 @@ func TestRunStepsDownOnAFailedHealthCheck(t *testing.T) {
 	etcdtest.Within(t, terms, 20*time.Second, "a term once the check passed")
 	cancel()
 	assert.ErrorIs(t, etcdtest.Within(t, errc, 20*time.Second, "Run's return"), context.Canceled)
-	etcdtest.AwaitKeys(t, cluster.Client(t), core.NamePrefix(name), 0)
+	etcdtest.AwaitKeys(t, admin, core.NamePrefix(name), 0)
+	for _, c := range []*clientv3.Client{cli, otherCli, admin} {
+		require.NoError(t, c.Close())
+	}
+	etcdtest.NoNewGoroutines(t, ignore)
 }
 
 // TestRunRefusesBadInput: a nil lead or a bad health check is ErrInvalidOption, and Run
@@ -223,4 +231,104 @@ func TestACutOffLeadersLeadEndsBeforeAnotherLeads(t *testing.T) {
 		assert.ErrorIs(t, etcdtest.Within(t, cutErr, 20*time.Second, "the cut-off Run"), context.Canceled)
 		assert.ErrorIs(t, etcdtest.Within(t, otherErr, 20*time.Second, "the other Run"), context.Canceled)
 	}
+}
+
+// TestRunCampaignsAgainAfterItsMemberIsPartitioned: a 3-member cluster; the leading Run is
+// on a client of a follower that is then cut off from its peers, the other Run and the
+// watch of the name on clients of the other members. The cut-off leader's lead ctx ends
+// (ErrLost) at its session's local deadline, before etcd deletes its key on the lease's
+// expiry and the other is elected; once healed, the cut-off Run campaigns again and leads
+// the term after the other's. The timestamps are logged.
+func TestRunCampaignsAgainAfterItsMemberIsPartitioned(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-member cluster")
+	}
+	c, err := etcdtest.NewEmbedded(3, etcdtest.WithPeerProxies())
+	require.NoError(t, err)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	raftLeader, err := c.Leader(ctx)
+	require.NoError(t, err)
+	cutMember, otherMember := (raftLeader+1)%3, (raftLeader+2)%3
+	const name, ttl = "run-partitioned", 2 * time.Second
+	start := time.Now()
+
+	type term struct {
+		token int64
+		key   string
+		at    time.Duration // since start, when lead was called
+		ended time.Duration // when its ctx ended
+		cause error
+	}
+	cut := newElection(t, etcdtest.PinnedClient(t, c, cutMember), name, election.WithTTL(ttl))
+	cutTerms, cutEnded := make(chan term, 2), make(chan term, 2)
+	cutErr := etcdtest.Async(func() error {
+		return cut.Run(ctx, "cut", func(lctx context.Context) error {
+			tm := term{token: cut.Token(), key: cut.Key(), at: time.Since(start)}
+			cutTerms <- tm
+			<-lctx.Done()
+			tm.ended, tm.cause = time.Since(start), context.Cause(lctx)
+			cutEnded <- tm
+			return nil
+		})
+	})
+	first := etcdtest.Within(t, cutTerms, 20*time.Second, "the first term, on the member to be cut off")
+
+	other := newElection(t, etcdtest.PinnedClient(t, c, otherMember), name, election.WithTTL(ttl))
+	otherTerms := make(chan term, 2)
+	stepDown := make(chan struct{})
+	otherErr := etcdtest.Async(func() error {
+		return other.Run(ctx, "other", func(lctx context.Context) error {
+			otherTerms <- term{token: other.Token(), at: time.Since(start)}
+			select {
+			case <-stepDown:
+			case <-lctx.Done():
+			}
+			return nil
+		})
+	})
+	admin := etcdtest.PinnedClient(t, c, raftLeader)
+	primtest.AwaitKeys(t, admin, name, 2)
+	// The moment etcd deletes the cut-off leader's key, as a client of the raft leader sees
+	// it (a delete event carries the key and its mod revision only).
+	deleted := make(chan time.Duration, 1)
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	wch := admin.Watch(wctx, core.NamePrefix(name), clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	<-wch
+	go func() {
+		for resp := range wch {
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypeDelete && string(ev.Kv.Key) == first.key {
+					deleted <- time.Since(start)
+					return
+				}
+			}
+		}
+	}()
+
+	partitioned := time.Since(start)
+	c.Partition(cutMember)
+	lost := etcdtest.Within(t, cutEnded, ttl+20*time.Second, "the end of the cut-off leader's term")
+	gone := etcdtest.Within(t, deleted, ttl+20*time.Second, "the deletion of the cut-off leader's key")
+	second := etcdtest.Within(t, otherTerms, 20*time.Second, "the other's term")
+	t.Logf("partitioned at %v; the cut-off leader's lead ctx ended at %v (%v); its key deleted at %v; the other led at %v",
+		partitioned, lost.ended, lost.cause, gone, second.at)
+	assert.ErrorIs(t, lost.cause, core.ErrLost)
+	require.Less(t, lost.ended, gone, "the cut-off leader's lead ctx was still open when etcd deleted its key")
+	require.Less(t, lost.ended, second.at, "the other led while the cut-off leader's lead ctx was still open")
+	assert.Greater(t, second.token, first.token)
+
+	c.Heal(cutMember)
+	primtest.AwaitKeys(t, admin, name, 2) // the cut-off Run campaigns again, behind the other
+	etcdtest.Pending(t, cutErr, "the cut-off Run")
+	close(stepDown)
+	third := etcdtest.Within(t, cutTerms, 30*time.Second, "a term of the cut-off Run once healed")
+	assert.Greater(t, third.token, second.token)
+	t.Logf("healed; the cut-off Run led again at %v", third.at)
+	cancel()
+	assert.ErrorIs(t, etcdtest.Within(t, cutErr, 20*time.Second, "the cut-off Run"), context.Canceled)
+	assert.ErrorIs(t, etcdtest.Within(t, otherErr, 20*time.Second, "the other Run"), context.Canceled)
+	etcdtest.AwaitKeys(t, admin, core.NamePrefix(name), 0)
 }

@@ -34,7 +34,11 @@ func TestReadersOfSeveralClientsHoldAtOnce(t *testing.T) {
 }
 
 // TestReadersOfOneHandleShareOneKey: the goroutines reading through one handle write one
-// key between them, and all but the first join with no RPC.
+// key between them, and all but the first join with no RPC. It counts the requests of its
+// own calls (by their ctx) and those that name the group's key, not all of the client's:
+// meanwhile the client sets up the sentry the first joiner starts, in the background (its
+// watch of the name, and a read of it when other writes moved the revision since the hold,
+// as packages that run at once on one cluster do), and renews its lease.
 func TestReadersOfOneHandleShareOneKey(t *testing.T) {
 	ctx := etcdtest.Context(t)
 	const name, readers = "one-key", 32
@@ -43,24 +47,29 @@ func TestReadersOfOneHandleShareOneKey(t *testing.T) {
 	cli := primtest.CountedClient(t, cluster, cnt)
 	rw := newRW(t, cli, name)
 	require.NoError(t, rw.RLock(ctx))
-	before, rev := cnt.Counts(), etcdtest.Revision(t, admin)
+	key := cluster.Prefix() + rw.Key()
+	cnt.Track(key)
+	rev := etcdtest.Revision(t, admin)
 
+	joinCtx := rpcstat.WithLabel(ctx, "join")
 	var wg sync.WaitGroup
 	for range readers {
-		wg.Go(func() { assert.NoError(t, rw.RLock(ctx)) })
+		wg.Go(func() { assert.NoError(t, rw.RLock(joinCtx)) })
 	}
 	wg.Wait()
 	etcdtest.NoWrites(t, admin, rev, "joining readers wrote")
-	joined := cnt.Counts().Sub(before)
-	assert.Zero(t, joined["Txn"]+joined["Range"], "joining readers sent KV requests: %v", joined)
+	assert.Empty(t, cnt.Labelled("join"), "joining readers sent requests")
+	onKey := cnt.Under(key)
+	assert.Zero(t, onKey["Txn"]+onKey["Range"], "joining readers sent KV requests on the group's key: %v", onKey)
 	assert.Equal(t, int64(1), primtest.Keys(t, admin, name))
 
-	before = cnt.Counts()
+	leaveCtx := rpcstat.WithLabel(ctx, "leave")
+	before := cnt.Under(key)
 	for range readers {
-		require.NoError(t, rw.RUnlock(ctx))
+		require.NoError(t, rw.RUnlock(leaveCtx))
 	}
-	left := cnt.Counts().Sub(before)
-	assert.Zero(t, left["Txn"], "a reader that was not the last one out wrote: %v", left)
+	left := cnt.Under(key).Sub(before)
+	assert.Zero(t, left["Txn"]+cnt.Labelled("leave")["Txn"], "a reader that was not the last one out wrote: %v", left)
 	assert.Equal(t, int64(readers), left["Range"], "each reader leaving one at a time reads the key once: %v", left)
 	etcdtest.NoWrites(t, admin, rev, "a reader that was not the last one out wrote")
 	assert.Equal(t, int64(1), primtest.Keys(t, admin, name))

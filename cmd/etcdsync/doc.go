@@ -7,23 +7,27 @@
 //
 //	etcdsync lock   [flags] NAME [-- CMD [ARGS...]]
 //	etcdsync rlock  [flags] NAME [-- CMD [ARGS...]]
-//	etcdsync sem -n N [flags] NAME [-- CMD [ARGS...]]
+//	etcdsync sem    -n N [--units K] [flags] NAME [-- CMD [ARGS...]]
 //	etcdsync elect  [--value V] [--loop] [flags] NAME [-- CMD [ARGS...]]
-//	etcdsync status [--prefix P] [--json] [--watch] [--kind lock|election] [NAME...]
+//	etcdsync status [--prefix P] [--kind lock|election] [--json] [--watch] [flags] [NAME...]
+//	etcdsync help   [COMMAND]
 //
 // lock, rlock, sem and elect wait their turn (first come, first served), run CMD directly
-// (through /bin/sh -c only with --shell) in a process group of its own, release when it
-// exits and exit with its status. The command's environment has ETCDSYNC_NAME,
+// (through /bin/sh -c only with --shell) in a process group of its own, release when the
+// group is gone and exit with CMD's status. The command's environment has ETCDSYNC_NAME,
 // ETCDSYNC_KEY and ETCDSYNC_TOKEN (the key's create revision, its fencing token). If the
 // hold is lost (its lease's local deadline passed, its key was deleted, its lease revoked)
 // the whole group gets SIGTERM at once and SIGKILL after --grace, and etcdsync exits 125.
-// SIGINT, SIGTERM and SIGHUP are passed on to the group; etcdsync releases once the command
-// has exited and no process of its group is left. Without CMD, etcdsync holds until
-// interrupted, after printing the name, key and token.
+// etcdsync's first SIGINT, SIGTERM or SIGHUP goes to the group and starts --grace too; a
+// second signal sends SIGKILL at once; etcdsync then exits 128+N, N the first signal,
+// whatever the command's status. Without CMD, etcdsync holds until interrupted, after
+// printing the name, key and token. status without NAME lists every name at the root of
+// the keyspace, or under --prefix.
 //
-// Exit status: the command's, 128+N if it died of signal N; 64 usage, 69 etcd unreachable or
-// refusing, 75 busy (--try), 124 --timeout, 125 hold lost, 126 command not runnable, 127
-// command not found, 128+N interrupted by signal N while waiting.
+// Exit status: the command's, 128+N if it died of signal N (with --command-failed N, N for
+// every status but 0); 0 without CMD, released on a signal; 64 usage, 69 etcd unreachable
+// or refusing, 75 busy (--try), 124 --timeout, 125 hold lost, 126 command not runnable,
+// 127 command not found, 128+N signal N while waiting or stopping the command.
 //
 // etcd is reached as etcdctl reaches it: --endpoints, --cacert, --cert, --key, --user,
 // --password, --dial-timeout, --command-timeout, --insecure-skip-tls-verify, or the

@@ -5,6 +5,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -23,6 +24,12 @@ const (
 	exitNotFound  = 127 // the command was not found
 	exitSignal    = 128 // + N: interrupted by signal N before the command ran
 )
+
+// freeStatus reports whether etcdsync never exits with status of its own: from 1 to 123, but
+// 64, 69 and 75. --command-failed takes one of them.
+func freeStatus(status int) bool {
+	return status >= 1 && status < exitTimeout && status != exitUsage && status != exitEtcd && status != exitBusy
+}
 
 // failure is an error that ends the command with code, reported as one line.
 type failure struct {
@@ -52,6 +59,16 @@ func exitCode(err error) int {
 		return f.code
 	}
 	return exitEtcd
+}
+
+// packagePrefix is the prefix of the errors of etcdsync's packages ("etcdsync: invalid name")
+// where a message has one: at its start, after ": " or after "(".
+var packagePrefix = regexp.MustCompile(`(^|: |\()etcdsync: `)
+
+// message is err's text as etcdsync writes it after its own prefix ("etcdsync lock: "): one
+// line, without the packages' "etcdsync: " again ("etcdsync lock: invalid name: empty").
+func message(err string) string {
+	return oneLine(packagePrefix.ReplaceAllString(err, "$1"))
 }
 
 // oneLine makes msg one line, so that every error is one line on stderr: a multi-line error

@@ -20,11 +20,11 @@ type subcommand struct {
 
 // newSubcommand returns a subcommand whose flag set reports errors to the caller only: the
 // flag package's own output (the error, then every flag) would be many lines.
-func newSubcommand(name, synopsis, about, example string) *subcommand {
+func newSubcommand(name, about, example string) *subcommand {
 	fs := flag.NewFlagSet("etcdsync "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	return &subcommand{synopsis: synopsis, about: about, example: example, flags: fs}
+	return &subcommand{synopsis: synopsis(name), about: about, example: example, flags: fs}
 }
 
 // parse parses args, flags and operands mixed ("NAME --ttl 5s" as well as "--ttl 5s NAME"),

@@ -10,9 +10,8 @@ import (
 )
 
 // The help of the hold commands: what each does, and an example.
-var holdHelp = map[string]struct{ synopsis, about, example string }{
+var holdHelp = map[string]struct{ about, example string }{
 	"lock": {
-		"lock [flags] NAME [-- CMD [ARGS...]]",
 		`Runs CMD while holding the lock NAME: one holder at a time across every host, served
 first come, first served. Exits with CMD's status. Without CMD, holds the lock until
 interrupted and prints its key and fencing token. On a name without '/' and '%',
@@ -23,7 +22,6 @@ etcdsync lock --endpoints 10.0.0.1:2379 nightly-report -- /usr/local/bin/report 
 etcdsync lock --try nightly-report -- /usr/local/bin/report`,
 	},
 	"rlock": {
-		"rlock [flags] NAME [-- CMD [ARGS...]]",
 		`Runs CMD while holding a read lock of NAME: many readers at once, but never while a
 writer (Go's etcdsync/rwmutex Lock on NAME) holds it; a reader that comes after a waiting
 writer waits behind it. ETCDSYNC_TOKEN is the create revision of the read key.`,
@@ -31,7 +29,6 @@ writer waits behind it. ETCDSYNC_TOKEN is the create revision of the read key.`,
 etcdsync rlock pricing-config -- etcdctl get --prefix pricing/ --write-out=json`,
 	},
 	"sem": {
-		"sem -n N [--units K] [flags] NAME [-- CMD [ARGS...]]",
 		`Runs CMD while holding one of N permits of NAME (K of them with --units K, all at once
 or none): at most N commands at once across every host (N units), served first come,
 first served; a command waiting for K units is not overtaken by smaller ones behind it.
@@ -43,7 +40,6 @@ etcdsync sem -n 4 thumbnailers -- ./make-thumbnails --batch 100
 etcdsync sem -n 16 --units 4 gpus -- ./train --gpus 4`,
 	},
 	"elect": {
-		"elect [--value V] [flags] NAME [-- CMD [ARGS...]]",
 		`Runs CMD once this candidate leads the election NAME: one leader at a time; the
 others wait in line and the next takes over when the leader's CMD exits or its hold is
 lost. On a name without '/' and '%', etcdctl elect and etcd's concurrency.Election
@@ -61,7 +57,7 @@ etcdsync elect --loop billing-leader -- ./billing-worker`,
 // define registers the flags of the hold command.
 func (c *holdCommand) define() *subcommand {
 	h := holdHelp[c.verb]
-	sub := newSubcommand(c.verb, h.synopsis, h.about, h.example)
+	sub := newSubcommand(c.verb, h.about, h.example)
 	fs := sub.flags
 	if c.verb == "sem" {
 		fs.IntVar(&c.limit, "n", 0, "how many (`N`) may hold at once (required)")
@@ -79,7 +75,8 @@ func (c *holdCommand) define() *subcommand {
 	} else {
 		fs.BoolVar(&c.try, "try", false, "one try: exit 75 at once if the name is busy, having written nothing")
 	}
-	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after SIGTERM to the command's process group, SIGKILL after this long")
+	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after SIGTERM to the command's process group (on a loss, or passed on from etcdsync's first\nSIGINT, SIGTERM or SIGHUP), SIGKILL after this long; a second signal sends it at once")
+	fs.IntVar(&c.commandFailed, "command-failed", 0, "exit `N` whenever the command exits non-zero or dies of a signal, so that its\nstatus never reads as one of etcdsync's own; N from 1 to 123 but 64, 69, 75")
 	fs.BoolVar(&c.shell, "shell", false, "run CMD ARGS... joined by spaces with /bin/sh -c")
 	fs.BoolVar(&c.verbose, "verbose", false, "log every step to stderr, with times")
 	c.conn.register(fs)
@@ -109,6 +106,10 @@ func (c *holdCommand) parse(sub *subcommand, args []string, a *app) error {
 		return usagef("--timeout %v is negative", c.timeout)
 	case c.grace < 0:
 		return usagef("--grace %v is negative", c.grace)
+	case set["command-failed"] && !freeStatus(c.commandFailed):
+		return usagef("--command-failed %d: from 1 to 123, but not 64, 69 or 75, which are etcdsync's own", c.commandFailed)
+	case set["command-failed"] && len(rest) == 0:
+		return usagef("--command-failed without a command")
 	case c.try && set["timeout"]:
 		return usagef("--try and --timeout exclude each other: --try does not wait at all")
 	case c.try && c.verb == "elect":

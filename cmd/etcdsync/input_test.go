@@ -23,29 +23,32 @@ func testBadInput(t *testing.T, h *harness) {
 		{[]string{"lock"}, nil, "etcdsync lock: NAME missing"},
 		{[]string{"lock", "--bogus", name}, nil, "etcdsync lock: flag provided but not defined: -bogus"},
 		{[]string{"lock", "--ttl", "soon", name}, nil, `etcdsync lock: invalid value "soon" for flag -ttl`},
-		{[]string{"lock", "--ttl", "500ms", name, "--", "true"}, nil, "etcdsync lock: mutex \"cmd-bad-input\": etcdsync: invalid option: TTL 500ms is under 1s"},
+		{[]string{"lock", "--ttl", "500ms", name, "--", "true"}, nil, "etcdsync lock: mutex \"cmd-bad-input\": invalid option: TTL 500ms is under 1s"},
 		{[]string{"lock", "--prefix", "app", name, "--", "true"}, nil, `does not end with '/'`},
-		{[]string{"lock", "", "--", "true"}, nil, "etcdsync lock: etcdsync: invalid name: empty"},
-		{[]string{"lock", strings.Repeat("n", 513), "--", "true"}, nil, "etcdsync lock: etcdsync: invalid name: 513 bytes, more than 512"},
+		{[]string{"lock", "", "--", "true"}, nil, "etcdsync lock: invalid name: empty"},
+		{[]string{"lock", strings.Repeat("n", 513), "--", "true"}, nil, "etcdsync lock: invalid name: 513 bytes, more than 512"},
 		{[]string{"lock", "\xff", "--", "true"}, nil, "is not valid UTF-8"},
 		{[]string{"lock", "--timeout", "-1s", name}, nil, "etcdsync lock: --timeout -1s is negative"},
 		{[]string{"lock", "--try", "--timeout", "1s", name}, nil, "etcdsync lock: --try and --timeout exclude each other"},
 		{[]string{"lock", "--shell", name}, nil, "etcdsync lock: --shell without a command"},
+		{[]string{"lock", "--command-failed", "1", name}, nil, "etcdsync lock: --command-failed without a command"},
+		{[]string{"lock", "--command-failed", "0", name, "--", "true"}, nil, "etcdsync lock: --command-failed 0: from 1 to 123"},
+		{[]string{"lock", "--command-failed", "75", name, "--", "true"}, nil, "etcdsync lock: --command-failed 75: from 1 to 123, but not 64, 69 or 75"},
+		{[]string{"lock", "--command-failed", "130", name, "--", "true"}, nil, "etcdsync lock: --command-failed 130: "},
 		{[]string{"elect", "--loop", name}, nil, "etcdsync elect: --loop without a command"},
 		{[]string{"lock", "--user", "bob", name}, nil, `etcdsync lock: --user "bob" needs a name and a password`},
 		{[]string{"lock", "--cert", "c.pem", name}, nil, "etcdsync lock: --cert and --key go together"},
 		{[]string{"lock", name}, []string{"ETCDCTL_DIAL_TIMEOUT=soon"}, `etcdsync lock: ETCDCTL_DIAL_TIMEOUT="soon" is not a valid --dial-timeout`},
 		{[]string{"sem", name, "--", "true"}, nil, "etcdsync sem: -n N missing"},
-		{[]string{"sem", "-n", "0", name, "--", "true"}, nil, "etcdsync sem: semaphore \"cmd-bad-input\": etcdsync: invalid option"},
+		{[]string{"sem", "-n", "0", name, "--", "true"}, nil, "etcdsync sem: semaphore \"cmd-bad-input\": invalid option"},
 		{[]string{"sem", "-n", "many", name}, nil, `etcdsync sem: invalid value "many" for flag -n`},
 		{[]string{"sem", "-n", "4", "--units", "5", name}, nil, "etcdsync sem: --units 5: from 1 to -n 4"},
 		{[]string{"sem", "-n", "4", "--units", "0", name}, nil, "etcdsync sem: --units 0: from 1 to -n 4"},
 		{[]string{"elect", "--try", name}, nil, "etcdsync elect: --try: an election has no try"},
 		{[]string{"rlock", "--value", "v", name}, nil, "etcdsync rlock: flag provided but not defined: -value"},
-		{[]string{"status"}, nil, "etcdsync status: NAME or --prefix needed"},
 		{[]string{"status", "--prefix", "app"}, nil, `etcdsync status: --prefix "app" does not end with '/'`},
 		{[]string{"status", "--kind", "mutex", name}, nil, `etcdsync status: --kind "mutex": lock or election`},
-		{[]string{"status", name, ""}, nil, "etcdsync status: etcdsync: invalid name: empty"},
+		{[]string{"status", name, ""}, nil, "etcdsync status: invalid name: empty"},
 	}
 	cli := cluster.Client(t)
 	for _, tc := range cases {
@@ -53,6 +56,7 @@ func testBadInput(t *testing.T, h *harness) {
 		assert.Equal(t, exitUsage, p.code, "%q: %s", tc.args, p.stderr.text())
 		assertOneLine(t, p.stderr.text(), "etcdsync")
 		assert.Contains(t, p.stderr.text(), tc.stderr, "%q", tc.args)
+		assert.NotContains(t, p.stderr.text(), ": etcdsync: ", "%q: the prefix stutters", tc.args)
 		assert.Empty(t, p.stdout.text(), "%q", tc.args)
 	}
 	nothingLeft(t, cli, "", name)

@@ -33,7 +33,7 @@ func (a *app) logf(format string, args ...any) {
 
 // warnf reports a problem that does not change the exit status, on one line.
 func (a *app) warnf(format string, args ...any) {
-	fmt.Fprintf(a.stderr, "%s: warning: %s\n", a.command, oneLine(fmt.Sprintf(format, args...)))
+	fmt.Fprintf(a.stderr, "%s: warning: %s\n", a.command, message(fmt.Sprintf(format, args...)))
 }
 
 // command is a subcommand parsed into its flags, ready to run.
@@ -94,42 +94,8 @@ func run(args []string, a *app) int {
 		code, err = c.run(a)
 	}
 	if err != nil {
-		fmt.Fprintf(a.stderr, "%s: %s\n", a.command, oneLine(err.Error()))
+		fmt.Fprintf(a.stderr, "%s: %s\n", a.command, message(err.Error()))
 		return exitCode(err)
 	}
 	return code
-}
-
-// printHelp writes etcdsync's own help.
-func printHelp(w io.Writer) {
-	fmt.Fprint(w, `etcdsync runs a command under a distributed lock, read lock, semaphore permit or
-leadership held in etcd, and shows who holds and who waits.
-
-Usage:
-  etcdsync lock   [flags] NAME [-- CMD [ARGS...]]   one at a time
-  etcdsync rlock  [flags] NAME [-- CMD [ARGS...]]   many readers, no rwmutex writer
-  etcdsync sem -n N [flags] NAME [-- CMD [ARGS...]] N at a time
-  etcdsync elect  [--value V] [--loop] [flags] NAME [-- CMD [ARGS...]]  only the leader
-  etcdsync status [--prefix P] [--json] [--watch] [NAME...]
-  etcdsync help COMMAND                             flags and an example
-
-Holders are served first come, first served. The command runs in a process group of its
-own with ETCDSYNC_NAME, ETCDSYNC_KEY and ETCDSYNC_TOKEN (the fencing token) in its
-environment. If the hold is lost, the whole group gets SIGTERM at once, SIGKILL after
---grace. SIGINT, SIGTERM and SIGHUP are passed on to it. Without a command, etcdsync
-holds until interrupted.
-
-Exit status: the command's own (128+N if it died of signal N), or
-  64   usage: a bad flag, argument or name
-  69   etcd could not be reached, or refused (TLS, login, permission)
-  75   --try: the name is busy
-  124  --timeout passed before the hold was granted
-  125  the hold was lost while the command ran; it was stopped
-  126  the command could not be run
-  127  the command was not found
-  128+N  interrupted by signal N while waiting
-
-etcd is reached as etcdctl reaches it: --endpoints, --cacert, --cert, --key, --user,
---password, --dial-timeout, or ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ... in the environment.
-`)
 }

@@ -94,14 +94,38 @@ func TestOwnerFields(t *testing.T) {
 	assert.Equal(t, "unknown", ownerText(nil))
 }
 
-// TestNamesRoundTrip: the names status finds under a prefix are the names whose keys they are.
+// TestNamesRoundTrip: status shows the name whose escaped form a key holds.
 func TestNamesRoundTrip(t *testing.T) {
 	for _, name := range []string{"a", "a/b", "a%2Fb", "%", "100%/x", "ü/%25"} {
-		escaped := strings.TrimSuffix(core.NamePrefix(name), "/")
-		assert.Equal(t, name, unescapeName(escaped))
-		got := discover("p/", []*mvccpb.KeyValue{{Key: []byte("p/" + escaped + "/k"), CreateRevision: 1}, {Key: []byte("p/stray"), CreateRevision: 2}}, kindLock)
-		require.Len(t, got, 1)
-		assert.Equal(t, name, got[0].Name)
+		assert.Equal(t, name, unescapeName(strings.TrimSuffix(core.NamePrefix(name), "/")))
+	}
+}
+
+// TestSyncKeyShape: status without NAME takes a key for a holder's or waiter's by what
+// follows its name: the layouts of etcdsync, etcd's concurrency package, etcdctl and etcd's
+// recipes, and a semaphore's limit record; not application data.
+func TestSyncKeyShape(t *testing.T) {
+	for rest, want := range map[string]bool{
+		"694d9a6f23c1b705":          true, // concurrency.Mutex, Election, etcdctl lock and elect
+		"694d9a6f23c1b705_0":        true, // etcdsync
+		"read/694d9a6f23c1b705_1":   true,
+		"write/694d9a6f23c1b705_12": true,
+		"read/1732518400123456789":  true, // recipe.RWMutex
+		"permit/694d9a6f23c1b705_0": true,
+		"permit/u3/694d9a6f23c1_0":  true,
+		"limit":                     true,
+		"":                          false,
+		"config":                    false,
+		"694D9A":                    false,
+		"694d9a_":                   false,
+		"694d9a_x":                  false,
+		"a/694d9a":                  false, // a name under another prefix
+		"read/":                     false,
+		"permit/u3/":                false,
+		"permit/ux/694d9a_0":        false,
+		"limits":                    false,
+	} {
+		assert.Equal(t, want, syncKeyShape(rest), "%q", rest)
 	}
 }
 

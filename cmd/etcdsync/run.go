@@ -40,7 +40,9 @@ type holdCommand struct {
 	value   string // elect --value
 	loop    bool   // elect --loop
 
-	stopAsked bool // a signal was passed on to the command: never loop again
+	commandFailed int // --command-failed: the status for every non-zero status of the command; 0 to pass it on
+
+	stopSignal os.Signal // the first signal that asked the command to stop: never loop again
 }
 
 // what names the thing held, for messages: `lock "nightly"`.
@@ -130,7 +132,7 @@ func (c *holdCommand) run(a *app) (int, error) {
 // err: after a loss, or a command that exited 0, unless a signal was passed on to it.
 func (c *holdCommand) again(a *app, code int, err error) bool {
 	switch {
-	case !c.loop || c.stopAsked:
+	case !c.loop || c.stopSignal != nil:
 		return false
 	case err != nil && exitCode(err) == exitLost:
 		a.warnf("%v; campaigning again (--loop)", err)

@@ -5,12 +5,14 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/internal/core"
@@ -61,43 +63,35 @@ const (
 	stateUnknown = "unknown"
 )
 
-// maxOpsPerTxn is how many ranges status reads in one Txn: etcd refuses a Txn of more than
-// its --max-txn-ops (128 by default); more names are read at the first Txn's revision.
-const maxOpsPerTxn = 100
-
-// readSnapshot reads the names (or every name under prefix if names is empty) at one
-// revision, then the TTL of each distinct lease: one LeaseTimeToLive per lease.
+// readSnapshot reads the names (or the names findNames finds under prefix if names is empty)
+// at one revision, then the TTL of each distinct lease: one LeaseTimeToLive per lease.
 func readSnapshot(ctx context.Context, cli *clientv3.Client, prefix string, names []string, exclusive string) (*snapshot, error) {
-	ranges := rangesOf(prefix, names)
+	var targets []nameRange
 	var rev int64
-	kvsOf := make([][]*mvccpb.KeyValue, 0, len(ranges))
-	for chunk := range slices.Chunk(ranges, maxOpsPerTxn) {
-		ops := make([]clientv3.Op, len(chunk))
-		for i, r := range chunk {
-			opts := []clientv3.OpOption{clientv3.WithPrefix()}
-			if rev != 0 {
-				opts = append(opts, clientv3.WithRev(rev))
-			}
-			ops[i] = clientv3.OpGet(r, opts...)
-		}
-		resp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", strings.Join(chunk, ", "), err)
-		}
-		if rev == 0 {
-			rev = resp.Header.Revision
-		}
-		for _, r := range resp.Responses {
-			kvsOf = append(kvsOf, r.GetResponseRange().Kvs)
-		}
-	}
-	snap := &snapshot{Revision: rev}
 	if len(names) > 0 {
-		for i, n := range names {
-			snap.Names = append(snap.Names, queueOf(n, ranges[i], kvsOf[i], exclusive))
+		for _, n := range names {
+			targets = append(targets, nameRange{name: n, keyPrefix: prefix + core.NamePrefix(n)})
 		}
 	} else {
-		snap.Names = discover(prefix, kvsOf[0], exclusive)
+		var err error
+		if targets, rev, err = findNames(ctx, cli, prefix); err != nil {
+			return nil, err
+		}
+	}
+	keyPrefixes := make([]string, len(targets))
+	for i, t := range targets {
+		keyPrefixes[i] = t.keyPrefix
+	}
+	kvsOf, rev, err := readRanges(ctx, cli, keyPrefixes, rev)
+	if err != nil {
+		return nil, err
+	}
+	snap := &snapshot{Revision: rev, Names: []nameStatus{}}
+	for i, t := range targets {
+		if len(names) == 0 && !hasSyncKeys(t.keyPrefix, kvsOf[i]) {
+			continue // found by the shape of its keys, but they are other data
+		}
+		snap.Names = append(snap.Names, queueOf(t.name, t.keyPrefix, kvsOf[i], exclusive))
 	}
 	if err := readTTLs(ctx, cli, snap); err != nil {
 		return nil, err
@@ -105,7 +99,14 @@ func readSnapshot(ctx context.Context, cli *clientv3.Client, prefix string, name
 	return snap, nil
 }
 
-// rangesOf is what status reads: the key prefix of each name, or all of prefix without names.
+// nameRange is a name and where its keys are.
+type nameRange struct {
+	name      string
+	keyPrefix string
+}
+
+// rangesOf is what status watches: the key prefix of each name, or all of prefix without
+// names.
 func rangesOf(prefix string, names []string) []string {
 	if len(names) == 0 {
 		return []string{prefix}
@@ -117,26 +118,59 @@ func rangesOf(prefix string, names []string) []string {
 	return ranges
 }
 
-// discover finds the names under prefix: each key prefix + escaped name + "/" + the rest
-// belongs to the name; keys without a '/' after the prefix belong to none and are skipped.
-func discover(prefix string, kvs []*mvccpb.KeyValue, exclusive string) []nameStatus {
-	byEscaped := map[string][]*mvccpb.KeyValue{}
-	var order []string
-	for _, kv := range kvs {
-		escaped, _, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
-		if !ok {
-			continue
+// maxOpsPerTxn is how many ranges readRanges reads in one Txn at first: etcd refuses a Txn of
+// more than its --max-txn-ops (128 by default).
+const maxOpsPerTxn = 100
+
+// readRanges reads the keys under each of prefixes, at revision rev (0: the present), and
+// returns them with the revision read. It reads in Txns of up to maxOpsPerTxn ranges, every
+// one after the first at the first's revision, so that the whole is one consistent view.
+// When etcd refuses a Txn as too large (a server started with a lower --max-txn-ops), it
+// tries again with pieces half as large, down to single Ranges, which need no Txn.
+func readRanges(ctx context.Context, cli *clientv3.Client, prefixes []string, rev int64) ([][]*mvccpb.KeyValue, int64, error) {
+	kvsOf := make([][]*mvccpb.KeyValue, 0, len(prefixes))
+	piece := maxOpsPerTxn
+	for len(kvsOf) < len(prefixes) {
+		chunk := prefixes[len(kvsOf):min(len(prefixes), len(kvsOf)+piece)]
+		ops := make([]clientv3.Op, len(chunk))
+		for i, p := range chunk {
+			opts := []clientv3.OpOption{clientv3.WithPrefix()}
+			if rev != 0 {
+				opts = append(opts, clientv3.WithRev(rev))
+			}
+			ops[i] = clientv3.OpGet(p, opts...)
 		}
-		if _, seen := byEscaped[escaped]; !seen {
-			order = append(order, escaped)
+		var ranges []*clientv3.GetResponse
+		if len(ops) == 1 {
+			resp, err := cli.Do(clientv3.WithRequireLeader(ctx), ops[0])
+			if err != nil {
+				return nil, 0, fmt.Errorf("read %s: %w", chunk[0], err)
+			}
+			ranges = append(ranges, resp.Get())
+		} else {
+			resp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
+			if errors.Is(err, rpctypes.ErrTooManyOps) {
+				piece = max(1, len(ops)/2)
+				continue
+			}
+			if err != nil {
+				return nil, 0, fmt.Errorf("read %s: %w", strings.Join(chunk, ", "), err)
+			}
+			if rev == 0 {
+				rev = resp.Header.Revision
+			}
+			for _, r := range resp.Responses {
+				ranges = append(ranges, (*clientv3.GetResponse)(r.GetResponseRange()))
+			}
 		}
-		byEscaped[escaped] = append(byEscaped[escaped], kv)
+		for _, r := range ranges {
+			if rev == 0 {
+				rev = r.Header.Revision
+			}
+			kvsOf = append(kvsOf, r.Kvs)
+		}
 	}
-	var out []nameStatus
-	for _, escaped := range order {
-		out = append(out, queueOf(unescapeName(escaped), prefix+escaped+"/", byEscaped[escaped], exclusive))
-	}
-	return out
+	return kvsOf, rev, nil
 }
 
 // unescapeName undoes core.NamePrefix's escapes of '%' and '/'.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os/signal"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,19 +35,22 @@ type statusCommand struct {
 }
 
 func (c *statusCommand) define() *subcommand {
-	sub := newSubcommand("status", "status [flags] [NAME...]",
+	sub := newSubcommand("status",
 		`Shows every holder and waiter of each NAME, in the order they are served: its kind
 (read, write, permit, permit(N) for one of N units, candidate or lock), position, state (holds, leads, waits), key,
 token (the key's create revision), lease and the TTL it has left, and its owner (host,
 pid and since when) if the key's value names one, else "unknown". Works on the names
 of every etcdsync primitive and of etcd's own concurrency.Mutex, Election and etcdctl.
-Without NAME, shows every name under --prefix.`,
+Without NAME, shows every name under --prefix, or at the root of the keyspace, where
+names go by default (a name under a prefix is shown with --prefix).`,
 		`# who runs the nightly report, and who waits for it
 etcdsync status nightly-report
+# every name at the root of the keyspace, etcdctl's and etcd's concurrency package's too
+etcdsync status
 # every name under app/, for a script, and again at every change
 etcdsync status --prefix app/ --json --watch`)
 	fs := sub.flags
-	fs.StringVar(&c.prefix, "prefix", "", "the names' keys are under this `prefix` (ends with '/'); without NAME, show every name under it")
+	fs.StringVar(&c.prefix, "prefix", "", "the names' keys are under this `prefix` (ends with '/'); without NAME, show every name under it\n(without --prefix: every name at the root)")
 	fs.BoolVar(&c.json, "json", false, "write JSON: one document, or one line per change with --watch")
 	fs.BoolVar(&c.watch, "watch", false, "show it again at every change, until interrupted")
 	fs.StringVar(&c.kind, "kind", kindLock, "what the keys directly under a name are: lock (mutex, reentrant) or election")
@@ -72,9 +76,6 @@ func (c *statusCommand) parse(sub *subcommand, args []string, a *app) error {
 	}
 	if c.prefix != "" && !strings.HasSuffix(c.prefix, "/") {
 		return usagef("--prefix %q does not end with '/'", c.prefix)
-	}
-	if len(names) == 0 && c.prefix == "" {
-		return usagef("NAME or --prefix needed (etcdsync status --help)")
 	}
 	for _, n := range names {
 		if err := core.ValidateName(n); err != nil {
@@ -121,8 +122,15 @@ func (c *statusCommand) follow(ctx context.Context, cli *clientv3.Client, w io.W
 	defer cancel()
 	ranges := rangesOf(c.prefix, c.names)
 	ready := make(chan struct{}, len(ranges))
+	relevant := func(string) bool { return true }
+	if len(c.names) == 0 { // what else is under the prefix (the whole keyspace at the root) is no change
+		relevant = func(key string) bool {
+			_, rest, ok := strings.Cut(strings.TrimPrefix(key, c.prefix), "/")
+			return ok && syncKeyShape(rest)
+		}
+	}
 	for _, r := range ranges {
-		wg.Go(func() { watchRange(ctx, cli, r, ready, changed) })
+		wg.Go(func() { watchRange(ctx, cli, r, relevant, ready, changed) })
 	}
 	timeout := time.NewTimer(c.conn.commandTimeout)
 	defer timeout.Stop()
@@ -159,9 +167,9 @@ func (c *statusCommand) follow(ctx context.Context, cli *clientv3.Client, w io.W
 	}
 }
 
-// watchRange signals changed at every change under prefix until ctx ends, and ready once
-// its first watch is in place.
-func watchRange(ctx context.Context, cli *clientv3.Client, prefix string, ready, changed chan<- struct{}) {
+// watchRange signals changed at every change of a relevant key under prefix until ctx ends,
+// and ready once its first watch is in place.
+func watchRange(ctx context.Context, cli *clientv3.Client, prefix string, relevant func(key string) bool, ready, changed chan<- struct{}) {
 	first := true
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
@@ -170,7 +178,7 @@ func watchRange(ctx context.Context, cli *clientv3.Client, prefix string, ready,
 				first = false
 				ready <- struct{}{}
 			}
-			if len(resp.Events) > 0 || resp.Err() != nil {
+			if resp.Err() != nil || slices.ContainsFunc(resp.Events, func(ev *clientv3.Event) bool { return relevant(string(ev.Kv.Key)) }) {
 				select {
 				case changed <- struct{}{}:
 				default: // a read is due already
@@ -239,7 +247,11 @@ func (c *statusCommand) print(w io.Writer, snap *snapshot) error {
 		}
 		writeName(&b, ns)
 	}
-	if len(snap.Names) == 0 {
+	switch {
+	case len(snap.Names) > 0:
+	case c.prefix == "":
+		b.WriteString("no name at the root of the keyspace (for the names under a prefix: --prefix P)\n")
+	default:
 		fmt.Fprintf(&b, "no name under %q\n", c.prefix)
 	}
 	_, err := io.WriteString(w, b.String())

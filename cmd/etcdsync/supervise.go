@@ -19,7 +19,9 @@ import (
 const killWait = 5 * time.Second
 
 // runCommand starts the command in a process group of its own, supervises it until the
-// group is gone, and returns its exit status, or exitLost if the hold was lost meanwhile.
+// group is gone, and returns its exit status (see commandStatus); exitLost if the hold was
+// lost meanwhile; 128+N if etcdsync was asked to stop by signal N, whatever the command's
+// own status.
 func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal) (int, error) {
 	argv := c.command
 	if c.shell {
@@ -36,6 +38,7 @@ func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal) (int, er
 	case <-h.Done():
 		return 0, failf(exitLost, "%s lost before the command started: %v", c.what(), h.Err())
 	case sig := <-sigc:
+		c.stopSignal = sig
 		return 0, failf(exitSignal+signum(sig), "%s before the command started", signame(sig))
 	default:
 	}
@@ -45,23 +48,55 @@ func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal) (int, er
 		return 0, startError(argv[0], err)
 	}
 	a.logf("%s: command started: pid and process group %d", c.what(), g.pid)
-	lost, ended := c.supervise(a, h, g, sigc)
+	end := c.supervise(a, h, g, sigc)
 	switch {
-	case lost:
+	case end.lost:
 		return 0, failf(exitLost, "%s lost while the command ran (%v): the command was stopped", c.what(), h.Err())
-	case !ended: // it outlived SIGKILL: as good as killed, and reported
-		return exitSignal + int(syscall.SIGKILL), nil
+	case c.stopSignal != nil && end.killed != "":
+		return 0, failf(exitSignal+signum(c.stopSignal), "%s: the command's process group got SIGKILL: %s", signame(c.stopSignal), end.killed)
+	case c.stopSignal != nil:
+		return exitSignal + signum(c.stopSignal), nil
+	case !end.ended: // it outlived SIGKILL: as good as killed, and reported
+		return c.commandStatus(a, exitSignal+int(syscall.SIGKILL)), nil
 	}
-	return exitStatus(g.status), nil
+	return c.commandStatus(a, exitStatus(g.status)), nil
 }
 
+// commandStatus is the status etcdsync exits with for a command that ended with status:
+// status itself, or --command-failed's N for any status but 0.
+func (c *holdCommand) commandStatus(a *app, status int) int {
+	if status == 0 || c.commandFailed == 0 {
+		return status
+	}
+	a.logf("%s: the command's status %d is exit %d (--command-failed)", c.what(), status, c.commandFailed)
+	return c.commandFailed
+}
+
+// ending is how a supervised command's process group ended.
+type ending struct {
+	lost   bool   // the hold was lost while the group lived
+	ended  bool   // the group is gone (g.status says how the command ended); not if it outlived SIGKILL by killWait
+	killed string // why the group got SIGKILL, if it did
+}
+
+// stopPhase is how far etcdsync has gone in stopping a command's group.
+type stopPhase int
+
+const (
+	notStopping stopPhase = iota // the group runs undisturbed
+	terminating                  // SIGTERM (or the signal passed on) sent: SIGKILL once --grace runs out
+	killing                      // SIGKILL sent: given up on after killWait
+)
+
 // supervise passes signals on to the command's group until the group is gone, and stops
-// the group, all of it at once, when the hold is lost or the command exits leaving
-// processes behind: SIGTERM (and SIGCONT, for stopped ones), SIGKILL after --grace. It
-// reports whether the hold was lost while the group lived, and whether the command ended
-// (g.status says how); it did unless it outlived SIGKILL by killWait.
-func (c *holdCommand) supervise(a *app, h hold, g *group, sigc <-chan os.Signal) (lost, ended bool) {
+// the group, all of it at once: SIGTERM (and SIGCONT, for stopped processes), or the first
+// signal etcdsync got, then SIGKILL once --grace has run out, or at once on a second signal.
+// It stops the group when the hold is lost, when a signal asks etcdsync to stop (recorded in
+// c.stopSignal), and when the command exits leaving processes behind.
+func (c *holdCommand) supervise(a *app, h hold, g *group, sigc <-chan os.Signal) ending {
+	var end ending
 	done, exited := h.Done(), g.exited
+	phase := notStopping
 	var kill, giveUp *time.Timer
 	defer func() {
 		for _, t := range []*time.Timer{kill, giveUp} {
@@ -70,49 +105,72 @@ func (c *holdCommand) supervise(a *app, h hold, g *group, sigc <-chan os.Signal)
 			}
 		}
 	}()
-	stop := func() {
-		if kill != nil {
-			return // stopping already
+	terminate := func(sig syscall.Signal, why string) {
+		if phase != notStopping {
+			return
 		}
-		g.signal(syscall.SIGTERM)
+		phase = terminating
+		g.signal(sig)
 		g.signal(syscall.SIGCONT)
-		a.logf("%s: sent SIGTERM to process group %d; SIGKILL in %v", c.what(), g.pid, c.grace)
+		a.logf("%s: %s: sent %s to process group %d; SIGKILL in %v, or at a second signal", c.what(), why, signame(sig), g.pid, c.grace)
 		kill = time.NewTimer(c.grace)
+	}
+	killAll := func(why string) {
+		if phase == killing {
+			return
+		}
+		phase = killing
+		if kill != nil {
+			kill.Stop()
+		}
+		g.signal(syscall.SIGKILL)
+		end.killed = why
+		a.logf("%s: %s: sent SIGKILL to process group %d", c.what(), why, g.pid)
+		giveUp = time.NewTimer(killWait)
 	}
 	for {
 		select {
 		case <-done:
 			done = nil
-			lost = true
+			end.lost = true
 			a.logf("%s: lost: %v", c.what(), h.Err())
-			stop()
+			terminate(syscall.SIGTERM, "hold lost")
 		case sig := <-sigc:
-			c.stopAsked = true
-			g.signal(syscall.Signal(signum(sig)))
-			a.logf("%s: passed %s on to process group %d", c.what(), signame(sig), g.pid)
+			switch {
+			case c.stopSignal != nil:
+				killAll(fmt.Sprintf("%s after %s", signame(sig), signame(c.stopSignal)))
+			case phase == notStopping:
+				c.stopSignal = sig
+				terminate(syscall.Signal(signum(sig)), "got "+signame(sig))
+			default: // stopping already: pass it on, the grace runs on
+				c.stopSignal = sig
+				g.signal(syscall.Signal(signum(sig)))
+				a.logf("%s: passed %s on to process group %d", c.what(), signame(sig), g.pid)
+			}
 		case <-exited:
 			exited = nil
 			a.logf("%s: command exited: %s", c.what(), describeStatus(g.status))
 			select {
 			case <-g.empty:
-				return lost, true
+				end.ended = true
+				return end
 			default:
-				a.logf("%s: the command left processes in its group", c.what())
-				stop()
+				terminate(syscall.SIGTERM, "the command left processes in its group")
 			}
 		case <-timerC(kill):
-			g.signal(syscall.SIGKILL)
-			a.logf("%s: sent SIGKILL to process group %d", c.what(), g.pid)
-			giveUp = time.NewTimer(killWait)
+			kill = nil
+			killAll(fmt.Sprintf("--grace %v ran out", c.grace))
 		case <-timerC(giveUp):
 			a.warnf("processes of group %d still there %v after SIGKILL; leaving them", g.pid, killWait)
-			return lost, exited == nil
+			end.ended = exited == nil
+			return end
 		case <-g.empty:
 			if exited != nil { // the command's exit and the group's end came at once
 				a.logf("%s: command exited: %s", c.what(), describeStatus(g.status))
 			}
 			a.logf("%s: process group %d is gone", c.what(), g.pid)
-			return lost, true
+			end.ended = true
+			return end
 		}
 	}
 }

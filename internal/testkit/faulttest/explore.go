@@ -40,10 +40,11 @@ const (
 // Explore runs w under schedules drawn from seeds instead of one fault at a time: several
 // clients with several handles each (one lease carries several holds and waiters), workers
 // that lock, try, cancel at random moments, ask Done and Err, write under their holds and
-// release, and between them faults drawn from the seed: leases revoked, a name's keys
-// deleted by an operator, clients cut off beside healthy ones, answers that come late or
-// never, requests applied after the client gave up, renewals without an answer, Shutdown,
-// compaction, members partitioned or stopped. Each seed is checked as Suite checks a fault
+// release (or do that through Do, or through an election's Run, term after term), and
+// between them faults drawn from the seed: leases revoked, a name's keys deleted by an
+// operator, clients cut off beside healthy ones, answers that come late or never, requests
+// applied after the client gave up, renewals without an answer, Shutdown, compaction,
+// members partitioned or stopped. Each seed is checked as Suite checks a fault
 // (the fenced register, exclusion, linearizability, liveness once everything healed, no key
 // left), and also that a cut-off client never holds up the locks of the others, and that
 // no goroutine of the primitives outlives the seed's clients.
@@ -113,12 +114,14 @@ func exploreSeeds() (func(yield func(uint64) bool), error) {
 // exploreStats counts what the explorer covered.
 type exploreStats struct {
 	schedules, holds, failedLocks int
+	scoped                        int // of the holds, those taken through Do or Run
 	faults                        map[string]int
 }
 
 func (s *exploreStats) add(o exploreStats) {
 	s.schedules += o.schedules
 	s.holds += o.holds
+	s.scoped += o.scoped
 	s.failedLocks += o.failedLocks
 	for k, v := range o.faults {
 		if s.faults == nil {
@@ -136,8 +139,8 @@ func (s exploreStats) String() string {
 		n += v
 	}
 	slices.Sort(names)
-	return fmt.Sprintf("%d schedules, %d holds, %d failed or cancelled acquisitions, %d faults (%s)",
-		s.schedules, s.holds, s.failedLocks, n, strings.Join(names, ", "))
+	return fmt.Sprintf("%d schedules, %d holds (%d through Do or Run), %d failed or cancelled acquisitions, %d faults (%s)",
+		s.schedules, s.holds, s.scoped, s.failedLocks, n, strings.Join(names, ", "))
 }
 
 // exploration is one seed's run: the workload, its clients, and the side workers that lock
@@ -221,7 +224,7 @@ func exploreSeed(t *testing.T, env *Env, w Workload, seed uint64) exploreStats {
 		}
 	}
 	ops := x.r.hist.Ops()
-	st := exploreStats{schedules: 1, failedLocks: len(x.r.hist.FailedLocks()), faults: x.faults}
+	st := exploreStats{schedules: 1, failedLocks: len(x.r.hist.FailedLocks()), scoped: int(x.r.scoped.Load()), faults: x.faults}
 	for _, op := range ops {
 		if op.Kind == Acquire || op.Kind == ReadAcquire {
 			st.holds++
@@ -242,12 +245,6 @@ type doner interface {
 	Err() error
 }
 
-// doer is a Locker that runs work scoped to a hold (Do), whose Token and IsOwner are those
-// of that hold while the work runs.
-type doer interface {
-	Do(ctx context.Context, fn func(ctx context.Context) error) error
-}
-
 // busy reports whether err says a try found the lock taken.
 func busy(err error) bool {
 	return errors.Is(err, core.ErrLocked) || errors.Is(err, core.ErrNoPermits)
@@ -255,12 +252,17 @@ func busy(err error) bool {
 
 // exploreWork is a worker of the explorer: cycles of an acquisition drawn from rng (a try, a
 // Lock that is cancelled at a random moment, or one that may wait), Done and Err now and
-// then, fenced writes, and a release, until Stop.
+// then, fenced writes, and a release, until Stop. A quarter of the cycles of a Locker that
+// has Do go through it, and a quarter of those of an election through Run (see scoped.go).
 func (r *Run) exploreWork(ctx context.Context, wk *worker, rng *rand.Rand) {
 	for !r.stopped() {
 		call := r.hist.Now()
 		if d, ok := wk.lk.(doer); ok && rng.IntN(4) == 0 {
 			r.exploreDo(ctx, wk, d, rng, call)
+			continue
+		}
+		if l, ok := wk.lk.(leaderLoop); ok && rng.IntN(4) == 0 {
+			r.exploreRun(ctx, wk, l, rng, call)
 			continue
 		}
 		var err error
@@ -401,46 +403,4 @@ func ownGoroutines(patience time.Duration) string {
 		}
 		time.Sleep(100 * time.Millisecond) // goroutines end with no event to await
 	}
-}
-
-// exploreDo is one cycle through Do: the acquisition, then, inside fn, Done and Err now and
-// then and the fenced writes; the release is Do's own. Its outcome is Do's: nil released,
-// an error matching Lost a hold lost before its release, another error unknown (the handle
-// is then replaced, as after an Unlock without an answer).
-func (r *Run) exploreDo(ctx context.Context, wk *worker, d doer, rng *rand.Rand, call time.Duration) {
-	lctx, cancel := context.WithTimeout(ctx, lockTimeout)
-	defer cancel()
-	var token int64
-	var releaseCall time.Duration
-	entered := false
-	err := d.Do(lctx, func(context.Context) error {
-		entered = true
-		token = wk.lk.Token()
-		r.hist.add(Op{Worker: wk.id, Kind: Acquire, Token: token, Units: unitsOf(wk.lk), Call: call, Return: r.hist.Now()})
-		if dn, ok := wk.lk.(doner); ok && rng.IntN(2) == 0 {
-			_ = dn.Done()
-			_ = dn.Err()
-		}
-		r.writeUnderHold(wk, token)
-		releaseCall = r.hist.Now()
-		return nil
-	})
-	if !entered {
-		r.hist.lockFailed(wk.id, Acquire, call, err)
-		r.wait(time.Duration(rng.IntN(50)) * time.Millisecond)
-		return
-	}
-	op := Op{Worker: wk.id, Kind: Release, Token: token, Call: releaseCall, Return: r.hist.Now(), Err: err}
-	switch {
-	case err == nil:
-		op.Outcome = OK
-	case errors.Is(err, r.w.Lost):
-		op.Outcome = Refused
-	default:
-		op.Outcome = Ambiguous
-		if lk, oerr := r.w.Open(wk.cli.Client, r.name); oerr == nil {
-			wk.lk = lk
-		}
-	}
-	r.hist.add(op)
 }

@@ -252,7 +252,7 @@ func leaseRevoked(ctx context.Context, t testing.TB, r *Run) time.Duration {
 				return nil
 			}
 		}
-		return fmt.Errorf("no key of token %d under %q", h.token, r.w.Prefix(r.name))
+		return fmt.Errorf("%w: no key of token %d under %q", errHoldGone, h.token, r.w.Prefix(r.name))
 	})
 	revoked := r.hist.Now()
 	r.awaitLostHold(ctx, t, h, "revoked")
@@ -309,9 +309,14 @@ func clusterRestarted(ctx context.Context, t testing.TB, r *Run) time.Duration {
 	return r.hist.Now()
 }
 
+// errHoldGone is what a strike returns when the hold it came to strike had ended already
+// (its lease lapsed while a loaded machine starved its renewals): strikeHold then strikes
+// the next hold instead.
+var errHoldGone = errors.New("the hold had ended before the strike")
+
 // strikeHold runs strike in the middle of the next hold, on its worker's goroutine, between
 // the read and the Txn of a fenced write, and returns that hold once strike has returned; it
-// stops the test if strike fails.
+// stops the test if strike fails, and tries the next hold if strike finds it gone already.
 func (r *Run) strikeHold(ctx context.Context, t testing.TB, strike func(held) error) held {
 	t.Helper()
 	type result struct {
@@ -319,19 +324,25 @@ func (r *Run) strikeHold(ctx context.Context, t testing.TB, strike func(held) er
 		err error
 	}
 	struck := make(chan result, 1)
-	r.beforeNextWrite(func(wk *worker, token int64) {
-		h := held{wk, token}
-		struck <- result{h, strike(h)}
-	})
-	select {
-	case res := <-struck:
-		if res.err != nil {
-			t.Fatalf("faulttest: strike the hold of worker %d: %v", res.h.wk.id, res.err)
+	for {
+		r.beforeNextWrite(func(wk *worker, token int64) {
+			h := held{wk, token}
+			struck <- result{h, strike(h)}
+		})
+		select {
+		case res := <-struck:
+			switch {
+			case errors.Is(res.err, errHoldGone):
+				t.Logf("faulttest: the hold of worker %d (token %d) had ended before the strike (%v): striking the next", res.h.wk.id, res.h.token, res.err)
+				continue
+			case res.err != nil:
+				t.Fatalf("faulttest: strike the hold of worker %d: %v", res.h.wk.id, res.err)
+			}
+			return res.h
+		case <-ctx.Done():
+			t.Fatalf("faulttest: no worker acquired to strike: %v", ctx.Err())
+			return held{}
 		}
-		return res.h
-	case <-ctx.Done():
-		t.Fatalf("faulttest: no worker acquired to strike: %v", ctx.Err())
-		return held{}
 	}
 }
 

@@ -46,6 +46,7 @@ type Run struct {
 	stopLocks context.CancelFunc
 	wg        sync.WaitGroup
 	writeIDs  atomic.Int64
+	scoped    atomic.Int64                         // holds taken through Do or Run (the explorer's)
 	strike    atomic.Pointer[func(*worker, int64)] // called once, before the next fenced Txn
 }
 

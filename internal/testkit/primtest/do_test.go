@@ -16,52 +16,92 @@ import (
 )
 
 // forEachDoer runs test over every kind whose First runs work scoped to a hold (all but the
-// election, which has Run), with a Doer on a name of the test's own over a client of its own.
-func forEachDoer(t *testing.T, what string, test func(t *testing.T, k primtest.Kind, d primtest.Doer, l primtest.Locker, name string, admin *clientv3.Client)) {
+// election, which has Run), with a Doer on a name of the test's own over a client of its own
+// of c, starting with member 1, and an admin client of c starting with member 0.
+func forEachDoer(t *testing.T, c *etcdtest.Cluster, what string, test func(t *testing.T, dc doCase)) {
 	for _, k := range primtest.Kinds {
 		t.Run(k.Name, func(t *testing.T) {
-			name := what + "-" + k.Name
-			l := k.First.Make(t, cluster.Client(t), name)
-			d, ok := l.(primtest.Doer)
+			dc := doCase{k: k, name: what + "-" + k.Name, c: c, admin: etcdtest.SpreadClient(t, c, 0)}
+			dc.l = k.First.Make(t, etcdtest.SpreadClient(t, c, 1), dc.name)
+			d, ok := dc.l.(primtest.Doer)
 			if !ok {
 				t.Skipf("%s has no Do", k.Name)
 			}
-			test(t, k, d, l, name, cluster.Client(t))
+			dc.d = d
+			test(t, dc)
 		})
 	}
 }
 
-// TestDoHoldsWhileFnRunsAndReleasesAfter: fn runs while the hold is held (its key is in
-// etcd, another's try is busy), and the key is gone when Do returns nil.
+// A doCase is one kind's Do on a name of the test's own.
+type doCase struct {
+	k     primtest.Kind
+	name  string
+	c     *etcdtest.Cluster
+	l     primtest.Locker // First's handle, whose Do it is
+	d     primtest.Doer
+	admin *clientv3.Client
+}
+
+// second opens a Second handle on the name, on a client of c starting with member 2.
+func (dc doCase) second(t *testing.T) primtest.Locker {
+	return dc.k.Second.Make(t, etcdtest.SpreadClient(t, dc.c, 2), dc.name)
+}
+
+// keys counts the name's keys of holds and waiters.
+func (dc doCase) keys(t *testing.T) int64 { return etcdtest.CountKeys(t, dc.admin, dc.k.Keys(dc.name)) }
+
+// waitingCluster is where the Do tests run in which a client waits for what a client of
+// another member did: the binary's 3-member LaggingCluster, or the shared cluster when it
+// has three members already (ETCD_ENDPOINTS) or under -short.
+func waitingCluster(t *testing.T) *etcdtest.Cluster {
+	if testing.Short() || cluster.Size() >= 3 {
+		return cluster
+	}
+	return etcdtest.LaggingCluster(t)
+}
+
+// TestDoHoldsWhileFnRunsAndReleasesAfter: while fn runs the hold's key is in etcd, another's
+// try is busy and another's Lock, on a client of another member, waits; once Do has returned
+// nil the key is gone and that waiter is served.
 func TestDoHoldsWhileFnRunsAndReleasesAfter(t *testing.T) {
-	forEachDoer(t, "do-holds", func(t *testing.T, k primtest.Kind, d primtest.Doer, _ primtest.Locker, name string, admin *clientv3.Client) {
+	forEachDoer(t, waitingCluster(t), "do-holds", func(t *testing.T, dc doCase) {
 		ctx := etcdtest.Context(t)
-		ran := false
-		err := d.Do(ctx, func(fctx context.Context) error {
-			ran = true
-			assert.Equal(t, int64(1), etcdtest.CountKeys(t, admin, k.Keys(name)))
+		waiter := dc.second(t)
+		var key string
+		var served <-chan error
+		err := dc.d.Do(ctx, func(fctx context.Context) error {
+			key = dc.l.Key()
+			assert.Equal(t, int64(1), dc.keys(t))
 			assert.NoError(t, fctx.Err())
-			if k.Busy != nil {
-				other := k.Second.Make(t, cluster.Client(t), name)
-				assert.ErrorIs(t, other.TryLock(ctx), k.Busy)
+			if dc.k.Busy != nil {
+				assert.ErrorIs(t, dc.second(t).TryLock(ctx), dc.k.Busy)
 			}
+			served = etcdtest.Async(func() error { return waiter.Lock(ctx) })
+			if dc.k.InLine {
+				etcdtest.AwaitKeys(t, dc.admin, dc.k.Keys(dc.name), 2)
+			}
+			etcdtest.Pending(t, served, "another's Lock while fn runs")
 			return nil
 		})
 		require.NoError(t, err)
-		assert.True(t, ran)
-		assert.Zero(t, etcdtest.CountKeys(t, admin, k.Keys(name)), "the hold was not released after fn")
+		require.NotEmpty(t, key, "the hold's key while fn ran")
+		assert.Zero(t, etcdtest.CountKeys(t, dc.admin, key), "the hold was not released after fn")
+		require.NoError(t, etcdtest.Within(t, served, 20*time.Second, "the waiter, once Do released"))
+		require.NoError(t, waiter.Unlock(ctx))
+		assert.Zero(t, dc.keys(t))
 	})
 }
 
-// TestDoLossEndsFnsContextWithErrLost: an operator deletes the hold's key while fn runs:
-// fn's ctx ends with a cause matching ErrLost, and Do returns an error matching ErrLost
-// (joined with fn's), never nil.
+// TestDoLossEndsFnsContextWithErrLost: an operator, on a client of another member, deletes
+// the hold's key while fn runs: fn's ctx ends with a cause matching ErrLost, and Do returns
+// an error matching ErrLost (joined with fn's), never nil.
 func TestDoLossEndsFnsContextWithErrLost(t *testing.T) {
-	forEachDoer(t, "do-lost", func(t *testing.T, k primtest.Kind, d primtest.Doer, _ primtest.Locker, name string, admin *clientv3.Client) {
+	forEachDoer(t, waitingCluster(t), "do-lost", func(t *testing.T, dc doCase) {
 		ctx := etcdtest.Context(t)
 		errStopped := errors.New("stopped on loss")
-		err := d.Do(ctx, func(fctx context.Context) error {
-			_, err := admin.Delete(ctx, k.Keys(name), clientv3.WithPrefix())
+		err := dc.d.Do(ctx, func(fctx context.Context) error {
+			_, err := dc.admin.Delete(ctx, dc.k.Keys(dc.name), clientv3.WithPrefix())
 			require.NoError(t, err)
 			select {
 			case <-fctx.Done():
@@ -78,41 +118,41 @@ func TestDoLossEndsFnsContextWithErrLost(t *testing.T) {
 
 // TestDoReleasesWhenFnPanics: the hold is released before the panic goes on to the caller.
 func TestDoReleasesWhenFnPanics(t *testing.T) {
-	forEachDoer(t, "do-panic", func(t *testing.T, k primtest.Kind, d primtest.Doer, _ primtest.Locker, name string, admin *clientv3.Client) {
+	forEachDoer(t, cluster, "do-panic", func(t *testing.T, dc doCase) {
 		ctx := etcdtest.Context(t)
 		recovered := func() (r any) {
 			defer func() { r = recover() }()
-			_ = d.Do(ctx, func(context.Context) error { panic("boom") })
+			_ = dc.d.Do(ctx, func(context.Context) error { panic("boom") })
 			return nil
 		}()
 		assert.Equal(t, "boom", recovered)
-		assert.Zero(t, etcdtest.CountKeys(t, admin, k.Keys(name)), "the hold was not released before the panic went on")
+		assert.Zero(t, dc.keys(t), "the hold was not released before the panic went on")
 	})
 }
 
 // TestDoWithCtxDoneOrNilFnWritesNothing: with ctx done already Do returns ctx's error, and
 // with a nil fn ErrInvalidOption; neither calls fn nor writes to etcd.
 func TestDoWithCtxDoneOrNilFnWritesNothing(t *testing.T) {
-	forEachDoer(t, "do-nothing", func(t *testing.T, _ primtest.Kind, d primtest.Doer, _ primtest.Locker, _ string, admin *clientv3.Client) {
-		before := etcdtest.Revision(t, admin)
+	forEachDoer(t, cluster, "do-nothing", func(t *testing.T, dc doCase) {
+		before := etcdtest.Revision(t, dc.admin)
 		done, cancel := context.WithCancel(context.Background())
 		cancel()
 		called := false
 		fn := func(context.Context) error { called = true; return nil }
-		assert.ErrorIs(t, d.Do(done, fn), context.Canceled)
-		assert.ErrorIs(t, d.Do(etcdtest.Context(t), nil), core.ErrInvalidOption)
+		assert.ErrorIs(t, dc.d.Do(done, fn), context.Canceled)
+		assert.ErrorIs(t, dc.d.Do(etcdtest.Context(t), nil), core.ErrInvalidOption)
 		assert.False(t, called)
-		etcdtest.NoWrites(t, admin, before, "a Do that could not start wrote to etcd")
+		etcdtest.NoWrites(t, dc.admin, before, "a Do that could not start wrote to etcd")
 	})
 }
 
 // TestDoReleasesWhenCtxEndsDuringFn: ctx ends while fn runs: fn's ctx ends with ctx's cause,
 // and the hold is still released (on a context of its own) once fn returns.
 func TestDoReleasesWhenCtxEndsDuringFn(t *testing.T) {
-	forEachDoer(t, "do-cancel", func(t *testing.T, k primtest.Kind, d primtest.Doer, _ primtest.Locker, name string, admin *clientv3.Client) {
+	forEachDoer(t, cluster, "do-cancel", func(t *testing.T, dc doCase) {
 		ctx, cancel := context.WithCancelCause(etcdtest.Context(t))
 		errShutdown := errors.New("shutting down")
-		err := d.Do(ctx, func(fctx context.Context) error {
+		err := dc.d.Do(ctx, func(fctx context.Context) error {
 			cancel(errShutdown)
 			<-fctx.Done()
 			assert.ErrorIs(t, context.Cause(fctx), errShutdown)
@@ -120,6 +160,6 @@ func TestDoReleasesWhenCtxEndsDuringFn(t *testing.T) {
 		})
 		assert.ErrorIs(t, err, errShutdown)
 		assert.NotErrorIs(t, err, core.ErrLost)
-		assert.Zero(t, etcdtest.CountKeys(t, admin, k.Keys(name)), "the hold was not released after ctx ended")
+		assert.Zero(t, dc.keys(t), "the hold was not released after ctx ended")
 	})
 }

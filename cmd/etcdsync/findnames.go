@@ -1,0 +1,101 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// findPage is how many keys one Range of findNames reads.
+const findPage = 1000
+
+// findNames finds the names under prefix ("": at the root of the keyspace, where every name
+// goes by default, beside whatever else etcd holds): each key prefix + escaped name + "/" +
+// rest, where rest has the shape of a holder's or waiter's key (syncKeyShape), belongs to the
+// name. It reads the keys without their values, findPage at a time, all at the revision of
+// the first page, which it returns.
+func findNames(ctx context.Context, cli *clientv3.Client, prefix string) ([]nameRange, int64, error) {
+	key, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	if prefix == "" {
+		key = "\x00" // the whole keyspace: etcd takes no empty key
+	}
+	var found []nameRange
+	seen := map[string]bool{}
+	var rev int64
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(findPage)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := cli.Get(clientv3.WithRequireLeader(ctx), key, opts...)
+		if err != nil {
+			return nil, 0, fmt.Errorf("find the names under %q: %w", prefix, err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			escaped, rest, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
+			if ok && escaped != "" && !seen[escaped] && syncKeyShape(rest) {
+				seen[escaped] = true
+				found = append(found, nameRange{name: unescapeName(escaped), keyPrefix: prefix + escaped + "/"})
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return found, rev, nil
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// syncKeyShape reports whether rest, what follows a name's prefix in a key, has the shape of
+// a holder's or waiter's key: a lease in hex (etcd's concurrency.Mutex and Election,
+// etcdctl lock and elect), with "_" and a slot (etcdsync), or a time in decimal (etcd's
+// recipe.RWMutex), perhaps under read/, write/, permit/ or permit/uK/; or a semaphore's
+// limit record.
+func syncKeyShape(rest string) bool {
+	if rest == core.RecordLimit {
+		return true
+	}
+	for _, kind := range []string{core.KindRead, core.KindWrite, core.KindPermit} {
+		if r, ok := strings.CutPrefix(rest, kind); ok {
+			rest = r
+			if units, r, ok := strings.Cut(r, "/"); kind == core.KindPermit && ok && len(units) > 1 && units[0] == 'u' && allOf(units[1:], "0123456789") {
+				rest = r
+			}
+			break
+		}
+	}
+	id, slot, hasSlot := strings.Cut(rest, "_")
+	return allOf(id, "0123456789abcdef") && (!hasSlot || allOf(slot, "0123456789"))
+}
+
+// allOf reports whether s is not empty and has only runes of set.
+func allOf(s, set string) bool {
+	return s != "" && strings.Trim(s, set) == ""
+}
+
+// hasSyncKeys reports whether the keys under keyPrefix, those of a name findNames found,
+// are those of a primitive: one of the shape of a holder's key has a lease (every holder's
+// and waiter's key has one), or the limit record is a number. Application data that happens
+// to have that shape ("users/42") has neither.
+func hasSyncKeys(keyPrefix string, kvs []*mvccpb.KeyValue) bool {
+	for _, kv := range kvs {
+		rest := strings.TrimPrefix(string(kv.Key), keyPrefix)
+		if _, err := strconv.Atoi(string(kv.Value)); rest == core.RecordLimit && err == nil {
+			return true
+		}
+		if kv.Lease != 0 && syncKeyShape(rest) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,80 @@
+//go:build unix
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// usages are etcdsync's commands as its usage lists them: the one source of their synopses,
+// which `etcdsync --help` and `etcdsync help COMMAND` print and a test holds doc.go and
+// docs/command.md to.
+var usages = []struct{ verb, synopsis string }{
+	{"lock", "[flags] NAME [-- CMD [ARGS...]]"},
+	{"rlock", "[flags] NAME [-- CMD [ARGS...]]"},
+	{"sem", "-n N [--units K] [flags] NAME [-- CMD [ARGS...]]"},
+	{"elect", "[--value V] [--loop] [flags] NAME [-- CMD [ARGS...]]"},
+	{"status", "[--prefix P] [--kind lock|election] [--json] [--watch] [flags] [NAME...]"},
+	{"help", "[COMMAND]"},
+}
+
+// synopsis is verb's usage line after "etcdsync ".
+func synopsis(verb string) string {
+	for _, u := range usages {
+		if u.verb == verb {
+			return verb + " " + u.synopsis
+		}
+	}
+	return verb
+}
+
+// usageLines are the lines of etcdsync's usage, the verbs aligned.
+func usageLines() []string {
+	var lines []string
+	for _, u := range usages {
+		lines = append(lines, fmt.Sprintf("etcdsync %-6s %s", u.verb, u.synopsis))
+	}
+	return lines
+}
+
+// printHelp writes etcdsync's own help.
+func printHelp(w io.Writer) {
+	fmt.Fprintf(w, `etcdsync runs a command under a distributed lock, read lock, semaphore permit or
+leadership held in etcd, and shows who holds and who waits.
+
+Usage:
+  %s
+
+lock, rlock, sem and elect wait their turn, first come first served, then run CMD in a
+process group of its own, with ETCDSYNC_NAME, ETCDSYNC_KEY and ETCDSYNC_TOKEN (the
+fencing token) in its environment, and release when its group is gone: lock one at a
+time, rlock many readers but never beside an rwmutex writer, sem at most N at a time,
+elect only the leader. Without CMD, etcdsync holds until SIGINT, SIGTERM or SIGHUP.
+status shows who holds each NAME and who waits (--kind election: the keys directly
+under a name are an election's); without NAME, every name at the root of the keyspace,
+or under --prefix P.
+
+Stopping: when the hold is lost, the command's whole group gets SIGTERM at once; the
+first SIGINT, SIGTERM or SIGHUP etcdsync gets goes to the group. Either way SIGKILL
+follows after --grace (10s), or at once on a second signal.
+
+Exit status: the command's own (128+N if it died of signal N; N for every status but 0
+with --command-failed N), or etcdsync's:
+  0      without CMD: released after SIGINT, SIGTERM or SIGHUP
+  64     usage: a bad flag, argument or name
+  69     etcd could not be reached, or refused (TLS, login, permission), or the wait
+         failed; not for a waiter whose key or lease was removed: it waits again
+  75     --try: the name is busy
+  124    --timeout passed before the hold was granted
+  125    the hold was lost while the command ran; it was stopped
+  126    the command could not be run
+  127    the command was not found
+  128+N  signal N: while waiting, or the command was stopped by it (whatever its status)
+
+etcd is reached as etcdctl reaches it: --endpoints, --cacert, --cert, --key, --user,
+--password, --dial-timeout, --command-timeout, or ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ...
+in the environment. etcdsync help COMMAND shows a command's flags and an example.
+`, strings.Join(usageLines(), "\n  "))
+}
