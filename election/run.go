@@ -74,12 +74,12 @@ func (e *Election) Run(ctx context.Context, value string, lead func(ctx context.
 			continue
 		}
 		unhealthy := false
+		var leadErr error
 		err := core.Scoped(ctx, e.current(), func(lctx context.Context) error {
-			failed, err := cfg.lead(lctx, lead)
-			unhealthy = failed
-			return err
+			unhealthy, leadErr = cfg.lead(lctx, lead)
+			return leadErr
 		}, e.Resign)
-		why := stepDownOf(ctx, err, unhealthy)
+		why := stepDownOf(ctx, err, leadErr, unhealthy)
 		e.tel.SteppedDown(context.WithoutCancel(ctx), why)
 		switch why {
 		case core.StepDownCanceled:
@@ -87,13 +87,16 @@ func (e *Election) Run(ctx context.Context, value string, lead func(ctx context.
 		case core.StepDownError:
 			return err
 		}
-		// Lost, stepped down, or lead returned nil: campaign again (once healthy).
+		// Lost, stepped down, or lead returned nil: campaign again (once healthy). A resign
+		// that got no answer goes on in the background (see Do), and the next Campaign of
+		// this handle waits for it.
 	}
 }
 
-// stepDownOf says why a term ended: ctx's end, a loss, a failed health check, lead's error,
-// or lead returning nil.
-func stepDownOf(ctx context.Context, err error, unhealthy bool) core.StepDown {
+// stepDownOf says why a term ended, from the term's error err and lead's own: ctx's end, a
+// loss, a failed health check, lead's error, or lead returning nil. Only lead's error stops
+// Run: a resign that failed after lead returned nil is no reason to stop campaigning.
+func stepDownOf(ctx context.Context, err, leadErr error, unhealthy bool) core.StepDown {
 	switch {
 	case ctx.Err() != nil:
 		return core.StepDownCanceled
@@ -101,7 +104,7 @@ func stepDownOf(ctx context.Context, err error, unhealthy bool) core.StepDown {
 		return core.StepDownLost
 	case unhealthy:
 		return core.StepDownUnhealthy
-	case err != nil:
+	case leadErr != nil:
 		return core.StepDownError
 	}
 	return core.StepDownReturned

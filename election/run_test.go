@@ -332,3 +332,41 @@ func TestRunCampaignsAgainAfterItsMemberIsPartitioned(t *testing.T) {
 	assert.ErrorIs(t, etcdtest.Within(t, otherErr, 20*time.Second, "the other Run"), context.Canceled)
 	etcdtest.AwaitKeys(t, admin, core.NamePrefix(name), 0)
 }
+
+// TestRunCampaignsAgainAfterAResignWithoutAnswer: lead returns nil and the resign's delete
+// gets no answer (lost once on the way back): Run does not stop, since lead's error alone
+// stops it; the resign finishes in the background and the loop leads again, with a higher
+// token, until ctx ends, leaving no key.
+func TestRunCampaignsAgainAfterAResignWithoutAnswer(t *testing.T) {
+	const name = "run-resign-unanswered"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	inj := &etcdtest.Injector{}
+	e := newElection(t, inj.Client(t, cluster), name)
+	terms := make(chan int64, 2)
+	errc := etcdtest.Async(func() error {
+		return e.Run(ctx, "v", func(context.Context) error {
+			select {
+			case terms <- e.Token():
+			default:
+			}
+			// This term's resign is sent but its answer is lost: the release is retried in
+			// the background.
+			inj.Add(etcdtest.Rule{Method: "Txn", Match: etcdtest.TxnDeletesUnder(core.NamePrefix(name)), Action: etcdtest.Lose, Times: 1})
+			return nil
+		})
+	})
+	first := etcdtest.Within(t, terms, 30*time.Second, "the first term")
+	select {
+	case second := <-terms:
+		assert.Greater(t, second, first, "the second term's token")
+	case err := <-errc:
+		t.Fatalf("Run returned %v after a resign without an answer, with ctx alive", err)
+	case <-time.After(time.Minute):
+		t.Fatal("no second term within a minute")
+	}
+	cancel()
+	assert.ErrorIs(t, <-errc, context.Canceled)
+	inj.Clear()
+	etcdtest.AwaitKeys(t, cluster.Client(t), core.NamePrefix(name), 0)
+}

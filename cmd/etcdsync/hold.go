@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/election"
+	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/rwmutex"
 	"github.com/etcdsync/etcdsync/semaphore"
@@ -38,7 +39,7 @@ var errBusy = errors.New("busy")
 
 // busy maps the primitives' "a try found it busy" errors to errBusy.
 func busy(err error) error {
-	if errors.Is(err, mutex.ErrLocked) || errors.Is(err, semaphore.ErrNoPermits) {
+	if core.Busy(err) {
 		return fmt.Errorf("%w: %w", errBusy, err)
 	}
 	return err

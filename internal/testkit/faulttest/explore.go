@@ -2,7 +2,6 @@ package faulttest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -245,11 +244,6 @@ type doner interface {
 	Err() error
 }
 
-// busy reports whether err says a try found the lock taken.
-func busy(err error) bool {
-	return errors.Is(err, core.ErrLocked) || errors.Is(err, core.ErrNoPermits)
-}
-
 // exploreWork is a worker of the explorer: cycles of an acquisition drawn from rng (a try, a
 // Lock that is cancelled at a random moment, or one that may wait), Done and Err now and
 // then, fenced writes, and a release, until Stop. A quarter of the cycles of a Locker that
@@ -272,7 +266,7 @@ func (r *Run) exploreWork(ctx context.Context, wk *worker, rng *rand.Rand) {
 			tctx, cancel := context.WithTimeout(ctx, lockTimeout)
 			err = tl.TryLock(tctx)
 			cancel()
-			if busy(err) {
+			if core.Busy(err) {
 				r.wait(time.Duration(rng.IntN(30)) * time.Millisecond)
 				continue
 			}
