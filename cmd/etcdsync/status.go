@@ -231,28 +231,28 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) n
 	slices.SortFunc(ns.Queue, func(a, b entry) int {
 		return cmp.Or(cmp.Compare(a.Token, b.Token), strings.Compare(a.Key, b.Key))
 	})
-	permitsAhead, exclusiveAhead := 0, false
+	keys := make([]string, len(ns.Queue))
+	specs := make(map[string]core.Spec, len(ns.Queue))
+	for i, e := range ns.Queue {
+		keys[i] = e.Key
+		if s, ok := specOf(e, ns.Limit); ok {
+			specs[e.Key] = s
+		}
+	}
+	served := core.Served(keyPrefix, keys, func(rel string) (core.Spec, bool) {
+		s, ok := specs[keyPrefix+rel]
+		return s, ok
+	})
 	for i := range ns.Queue {
 		e := &ns.Queue[i]
 		e.Position = i + 1
 		if e.lease != 0 {
 			e.Lease = fmt.Sprintf("%x", int64(e.lease))
 		}
-		holds := false
-		switch e.Kind {
-		case kindRead:
-			holds = !exclusiveAhead
-		case kindPermit:
-			if ns.Limit == nil {
-				e.State = stateUnknown
-			}
-			units := max(e.Units, 1)
-			holds = ns.Limit != nil && permitsAhead+units <= *ns.Limit
-			permitsAhead += units
-		default:
-			holds = i == 0
-			exclusiveAhead = true
+		if e.Kind == kindPermit && ns.Limit == nil {
+			e.State = stateUnknown
 		}
+		holds := served[i]
 		switch {
 		case e.State != "":
 		case holds && e.Kind == kindCandidate:
@@ -264,6 +264,24 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) n
 		}
 	}
 	return ns
+}
+
+// specOf is the spec the key of e was written with, for core.Served: who holds is decided
+// by the rule the primitives wait on. A permit of a name whose limit is unknown has none:
+// whether it holds cannot be told (its state is unknown).
+func specOf(e entry, limit *int) (core.Spec, bool) {
+	switch e.Kind {
+	case kindRead:
+		return core.Spec{Kind: core.KindRead, Ahead: core.KindWrite}, true
+	case kindWrite:
+		return core.Spec{Kind: core.KindWrite}, true
+	case kindPermit:
+		if limit == nil {
+			return core.Spec{}, false
+		}
+		return core.Spec{Kind: core.KindPermit, Ahead: core.KindPermit, Capacity: *limit, Weight: max(e.Units, 1)}, true
+	}
+	return core.Spec{}, true
 }
 
 // readTTLs fills in the TTL each key's lease has left: one LeaseTimeToLive per lease. A lease

@@ -116,13 +116,51 @@ func (q *Queue) HeldUnits(ctx context.Context, kind string, limit int) (int, err
 	if err != nil {
 		return 0, fmt.Errorf("read the keys under %s: %w", q.prefix+kind, err)
 	}
+	keys := make([]string, len(resp.Kvs))
+	for i, kv := range resp.Kvs {
+		keys[i] = string(kv.Key)
+	}
+	served := Served(q.prefix, keys, func(rel string) (Spec, bool) {
+		return Spec{Kind: kind, Ahead: kind, Capacity: limit, Weight: w.of(q.prefix + rel)}, true
+	})
 	held := 0
-	for _, kv := range resp.Kvs {
-		n := w.of(string(kv.Key))
-		if held+n > limit {
-			break
+	for i, k := range keys {
+		if served[i] {
+			held += w.of(k)
 		}
-		held += n
 	}
 	return held, nil
+}
+
+// Served reports which keys of a name the queue serves now, by the one rule every
+// acquisition waits on (see Spec): a key is served once the keys ahead of it, those created
+// before it under its spec's Ahead, weigh less than its threshold. keys are the name's keys
+// (under prefix) in create-revision order; specOf gives the spec each was written with, from
+// its key relative to prefix, or false for a key that is no acquisition (a record), which is
+// neither served nor counted. The command's status and the semaphore's InUse decide by it.
+func Served(prefix string, keys []string, specOf func(rel string) (Spec, bool)) []bool {
+	served := make([]bool, len(keys))
+	specs := make([]Spec, len(keys))
+	acq := make([]bool, len(keys))
+	for i, k := range keys {
+		specs[i], acq[i] = specOf(strings.TrimPrefix(k, prefix))
+	}
+	for i := range keys {
+		if !acq[i] {
+			continue
+		}
+		spec := specs[i]
+		w := weigher("")
+		if spec.weighted() {
+			w = weigher(prefix + spec.Ahead + unitsMark)
+		}
+		ahead := 0
+		for j := range i {
+			if acq[j] && strings.HasPrefix(keys[j], prefix+spec.Ahead) {
+				ahead += w.of(keys[j])
+			}
+		}
+		served[i] = ahead < spec.slots()
+	}
+	return served
 }
