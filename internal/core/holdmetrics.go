@@ -19,6 +19,9 @@ type holdMetrics struct {
 	// unsettled: lost with its key gone while its session lived, so only etcd can say
 	// whether the lease went (revoked) or the key alone (deleted); see settleLoss.
 	unsettled bool
+	// settled is closed once the loss is counted, by whichever call of settleLoss took it:
+	// a Release waits for one the keyWatch runs, so that the loss is counted when it returns.
+	settled chan struct{}
 }
 
 // Held counts h among t's holds until it ends, and then records how long it lasted and,
@@ -83,14 +86,24 @@ func (h *Hold) recordEnd(err error) {
 func (h *Hold) settleLoss() {
 	h.mu.Lock()
 	m := h.metrics
-	unsettled := m != nil && m.unsettled
-	if unsettled {
-		m.unsettled = false
-	}
-	h.mu.Unlock()
-	if !unsettled {
+	switch {
+	case m == nil:
+		h.mu.Unlock()
+		return
+	case m.settled != nil: // settled, or being settled by the keyWatch: wait for it
+		settled := m.settled
+		h.mu.Unlock()
+		<-settled
+		return
+	case !m.unsettled:
+		h.mu.Unlock()
 		return
 	}
+	m.unsettled = false
+	settled := make(chan struct{})
+	m.settled = settled
+	h.mu.Unlock()
+	defer close(settled)
 	c := causeDeleted
 	if h.leaseGone() {
 		c = causeRevoked
