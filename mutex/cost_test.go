@@ -20,23 +20,29 @@ import (
 	"github.com/etcdsync/etcdsync/mutex"
 )
 
-// costCluster is a cluster whose server runs outside this process, so that the heap this
-// process measures is the client's alone: ETCD_ENDPOINTS, or one etcd server process when
-// etcd is on PATH. Without either the cost tests skip: an embedded member's heap would be
-// counted with the client's.
-func costCluster(t *testing.T) *etcdtest.Cluster {
+// costClients are two plain clients (no namespace: a namespaced client's holds each watch
+// on their own, see docs/guarantees.md) of a server that runs outside this process, so that
+// the heap this process measures is the client's alone: ETCD_ENDPOINTS, or one etcd server
+// process when etcd is on PATH. Without either the cost tests skip: an embedded member's heap
+// would be counted with the client's. root is where the test's keys go (the run's prefix on
+// an external cluster), and opts put a Mutex's keys there.
+func costClients(t *testing.T) (cli, other *clientv3.Client, root string, opts []mutex.Option) {
 	t.Helper()
-	if cluster.External() {
-		return cluster
+	c := cluster
+	if !c.External() {
+		bin := etcdtest.ServerBinary()
+		if bin == "" {
+			t.Skip("needs a server outside this process: ETCD_ENDPOINTS, or etcd on PATH")
+		}
+		var err error
+		c, err = etcdtest.NewProcesses(1, bin)
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
 	}
-	bin := etcdtest.ServerBinary()
-	if bin == "" {
-		t.Skip("needs a server outside this process: ETCD_ENDPOINTS, or etcd on PATH")
+	if root = c.Prefix(); root != "" {
+		opts = append(opts, mutex.WithPrefix(root))
 	}
-	c, err := etcdtest.NewProcesses(1, bin)
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
-	return c
+	return etcdtest.ClientOf(t, c.Endpoints()...), etcdtest.ClientOf(t, c.Endpoints()...), root, opts
 }
 
 // holdsToCount is how many holds the cost test takes: 5,000, or ETCDSYNC_HOLDS (the long
@@ -66,17 +72,16 @@ func heapNow() uint64 {
 // same count of etcd's concurrency.Mutex on one session is measured beside it for the
 // record.
 func TestCostPerHold(t *testing.T) {
-	c := costCluster(t)
+	cli, other, root, opts := costClients(t)
 	n := holdsToCount(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute+time.Duration(n)*10*time.Millisecond)
 	defer cancel()
-	cli := c.Client(t)
-	other := c.Client(t)
 	prefix := fmt.Sprintf("cost-%d/", time.Now().UnixNano())
-	t.Cleanup(func() { _, _ = other.Delete(context.Background(), prefix, clientv3.WithPrefix()) })
+	keys := root + prefix // where the holds' keys are
+	t.Cleanup(func() { _, _ = other.Delete(context.Background(), keys, clientv3.WithPrefix()) })
 
 	// Warm up: the session, the client's streams and the package's first allocations.
-	warm := newMutex(t, cli, prefix+"warm")
+	warm := newMutex(t, cli, prefix+"warm", opts...)
 	require.NoError(t, warm.Lock(ctx))
 	<-closedAfterDelete(t, other, warm)
 	_ = warm.Unlock(ctx)
@@ -87,7 +92,7 @@ func TestCostPerHold(t *testing.T) {
 	ms := make([]*mutex.Mutex, n)
 	dones := make([]<-chan struct{}, n)
 	for i := range ms {
-		ms[i] = newMutex(t, cli, fmt.Sprintf("%sm%d", prefix, i))
+		ms[i] = newMutex(t, cli, fmt.Sprintf("%sm%d", prefix, i), opts...)
 	}
 	require.NoError(t, inParallel(n, func(i int) error {
 		if err := ms[i].Lock(ctx); err != nil {
@@ -123,7 +128,7 @@ func TestCostPerHold(t *testing.T) {
 		require.ErrorIs(t, ms[i].Err(), mutex.ErrLost)
 	}
 	_ = inParallel(n, func(i int) error { _ = ms[i].Unlock(ctx); return nil })
-	etcdtest.AwaitKeys(t, other, prefix, 0)
+	etcdtest.AwaitKeys(t, other, keys, 0)
 
 	// etcd's own Mutex, for the record: its holds tell nobody of a loss.
 	sess, err := concurrency.NewSession(cli)
@@ -132,7 +137,7 @@ func TestCostPerHold(t *testing.T) {
 	before = heapNow()
 	theirs := make([]*concurrency.Mutex, n)
 	for i := range theirs {
-		theirs[i] = concurrency.NewMutex(sess, fmt.Sprintf("%se%d", prefix, i))
+		theirs[i] = concurrency.NewMutex(sess, fmt.Sprintf("%se%d", keys, i))
 	}
 	require.NoError(t, inParallel(n, func(i int) error { return theirs[i].Lock(ctx) }))
 	t.Logf("etcd's concurrency.Mutex, %d holds on one session: %d bytes per hold",
