@@ -68,7 +68,7 @@ func (e *Election) Run(ctx context.Context, value string, lead func(ctx context.
 			case !errors.Is(err, ErrLost):
 				return err
 			}
-			if err := pause(ctx, runPause); err != nil {
+			if err := core.Pause(ctx, runPause); err != nil {
 				return e.errorf("run", err)
 			}
 			continue
@@ -157,20 +157,8 @@ func (c *runConfig) awaitHealthy(ctx context.Context) error {
 		if c.check == nil || c.check(ctx) == nil {
 			return nil
 		}
-		if err := pause(ctx, c.every); err != nil {
+		if err := core.Pause(ctx, c.every); err != nil {
 			return err
 		}
-	}
-}
-
-// pause waits d, or returns ctx's error if it ends first.
-func pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -64,8 +65,15 @@ func newKeyWatch(cli *clientv3.Client) *keyWatch {
 // caller's) sees keys under another name; its holds are watched through its Watcher, one
 // watch each (see Hold.monitor).
 func ownWatch(cli *clientv3.Client) bool {
-	return fmt.Sprintf("%T", cli.KV) == "*clientv3.kv" && fmt.Sprintf("%T", cli.Watcher) == "*clientv3.watcher"
+	return reflect.TypeOf(cli.KV) == ownKV && reflect.TypeOf(cli.Watcher) == ownWatcher
 }
+
+// The types of clientv3's own KV and Watcher (their constructors touch neither argument
+// when both are nil).
+var (
+	ownKV      = reflect.TypeOf(clientv3.NewKVFromKVClient(nil, nil))
+	ownWatcher = reflect.TypeOf(clientv3.NewWatchFromWatchClient(nil, nil))
+)
 
 // add starts watching h's key, from the revision after its creation. Under h.mu: it must not
 // call back into h.

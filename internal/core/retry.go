@@ -201,8 +201,11 @@ func (b *Backoff) Next() time.Duration {
 func (b *Backoff) step() time.Duration { return b.Next() }
 
 // wait waits for the next delay, or until ctx ends (returning its error).
-func (b *Backoff) wait(ctx context.Context) error {
-	t := time.NewTimer(b.step())
+func (b *Backoff) wait(ctx context.Context) error { return Pause(ctx, b.step()) }
+
+// Pause waits d, or returns ctx's error if ctx ends first.
+func Pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
