@@ -14,6 +14,7 @@
 // ETCDSYNC_BENCH_ROUND) for each side in turn: ours, then etcd's (etcd's first in even
 // rounds), then one client Putting a key after another on the leader, and on a follower
 // when there are several members. One b.N iteration is all the rounds, so b.N stays 1 with
-// the default -benchtime and ns/op is the time of all rounds: read the custom metrics.
-// See realbench_test.go for what each one means.
+// the default -benchtime and ns/op is the time of all rounds: read the custom metrics,
+// which report (rounds_test.go) lists, and the line each sub-benchmark logs with every
+// round's figures.
 package realbench

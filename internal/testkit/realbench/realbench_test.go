@@ -276,7 +276,7 @@ func (t *target) measure(b *testing.B, c comparison) {
 		}
 	}
 	b.StopTimer()
-	report(b, fmt.Sprintf("%d members, leader m%d, %d rounds of %v", t.cluster.Size(), t.leader, rounds*b.N, d), c, all)
+	report(b, fmt.Sprintf("members=%d, leader m%d, %d rounds of %v", t.cluster.Size(), t.leader, rounds*b.N, d), c, all)
 }
 
 // commitSides are the sequential commits on the leader and, on several members, on the
