@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"os"
 	"sync"
 	"testing"
@@ -83,6 +84,7 @@ type target struct {
 	cluster *etcdtest.Cluster
 	root    string // every key of the sub-benchmark is under it; deleted at its end
 	leader  int    // the member that led at the start
+	metrics *scraper
 }
 
 // newTarget finds the leader and picks a fresh root under the cluster's prefix (the run's
@@ -97,8 +99,15 @@ func newTarget(b *testing.B, c *etcdtest.Cluster) *target {
 	}
 	var tag [6]byte
 	_, _ = rand.Read(tag[:])
-	t := &target{cluster: c, root: c.Prefix() + "realbench-" + hex.EncodeToString(tag[:]) + "/", leader: leader}
 	cfg := plainConfig(c, c.Endpoints())
+	tr := &http.Transport{TLSClientConfig: cfg.TLS}
+	b.Cleanup(tr.CloseIdleConnections)
+	t := &target{
+		cluster: c,
+		root:    c.Prefix() + "realbench-" + hex.EncodeToString(tag[:]) + "/",
+		leader:  leader,
+		metrics: newScraper(c.Endpoints(), tr),
+	}
 	b.Cleanup(func() { // registered first, so it runs after every client and session has closed
 		if _, err := etcdtest.DeletePrefix(cfg, t.root); err != nil {
 			b.Errorf("realbench: delete %s: %v", t.root, err)

@@ -17,4 +17,31 @@
 // the default -benchtime and ns/op is the time of all rounds: read the custom metrics,
 // which report (rounds_test.go) lists, and the line each sub-benchmark logs with every
 // round's figures.
+//
+// Besides the rates and the RPCs per op, each side reports what it cost, per headline op
+// (per cycle, read, write, permit, term; per commit for "leader" and "follower") over all of
+// its rounds, dividing by every op of a round, also those under way at its end. The server
+// figures come from every member's Prometheus metrics (GET <client URL>/metrics), read just
+// before and just after each of the side's rounds; the leader is the member that led at the
+// start of the sub-benchmark:
+//
+//   - "<side>-syncs/<op>": WAL fsyncs on the leader (etcd_disk_wal_fsync_duration_seconds_count)
+//     per op, and "<side>-sync-ms/sync" the mean time of one (its _sum over its _count), in ms.
+//     One commit costs one sync when etcd syncs no two together.
+//   - "<side>-proposals/<op>": raft proposals committed on the leader
+//     (etcd_server_proposals_committed_total) per op: the writes an op makes, about 2 a lock
+//     cycle (a Txn to lock, one to unlock) and 1 a commit.
+//   - "<side>-etcdCPU-ms/<op>": the CPU of the etcd processes (process_cpu_seconds_total),
+//     user and system, summed over every member, in ms per op; "<side>-leaderCPU-ms/<op>"
+//     the leader's alone. etcd counts it in clock ticks (10 ms a member), so short rounds of
+//     few ops read coarsely; it includes what serving /metrics costs around each round.
+//   - "<side>-clientCPU-ms/<op>": the CPU of the test process (getrusage RUSAGE_SELF, user
+//     and system) over the side's round, in ms per op. It counts every goroutine of the
+//     process, which during a round are that side's clients (and the other sides' idle
+//     ones: lease keep-alives, the gRPC runtime, the Go runtime).
+//
+// If a member's /metrics cannot be read (an external cluster that serves its metrics
+// elsewhere, or over TLS the benchmarks hold no certificate for), the server figures are
+// left out and the logged line says why; the benchmark goes on. So they are for a round
+// whose scrape failed.
 package realbench

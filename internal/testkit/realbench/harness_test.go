@@ -28,7 +28,7 @@ func TestRoundsAlternateWhoGoesFirst(t *testing.T) {
 	fake := func(name string) side {
 		return side{name: name, run: func(_ context.Context, d time.Duration) (tally, error) {
 			ran = append(ran, name)
-			return tally{d, []count{{op: "cycle", within: int64(len(ran)), all: int64(len(ran))}}}, nil
+			return tally{d, []count{{op: "cycle", within: int64(len(ran)), all: int64(len(ran))}}, nil}, nil
 		}}
 	}
 	c := comparison{ours: fake("ours"), rival: fake("etcd"), commits: []side{fake("leader"), fake("follower")}}
@@ -82,8 +82,8 @@ func TestSummaryAndRPCsPerOp(t *testing.T) {
 	assert.Equal(t, summary{median: 2, low: 1, high: 9}, summarise([]float64{9, 2, 1}))
 	assert.Equal(t, summary{median: 2.5, low: 1, high: 9}, summarise([]float64{9, 3, 1, 2}))
 	ts := []tally{
-		{time.Second, []count{{op: "cycle", within: 3, all: 4, rpcs: rpcstat.Counts{"Txn": 8, keepAlives: 5}}}},
-		{time.Second, []count{{op: "cycle", within: 5, all: 6, rpcs: rpcstat.Counts{"Txn": 12, "Range": 1}}}},
+		{time.Second, []count{{op: "cycle", within: 3, all: 4, rpcs: rpcstat.Counts{"Txn": 8, keepAlives: 5}}}, nil},
+		{time.Second, []count{{op: "cycle", within: 5, all: 6, rpcs: rpcstat.Counts{"Txn": 12, "Range": 1}}}, nil},
 	}
 	assert.Equal(t, []map[string]float64{{"Txn": 2, "Range": 0.1}}, rpcsPerOp(ts))
 }

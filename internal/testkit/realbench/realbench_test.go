@@ -148,7 +148,7 @@ func readHeavySide(name string, readers, writer []counted, lockers []rwLocker) s
 		return tally{win.length(), []count{
 			{"read", m.within, m.all, countsOf(readers).Sub(readersBefore)},
 			{"write", writes.within, writes.all, countsOf(writer).Sub(writerBefore)},
-		}}, err
+		}, nil}, err
 	}}
 }
 
@@ -264,6 +264,14 @@ func (t *target) measure(b *testing.B, c comparison) {
 	sides := 2 + len(c.commits)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(b.N*rounds*sides)*d+2*time.Minute)
 	defer cancel()
+	sc, unread := t.metrics, error(nil)
+	if _, err := sc.sample(ctx); err != nil { // e.g. an external cluster without /metrics there
+		sc, unread = nil, fmt.Errorf("no server metrics: %w", err)
+	}
+	c.ours, c.rival = observed(c.ours, sc, t.leader, unread), observed(c.rival, sc, t.leader, unread)
+	for i, s := range c.commits {
+		c.commits[i] = observed(s, sc, t.leader, unread)
+	}
 	all := results{}
 	b.ResetTimer()
 	for range b.N {

@@ -24,10 +24,11 @@ type side struct {
 }
 
 // A tally is what a side did in one round: its counts, the first of which is the headline
-// (reads beside writes), and the round's length.
+// (reads beside writes), the round's length and, if measured, what it cost.
 type tally struct {
 	elapsed time.Duration
 	counts  []count
+	use     *usage // what the servers and the test process spent (see observed); nil if not measured
 }
 
 // A count is one kind of op of a round: those completed within it, all of them (also those
@@ -129,6 +130,11 @@ const keepAlives = "LeaseKeepAlive.send"
 //     rounds (a "Watch" is a watch stream opened, "Watch.send" a watch created or cancelled
 //     on one, "LeaseKeepAlive" a keep-alive stream opened; keep-alive messages are not
 //     counted).
+//   - "<side>-syncs/<op>", "<side>-sync-ms/sync", "<side>-proposals/<op>",
+//     "<side>-etcdCPU-ms/<op>", "<side>-leaderCPU-ms/<op>", "<side>-clientCPU-ms/<op>": what
+//     every side's headline op cost the leader, the members and the test process (doc.go,
+//     usePerOp); the server figures only if the members' /metrics could be read, else the
+//     line says why.
 func report(b *testing.B, about string, c comparison, res results) {
 	var line strings.Builder
 	line.WriteString(about)
@@ -166,6 +172,19 @@ func report(b *testing.B, about string, c comparison, res results) {
 				fmt.Fprintf(&line, " %s-%s/%s %.3g", s.name, m, op, v)
 			}
 		}
+	}
+	missing, rounds := 0, 0
+	var why error
+	for _, s := range sides {
+		reportUsage(b, &line, s.name, res[s.name])
+		n, err := usageErr(res[s.name])
+		missing, rounds = missing+n, rounds+len(res[s.name])
+		if why == nil {
+			why = err
+		}
+	}
+	if missing > 0 {
+		fmt.Fprintf(&line, "; server metrics not read in %d of %d rounds of a side, left out (%v)", missing, rounds, why)
 	}
 	b.Log(line.String())
 }
@@ -275,7 +294,7 @@ func loopSide(name, op string, clients []counted, workers []func(context.Context
 		w := openWindow(d)
 		m, err := loop(ctx, w, workers)
 		elapsed := w.length()
-		return tally{elapsed, []count{{op, m.within, m.all, countsOf(clients).Sub(before)}}}, err
+		return tally{elapsed, []count{{op, m.within, m.all, countsOf(clients).Sub(before)}}, nil}, err
 	}}
 }
 
