@@ -42,6 +42,6 @@
 //
 // If a member's /metrics cannot be read (an external cluster that serves its metrics
 // elsewhere, or over TLS the benchmarks hold no certificate for), the server figures are
-// left out and the logged line says why; the benchmark goes on. So they are for a round
-// whose scrape failed.
+// left out and the logged line says why; the benchmark goes on. A single round whose
+// reading failed is left out of them likewise, and counted in the line.
 package realbench
