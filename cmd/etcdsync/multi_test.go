@@ -30,7 +30,7 @@ func testLockOfSeveralNames(t *testing.T, h *harness) {
 	}
 	status := h.run(t, environ(), "status", a, b)
 	require.Equal(t, 0, status.code, status.stderr.text())
-	holds := regexp.MustCompile(`(?m)^  1 +lock +holds +\S+ +` + token + ` `).FindAllString(status.stdout.text(), -1)
+	holds := regexp.MustCompile(`(?m)^  1 +lock +holds +\S+ +`+token+` `).FindAllString(status.stdout.text(), -1)
 	assert.Len(t, holds, 2, "status shows the one token under each name:\n%s", status.stdout.text())
 
 	busy := h.run(t, environ(), "lock", "--try", b, "--", "true")

@@ -188,7 +188,9 @@ type MultiLocker struct {
 }
 
 // NewMultiLocker is m as a Locker whose Key and IsOwner are those of name, one of m's names.
-func NewMultiLocker(m *mutex.Multi, name string) *MultiLocker { return &MultiLocker{Multi: m, name: name} }
+func NewMultiLocker(m *mutex.Multi, name string) *MultiLocker {
+	return &MultiLocker{Multi: m, name: name}
+}
 
 func (l *MultiLocker) index() int {
 	for i, n := range l.Names() {
