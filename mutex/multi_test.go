@@ -229,3 +229,47 @@ func TestMultiDoEndsTheWorkOnTheLossOfAnyKey(t *testing.T) {
 	assert.ErrorIs(t, err, mutex.ErrLost)
 	assert.Zero(t, primtest.Keys(t, admin, "do-multi-b"))
 }
+
+// TestMultiLockWhoseAnswerNeverComesLeavesNoKey: the Lock's Txn is applied but its answer
+// never comes, and ctx ends meanwhile: the Lock returns ctx's error having removed the keys
+// it could not know it wrote, under every name.
+func TestMultiLockWhoseAnswerNeverComesLeavesNoKey(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	admin := cluster.Client(t)
+	names := []string{"dropped-multi-a", "dropped-multi-b"}
+	inj := &etcdtest.Injector{}
+	m := newMulti(t, inj.Client(t, cluster), names)
+	inj.Add(etcdtest.Rule{Method: "Txn", Match: etcdtest.TxnPutsUnder(core.NamePrefix(names[0])), Action: etcdtest.Drop, Times: 1})
+	lctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	assert.ErrorIs(t, m.Lock(lctx), context.DeadlineExceeded)
+	for _, name := range names {
+		primtest.AwaitKeys(t, admin, name, 0)
+	}
+	require.NoError(t, m.Lock(ctx), "the handle is free after the failed Lock")
+	require.NoError(t, m.Unlock(ctx))
+}
+
+// TestMultiLockWhoseTxnLandsLateLeavesNoKey: every try of the Lock's Txn reaches etcd only
+// after the Lock gave up. The Lock retired its session, whose lease is revoked once no slot
+// is claimed on it: a late try is refused, or its keys go with the lease.
+func TestMultiLockWhoseTxnLandsLateLeavesNoKey(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	admin := cluster.Client(t)
+	names := []string{"late-multi-a", "late-multi-b"}
+	inj := &etcdtest.Injector{}
+	m := newMulti(t, inj.Client(t, cluster), names)
+	// Every try is answered "unavailable" at once and sent a second later.
+	remove := inj.Add(etcdtest.Rule{Method: "Txn", Match: etcdtest.TxnPutsUnder(core.NamePrefix(names[0])), Action: etcdtest.Late,
+		Delay: time.Second})
+	lctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	assert.ErrorIs(t, m.Lock(lctx), context.DeadlineExceeded)
+	remove()
+	inj.Settle() // every late try has reached etcd: refused on the retired lease, or applied and gone with it
+	for _, name := range names {
+		primtest.AwaitKeys(t, admin, name, 0)
+	}
+	require.NoError(t, m.Lock(ctx), "the handle is free after the failed Lock")
+	require.NoError(t, m.Unlock(ctx))
+}
