@@ -14,6 +14,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+	mt "github.com/etcdsync/etcdsync/internal/testkit/metrictest"
 	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
 	"github.com/etcdsync/etcdsync/internal/testkit/rpcstat"
 	"github.com/etcdsync/etcdsync/mutex"
@@ -272,4 +273,37 @@ func TestMultiLockWhoseTxnLandsLateLeavesNoKey(t *testing.T) {
 	}
 	require.NoError(t, m.Lock(ctx), "the handle is free after the failed Lock")
 	require.NoError(t, m.Unlock(ctx))
+}
+
+// TestMultiMetricsCountOneHoldOfPrimitiveMultiAndItsLoss: a Multi's acquisitions, its hold
+// and its loss are measured as one, under etcdsync.primitive mutex.multi; the loss of one
+// key counts one lost hold, deleted.
+func TestMultiMetricsCountOneHoldOfPrimitiveMultiAndItsLoss(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	r := mt.NewReader(t)
+	prim := mt.Primitive.String("mutex.multi")
+	names := []string{"metrics-multi-a", "metrics-multi-b", "metrics-multi-c"}
+	m := newMulti(t, cluster.Client(t), names, mutex.WithMeterProvider(r.Provider))
+	other := newMulti(t, cluster.Client(t), names[1:], mutex.WithMeterProvider(r.Provider))
+
+	require.NoError(t, m.Lock(ctx))
+	assert.EqualValues(t, 1, r.Collect(t).Sum(mt.Holds, prim), "one hold of three names")
+	require.ErrorIs(t, other.TryLock(ctx), mutex.ErrLocked)
+	require.NoError(t, m.Unlock(ctx))
+
+	require.NoError(t, m.Lock(ctx))
+	done := m.Done()
+	_, err := cluster.Client(t).Delete(ctx, m.Keys()[2])
+	require.NoError(t, err)
+	etcdtest.Within(t, done, multiWithin, "Done after a key was deleted")
+	require.ErrorIs(t, m.Unlock(ctx), mutex.ErrLost)
+
+	d := r.Collect(t)
+	assert.EqualValues(t, 2, d.Count(mt.AcquireDuration, prim, acquired))
+	assert.EqualValues(t, 1, d.Count(mt.AcquireDuration, prim, busy))
+	assert.EqualValues(t, 1, d.Count(mt.HoldDuration, prim, released))
+	assert.EqualValues(t, 1, d.Count(mt.HoldDuration, prim, lost))
+	assert.EqualValues(t, 1, d.Sum(mt.HoldLost, prim, mt.Cause.String("deleted")))
+	assert.EqualValues(t, 0, d.Sum(mt.Holds, prim), "holds back to zero")
+	assert.EqualValues(t, 0, d.Sum(mt.Holds, primMutex), "no hold counted as a mutex")
 }
