@@ -37,74 +37,93 @@ var transferWays = []transferWay{
 	{"etcd", openEtcdPairs},
 }
 
+// transferRounds is how many turns the ways take in BenchmarkTransfer: interleaved, so
+// that the load of the rest of the machine falls on each alike.
+const transferRounds = 6
+
 // BenchmarkTransfer: transfers between random pairs of 16 accounts by 8 clients, each under
 // a Multi of its two accounts ("multi"), under two Mutexes taken in sorted order
-// ("mutexes"), and under two of etcd's concurrency.Mutex in sorted order ("etcd"), one way
-// after the other in the same run on the same server, b.N transfers each. It reports each
-// way's transfers per second and RPCs per transfer, and multi-vs-etcd and
+// ("mutexes"), and under two of etcd's concurrency.Mutex in sorted order ("etcd"), on the
+// same server in the same run, b.N transfers each, the ways taking turns in rounds. It
+// reports each way's transfers per second and RPCs per transfer, and multi-vs-etcd and
 // multi-vs-mutexes: the rate of Multi over the other's, above 1 when Multi is faster.
+// ns/op is the time of one transfer of each way together.
 func BenchmarkTransfer(b *testing.B) {
-	rates := map[string]float64{}
-	var report []func() // b.ReportMetric's, once every way has run: ResetTimer drops them
-	b.StopTimer()
-	for _, way := range transferWays {
+	type side struct {
+		lockers  []pairLocker
+		counters []*rpcstat.Counter
+		rngs     []*rand.Rand
+		before   rpcstat.Counts
+		spent    time.Duration
+	}
+	sides := make([]*side, len(transferWays))
+	for w, way := range transferWays {
+		s := &side{}
 		accounts := make([]string, transferAccounts)
 		for i := range accounts {
 			accounts[i] = fmt.Sprintf("%s-%d", benchName("transfer-"+way.name), i)
 		}
-		lockers := make([]pairLocker, transferClients)
-		counters := make([]*rpcstat.Counter, transferClients)
-		for i := range lockers {
-			var cli *clientv3.Client
-			cli, counters[i] = benchClient(b)
-			lockers[i] = way.open(b, cli, accounts)
+		for i := range transferClients {
+			cli, cnt := benchClient(b)
+			l := way.open(b, cli, accounts)
 			// Warm up: the lease, and a first hold of every account.
 			for a := 0; a < transferAccounts; a += 2 {
-				mustPair(b, lockers[i], a, a+1)
+				mustPair(b, l, a, a+1)
 			}
+			s.lockers, s.counters = append(s.lockers, l), append(s.counters, cnt)
+			s.rngs = append(s.rngs, rand.New(rand.NewPCG(uint64(i), 29)))
 		}
-		before := rpcstat.Counts{}
-		for _, c := range counters {
-			before.Add(c.Counts())
+		s.before = rpcstat.Counts{}
+		for _, c := range s.counters {
+			s.before.Add(c.Counts())
 		}
-		b.StartTimer()
-		start := time.Now()
-		var wg sync.WaitGroup
-		for i, l := range lockers {
-			n := b.N / transferClients
-			if i < b.N%transferClients {
-				n++
-			}
-			rng := rand.New(rand.NewPCG(uint64(i), 29))
-			wg.Go(func() {
-				for range n {
-					a := rng.IntN(transferAccounts)
-					c := (a + 1 + rng.IntN(transferAccounts-1)) % transferAccounts
-					mustPair(b, l, a, c)
+		sides[w] = s
+	}
+	b.ResetTimer()
+	for r := range transferRounds {
+		share := b.N / transferRounds
+		if r < b.N%transferRounds {
+			share++
+		}
+		for k := range sides {
+			s := sides[(r+k)%len(sides)] // each way goes first in turn
+			start := time.Now()
+			var wg sync.WaitGroup
+			for i, l := range s.lockers {
+				n := share / transferClients
+				if i < share%transferClients {
+					n++
 				}
-			})
+				rng := s.rngs[i]
+				wg.Go(func() {
+					for range n {
+						a := rng.IntN(transferAccounts)
+						c := (a + 1 + rng.IntN(transferAccounts-1)) % transferAccounts
+						mustPair(b, l, a, c)
+					}
+				})
+			}
+			wg.Wait()
+			s.spent += time.Since(start)
 		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		b.StopTimer()
+	}
+	b.StopTimer()
+	rates := map[string]float64{}
+	for w, s := range sides {
+		name := transferWays[w].name
 		after := rpcstat.Counts{}
-		for _, c := range counters {
+		for _, c := range s.counters {
 			after.Add(c.Counts())
 		}
-		rates[way.name] = float64(b.N) / elapsed.Seconds()
-		rpcs := after.Sub(before)
+		rpcs := after.Sub(s.before)
 		total := int64(0)
 		for _, n := range rpcs {
 			total += n
 		}
-		report = append(report, func() {
-			b.ReportMetric(rates[way.name], way.name+"-transfers/s")
-			b.ReportMetric(float64(total)/float64(b.N), way.name+"-rpc/transfer")
-			reportRPCs(b, way.name+"-", rpcs, b.N)
-		})
-	}
-	for _, r := range report {
-		r()
+		rates[name] = float64(b.N) / s.spent.Seconds()
+		b.ReportMetric(rates[name], name+"-transfers/s")
+		b.ReportMetric(float64(total)/float64(b.N), name+"-rpc/transfer")
+		reportRPCs(b, name+"-", rpcs, b.N)
 	}
 	b.ReportMetric(rates["multi"]/rates["etcd"], "multi-vs-etcd")
 	b.ReportMetric(rates["multi"]/rates["mutexes"], "multi-vs-mutexes")

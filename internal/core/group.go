@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -313,31 +312,6 @@ func deleteAllFenced(ctx context.Context, cli *clientv3.Client, sess *Session, h
 		if err := b.wait(ctx); err != nil {
 			return nil, err
 		}
-	}
-}
-
-// Abandon is Hold.Abandon for the Group: Release for up to a second, the rest in the
-// background.
-func (g *Group) Abandon(ctx context.Context) {
-	dctx, cancel := detached(ctx, cleanupWait)
-	ended, _ := g.Release(dctx)
-	cancel()
-	if !ended {
-		janitorOf(g.cli).add(groupRelease{g})
-	}
-}
-
-// groupRelease is the chore of releasing an abandoned Group.
-type groupRelease struct{ g *Group }
-
-func (c groupRelease) attempt(ctx context.Context) bool {
-	ended, err := c.g.Release(ctx)
-	return ended || errors.Is(err, ErrNotLocked)
-}
-
-func (c groupRelease) drop() {
-	for _, h := range c.g.members {
-		h.observe(fmt.Errorf("%w: %w", ErrLost, errClientClosed))
 	}
 }
 
