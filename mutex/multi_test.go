@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
@@ -306,4 +307,67 @@ func TestMultiMetricsCountOneHoldOfPrimitiveMultiAndItsLoss(t *testing.T) {
 	assert.EqualValues(t, 1, d.Sum(mt.HoldLost, prim, mt.Cause.String("deleted")))
 	assert.EqualValues(t, 0, d.Sum(mt.Holds, prim), "holds back to zero")
 	assert.EqualValues(t, 0, d.Sum(mt.Holds, primMutex), "no hold counted as a mutex")
+}
+
+// TestMaxNamesIsEtcdsDefaultTxnLimit: a Txn as a Multi of one name more than MaxNames would
+// send (a count and a put per name) is refused by etcd's default --max-txn-ops, so MaxNames
+// is the most that fits.
+func TestMaxNamesIsEtcdsDefaultTxnLimit(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	ops := func(n int) []clientv3.Op {
+		var ops []clientv3.Op
+		for i := range n {
+			ops = append(ops, clientv3.OpGet(fmt.Sprintf("txn-limit-%d/", i), clientv3.WithPrefix(), clientv3.WithCountOnly()))
+		}
+		for i := range n {
+			ops = append(ops, clientv3.OpPut(fmt.Sprintf("txn-limit-%d/k", i), ""))
+		}
+		return ops
+	}
+	_, err := cluster.Client(t).Txn(ctx).Then(ops(mutex.MaxNames + 1)...).Commit()
+	require.ErrorIs(t, err, rpctypes.ErrTooManyOps)
+	_, err = cluster.Client(t).Txn(ctx).Then(ops(mutex.MaxNames)...).Commit()
+	require.NoError(t, err)
+	_, err = cluster.Client(t).Delete(ctx, "txn-limit-", clientv3.WithPrefix())
+	require.NoError(t, err)
+}
+
+// TestUnlockOfAMultiWhoseKeyWentUnwatchedSaysLost: a key deleted while nobody watched the
+// hold (no Done, Err or Do) is found gone by Unlock's one Txn, which removes the others and
+// says ErrLost.
+func TestUnlockOfAMultiWhoseKeyWentUnwatchedSaysLost(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	admin := cluster.Client(t)
+	m := newMulti(t, cluster.Client(t), []string{"unwatched-multi-a", "unwatched-multi-b"})
+	require.NoError(t, m.Lock(ctx))
+	_, err := admin.Delete(ctx, m.Keys()[0])
+	require.NoError(t, err)
+	assert.ErrorIs(t, m.Unlock(ctx), mutex.ErrLost)
+	assert.Zero(t, primtest.Keys(t, admin, "unwatched-multi-b"), "Unlock left the other key")
+}
+
+// TestMultiLockWhoseFirstAnswerIsLostTakesItsKeysOver: the first try of the Lock's Txn is
+// applied but its answer never comes; the retry, once the try's bound has passed, finds
+// the keys written and holds with them, instead of failing while ctx has time.
+func TestMultiLockWhoseFirstAnswerIsLostTakesItsKeysOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out one try's 5 s bound")
+	}
+	ctx := etcdtest.Context(t)
+	names := []string{"retried-multi-a", "retried-multi-b"}
+	inj := &etcdtest.Injector{}
+	m := newMulti(t, inj.Client(t, cluster), names)
+	inj.Add(etcdtest.Rule{Method: "Txn", Match: etcdtest.TxnPutsUnder(core.NamePrefix(names[0])), Action: etcdtest.Drop, Times: 1})
+	require.NoError(t, m.Lock(ctx), "one try without an answer failed the Lock")
+	admin := cluster.Client(t)
+	for i, name := range names {
+		resp, err := admin.Get(ctx, m.Keys()[i])
+		require.NoError(t, err)
+		require.Len(t, resp.Kvs, 1, name)
+		assert.Equal(t, m.Token(), resp.Kvs[0].CreateRevision)
+	}
+	require.NoError(t, m.Unlock(ctx))
+	for _, name := range names {
+		assert.Zero(t, primtest.Keys(t, admin, name))
+	}
 }
