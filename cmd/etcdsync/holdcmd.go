@@ -3,6 +3,8 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"slices"
 	"time"
 
@@ -91,18 +93,42 @@ func (c *holdCommand) define() *subcommand {
 	return sub
 }
 
-// parseOperands parses the flags and returns the names and the command. lock takes several
-// names, every operand before a "--", and the command only after it; the other commands
-// take one NAME, and the command after it, with or without "--".
+// parseOperands parses the flags and returns the names and the command. lock takes every
+// operand as a name up to a "--" that follows one, and the command after that "--"; the
+// other commands take one NAME, and the command after it, with or without "--". Flags may
+// come anywhere before the command; a "--" before the first name only ends the flags.
 func (c *holdCommand) parseOperands(sub *subcommand, args []string) (names, command []string, err error) {
 	if c.verb != "lock" {
 		return sub.parse(args, 1)
 	}
-	if i := slices.Index(args, "--"); i >= 0 {
-		args, command = args[:i], args[i+1:]
+	flags := true
+	for len(args) > 0 {
+		if flags {
+			if err := sub.flags.Parse(args); err != nil {
+				if errors.Is(err, flag.ErrHelp) {
+					return nil, nil, err
+				}
+				return nil, nil, usagef("%v (%s --help)", err, sub.flags.Name())
+			}
+			consumed := len(args) - sub.flags.NArg()
+			ended := consumed > 0 && args[consumed-1] == "--"
+			args = sub.flags.Args()
+			switch {
+			case ended && len(names) > 0:
+				return names, args, nil
+			case ended:
+				flags = false
+			}
+		}
+		switch {
+		case len(args) == 0:
+		case !flags && args[0] == "--" && len(names) > 0:
+			return names, args[1:], nil
+		default:
+			names, args = append(names, args[0]), args[1:]
+		}
 	}
-	names, _, err = sub.parse(args, -1) // every operand is a name: nothing is left
-	return names, command, err
+	return names, nil, nil
 }
 
 // parse reads NAME, the command after it, the flags and ETCDCTL_* variables, and checks
