@@ -8,7 +8,6 @@ import (
 
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/faulttest"
-	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
 	"github.com/etcdsync/etcdsync/mutex"
 )
 
@@ -33,31 +32,5 @@ func workload() faulttest.Workload {
 		TTL:    faultTTL,
 		Slots:  1,
 		Lost:   mutex.ErrLost,
-	}
-}
-
-// TestMultiFault runs a Multi of two names through every fault of faulttest.Suite: each
-// fenced write compares both names, the faults strike the first name's keys, and neither
-// name keeps a key once every worker has released.
-func TestMultiFault(t *testing.T) { faulttest.Suite(t, multiWorkload()) }
-
-// TestMultiExplore runs a Multi of two names under the seeded schedules of
-// faulttest.Explore.
-func TestMultiExplore(t *testing.T) { faulttest.Explore(t, multiWorkload()) }
-
-func multiWorkload() faulttest.Workload {
-	return faulttest.Workload{
-		Open: func(cli *clientv3.Client, name string) (faulttest.Locker, error) {
-			m, err := mutex.NewMulti(cli, []string{name, primtest.MultiPartner(name)}, mutex.WithTTL(faultTTL))
-			if err != nil {
-				return nil, err
-			}
-			return primtest.NewMultiLocker(m, name), nil
-		},
-		Prefix:   core.NamePrefix,
-		Partners: func(name string) []string { return []string{primtest.MultiPartner(name)} },
-		TTL:      faultTTL,
-		Slots:    1,
-		Lost:     mutex.ErrLost,
 	}
 }
