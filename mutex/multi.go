@@ -47,7 +47,7 @@ func NewMulti(cli *clientv3.Client, names []string, opts ...Option) (*Multi, err
 			return nil, fmt.Errorf("mutex multi: %w", err)
 		}
 	}
-	label := fmt.Sprintf("mutex multi %q", sorted)
+	label := "mutex multi " + quoteNames(sorted)
 	if len(sorted) == 0 || len(sorted) > MaxNames {
 		return nil, fmt.Errorf("%s: %w: %d names; one to %d", label, ErrInvalidOption, len(sorted), MaxNames)
 	}
@@ -261,7 +261,16 @@ func (m *Multi) errorf(op string, err error) error {
 	if len(m.queues()) == 0 {
 		return fmt.Errorf("mutex multi: %s: %w", op, err)
 	}
-	return fmt.Errorf("mutex multi %q: %s: %w", m.names, op, err)
+	return fmt.Errorf("mutex multi %s: %s: %w", quoteNames(m.names), op, err)
+}
+
+// quoteNames is names in a message: all of them up to four, else the first three and how
+// many more.
+func quoteNames(names []string) string {
+	if len(names) <= 4 {
+		return fmt.Sprintf("%q", names)
+	}
+	return fmt.Sprintf("%q and %d more", names[:3], len(names)-3)
 }
 
 // Do takes every name as [Multi.Lock] does, runs fn while they are held, and releases them
