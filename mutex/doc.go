@@ -11,5 +11,10 @@
 // write the lock protects with [Mutex.IsOwner] in the same Txn, or with [Mutex.Token] where
 // the storage can compare tokens, so that the write of a holder that lost the lock fails.
 //
-// See Example for a fenced write, and examples/counter for a program.
+// A [Multi] holds several names at once, all or none: its keys, one per name, are written
+// in one Txn and share one create revision, so that two Multis meet in the same order on
+// every name they share and cannot deadlock; they are ordinary keys of each name.
+//
+// See Example for a fenced write, ExampleMulti for several names, and examples/counter and
+// examples/transfer for programs.
 package mutex

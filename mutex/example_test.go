@@ -41,3 +41,36 @@ func Example() {
 	}
 	// Output: written under the lock: true
 }
+
+func ExampleMulti() {
+	cli, err := cluster.NewClient()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer cli.Close()
+	ctx := context.Background()
+
+	// Both accounts, in the transfer's own order: the Multi sorts them, so a transfer the
+	// other way round can never deadlock with this one.
+	m, err := mutex.NewMulti(cli, []string{"account/paris", "account/berlin"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = m.Do(ctx, func(ctx context.Context) error {
+		// Fenced on every name: it applies only while both are still held.
+		resp, err := cli.Txn(ctx).If(m.IsOwner()...).Then(
+			clientv3.OpPut("balance/paris", "90"),
+			clientv3.OpPut("balance/berlin", "110"),
+		).Commit()
+		if err == nil {
+			fmt.Println(m.Names(), "written under the locks:", resp.Succeeded)
+		}
+		return err
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output: [account/berlin account/paris] written under the locks: true
+}

@@ -38,6 +38,7 @@ func TestCommand(t *testing.T) {
 		{"TimeoutAndBusyHaveCodesOfTheirOwn", testTimeoutAndBusy},
 		{"TheCommandSeesNameKeyAndToken", testChildEnvironment},
 		{"HoldWithoutACommand", testHoldWithoutACommand},
+		{"LockOfSeveralNamesHoldsThemAtOnce", testLockOfSeveralNames},
 		{"NamespaceKeepsEveryKeyInside", testNamespace},
 		{"ALossStopsTheCommand", testLossStopsTheCommand},
 		{"ABlackHoledHolderStopsItsCommandBeforeTheSuccessorStarts", testBlackHoledHolder},

@@ -5,12 +5,13 @@
 //
 // Usage:
 //
-//	etcdsync lock   [flags] NAME [-- CMD [ARGS...]]
-//	etcdsync rlock  [flags] NAME [-- CMD [ARGS...]]
-//	etcdsync sem    -n N [--units K] [flags] NAME [-- CMD [ARGS...]]
-//	etcdsync elect  [--value V] [--loop] [flags] NAME [-- CMD [ARGS...]]
-//	etcdsync status [--prefix P] [--kind lock|election] [--json] [--watch] [flags] [NAME...]
-//	etcdsync help   [COMMAND]
+//	etcdsync lock    [flags] NAME [NAME...] [-- CMD [ARGS...]]
+//	etcdsync rlock   [flags] NAME [-- CMD [ARGS...]]
+//	etcdsync sem     -n N [--units K] [flags] NAME [-- CMD [ARGS...]]
+//	etcdsync elect   [--value V] [--loop] [flags] NAME [-- CMD [ARGS...]]
+//	etcdsync status  [--prefix P] [--kind lock|election] [--json] [--watch] [flags] [NAME...]
+//	etcdsync help    [COMMAND]
+//	etcdsync version
 //
 // lock, rlock, sem and elect wait their turn (first come, first served), run CMD directly
 // (through /bin/sh -c only with --shell) in a process group of its own, release when the
@@ -21,7 +22,9 @@
 // etcdsync's first SIGINT, SIGTERM or SIGHUP goes to the group and starts --grace too; a
 // second signal sends SIGKILL at once; etcdsync then exits 128+N, N the first signal,
 // whatever the command's status. Without CMD, etcdsync holds until interrupted, after
-// printing the name, key and token. status without NAME lists every name at the root of
+// printing the name, key and token. lock of several names holds all of them at once or
+// none (mutex.Multi: one key per name, one token), and takes CMD only after "--";
+// ETCDSYNC_NAME and ETCDSYNC_KEY then list the names and keys one per line. status without NAME lists every name at the root of
 // the keyspace, or under --prefix.
 //
 // Exit status: the command's, 128+N if it died of signal N (with --command-failed N, N for
@@ -31,7 +34,8 @@
 //
 // etcd is reached as etcdctl reaches it: --endpoints, --cacert, --cert, --key, --user,
 // --password, --dial-timeout, --command-timeout, --insecure-skip-tls-verify, or the
-// ETCDCTL_* variable of each. `etcdsync help COMMAND` shows a command's flags and an example.
+// ETCDCTL_* variable of each. `etcdsync help COMMAND` shows a command's flags and an example;
+// `etcdsync version` (or --version) the module's version and Go's.
 //
 // etcdsync runs on Unix systems (process groups and their signals); on Linux it is a child
 // subreaper, so that it waits for every process of its command's group.

@@ -12,12 +12,13 @@ import (
 // which `etcdsync --help` and `etcdsync help COMMAND` print and a test holds doc.go and
 // docs/command.md to.
 var usages = []struct{ verb, synopsis string }{
-	{"lock", "[flags] NAME [-- CMD [ARGS...]]"},
+	{"lock", "[flags] NAME [NAME...] [-- CMD [ARGS...]]"},
 	{"rlock", "[flags] NAME [-- CMD [ARGS...]]"},
 	{"sem", "-n N [--units K] [flags] NAME [-- CMD [ARGS...]]"},
 	{"elect", "[--value V] [--loop] [flags] NAME [-- CMD [ARGS...]]"},
 	{"status", "[--prefix P] [--kind lock|election] [--json] [--watch] [flags] [NAME...]"},
 	{"help", "[COMMAND]"},
+	{"version", ""},
 }
 
 // synopsis is verb's usage line after "etcdsync ".
@@ -34,7 +35,7 @@ func synopsis(verb string) string {
 func usageLines() []string {
 	var lines []string
 	for _, u := range usages {
-		lines = append(lines, fmt.Sprintf("etcdsync %-6s %s", u.verb, u.synopsis))
+		lines = append(lines, strings.TrimRight(fmt.Sprintf("etcdsync %-7s %s", u.verb, u.synopsis), " "))
 	}
 	return lines
 }
@@ -51,7 +52,9 @@ lock, rlock, sem and elect wait their turn, first come first served, then run CM
 process group of its own, with ETCDSYNC_NAME, ETCDSYNC_KEY and ETCDSYNC_TOKEN (the
 fencing token) in its environment, and release when its group is gone: lock one at a
 time, rlock many readers but never beside an rwmutex writer, sem at most N at a time,
-elect only the leader. Without CMD, etcdsync holds until SIGINT, SIGTERM or SIGHUP.
+elect only the leader. lock of several names takes all of them at once, or none (no
+deadlock, whatever order others list them in), and runs CMD only after "--". Without
+CMD, etcdsync holds until SIGINT, SIGTERM or SIGHUP.
 status shows who holds each NAME and who waits (--kind election: the keys directly
 under a name are an election's); without NAME, every name at the root of the keyspace,
 or under --prefix P.
@@ -75,6 +78,7 @@ with --command-failed N), or etcdsync's:
 
 etcd is reached as etcdctl reaches it: --endpoints, --cacert, --cert, --key, --user,
 --password, --dial-timeout, --command-timeout, or ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ...
-in the environment. etcdsync help COMMAND shows a command's flags and an example.
+in the environment. etcdsync help COMMAND shows a command's flags and an example;
+etcdsync version (or --version) the version of etcdsync and of Go.
 `, strings.Join(usageLines(), "\n  "))
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -33,7 +34,7 @@ func TestHelpGolden(t *testing.T) {
 	golden(t, "help.txt", helpOf(t, "help"))
 	assert.Equal(t, helpOf(t, "help"), helpOf(t, "--help"))
 	for _, u := range usages {
-		if u.verb == "help" {
+		if u.verb == "help" || u.verb == "version" {
 			continue
 		}
 		out := helpOf(t, "help", u.verb)
@@ -41,6 +42,15 @@ func TestHelpGolden(t *testing.T) {
 		assert.Equal(t, out, helpOf(t, u.verb, "--help"), u.verb)
 		assert.True(t, strings.HasPrefix(out, "Usage: etcdsync "+synopsis(u.verb)+"\n"), u.verb)
 	}
+}
+
+// TestVersionPrintsTheModuleAndGoVersions: `etcdsync --version` and `etcdsync version` print
+// the version from the build info (a test binary is "(devel)") and the Go version, exit 0.
+func TestVersionPrintsTheModuleAndGoVersions(t *testing.T) {
+	out := helpOf(t, "--version")
+	assert.Equal(t, out, helpOf(t, "version"))
+	assert.Regexp(t, `^etcdsync \(devel\)( [0-9a-f]{12})? go1\.\d+\S* \w+/\w+\n$`, out)
+	assert.Contains(t, out, " "+runtime.Version()+" ")
 }
 
 // TestDocsAgreeWithHelp: docs/command.md and doc.go show the usage etcdsync --help prints,

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -65,6 +66,29 @@ func (l lock) try(ctx context.Context) (hold, error) {
 }
 
 func (h lockHold) release(ctx context.Context) error { return h.Unlock(ctx) }
+
+// multiLock is `etcdsync lock` of several names: a mutex.Multi. Its Key is its keys, one
+// per line, in the order of its names.
+type multiLock struct{ m *mutex.Multi }
+
+type multiHold struct{ *mutex.Multi }
+
+func (l multiLock) acquire(ctx context.Context) (hold, error) {
+	if err := l.m.Lock(ctx); err != nil {
+		return nil, err
+	}
+	return multiHold{l.m}, nil
+}
+
+func (l multiLock) try(ctx context.Context) (hold, error) {
+	if err := l.m.TryLock(ctx); err != nil {
+		return nil, busy(err)
+	}
+	return multiHold{l.m}, nil
+}
+
+func (h multiHold) Key() string                       { return strings.Join(h.Keys(), "\n") }
+func (h multiHold) release(ctx context.Context) error { return h.Unlock(ctx) }
 
 // readLock is `etcdsync rlock`: the read side of an rwmutex.
 type readLock struct {

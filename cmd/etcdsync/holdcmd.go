@@ -3,6 +3,9 @@
 package main
 
 import (
+	"errors"
+	"flag"
+	"slices"
 	"time"
 
 	"github.com/etcdsync/etcdsync/internal/core"
@@ -15,11 +18,18 @@ var holdHelp = map[string]struct{ about, example string }{
 		`Runs CMD while holding the lock NAME: one holder at a time across every host, served
 first come, first served. Exits with CMD's status. Without CMD, holds the lock until
 interrupted and prints its key and fencing token. On a name without '/' and '%',
-etcdctl lock, Go's etcdsync/mutex and etcd's concurrency.Mutex exclude it too.`,
+etcdctl lock, Go's etcdsync/mutex and etcd's concurrency.Mutex exclude it too.
+With several names (up to 64), it holds all of them at once or none, as Go's
+etcdsync/mutex Multi: one key per name, all written together with one token, so
+that two commands that share names never deadlock, whatever order they list them in.
+The command then comes only after "--"; ETCDSYNC_NAME and ETCDSYNC_KEY list the
+names and keys one per line.`,
 		`# the nightly report runs on one host at a time; the others wait their turn
 etcdsync lock --endpoints 10.0.0.1:2379 nightly-report -- /usr/local/bin/report --all
 # skip this run if another host has it (exit 75), like flock -n
-etcdsync lock --try nightly-report -- /usr/local/bin/report`,
+etcdsync lock --try nightly-report -- /usr/local/bin/report
+# move stock between two warehouses while no other job touches either
+etcdsync lock stock/berlin stock/paris -- ./transfer --from berlin --to paris`,
 	},
 	"rlock": {
 		`Runs CMD while holding a read lock of NAME: many readers at once, but never while a
@@ -83,10 +93,48 @@ func (c *holdCommand) define() *subcommand {
 	return sub
 }
 
+// parseOperands parses the flags and returns the names and the command. lock takes every
+// operand as a name up to a "--" that follows one, and the command after that "--"; the
+// other commands take one NAME, and the command after it, with or without "--". Flags may
+// come anywhere before the command; a "--" before the first name only ends the flags.
+func (c *holdCommand) parseOperands(sub *subcommand, args []string) (names, command []string, err error) {
+	if c.verb != "lock" {
+		return sub.parse(args, 1)
+	}
+	flags := true
+	for len(args) > 0 {
+		if flags {
+			if err := sub.flags.Parse(args); err != nil {
+				if errors.Is(err, flag.ErrHelp) {
+					return nil, nil, err
+				}
+				return nil, nil, usagef("%v (%s --help)", err, sub.flags.Name())
+			}
+			consumed := len(args) - sub.flags.NArg()
+			ended := consumed > 0 && args[consumed-1] == "--"
+			args = sub.flags.Args()
+			switch {
+			case ended && len(names) > 0:
+				return names, args, nil
+			case ended:
+				flags = false
+			}
+		}
+		switch {
+		case len(args) == 0:
+		case !flags && args[0] == "--" && len(names) > 0:
+			return names, args[1:], nil
+		default:
+			names, args = append(names, args[0]), args[1:]
+		}
+	}
+	return names, nil, nil
+}
+
 // parse reads NAME, the command after it, the flags and ETCDCTL_* variables, and checks
 // what can be checked without etcd.
 func (c *holdCommand) parse(sub *subcommand, args []string, a *app) error {
-	operands, rest, err := sub.parse(args, 1)
+	operands, rest, err := c.parseOperands(sub, args)
 	if err != nil {
 		return err
 	}
@@ -119,10 +167,16 @@ func (c *holdCommand) parse(sub *subcommand, args []string, a *app) error {
 	case c.loop && len(rest) == 0:
 		return usagef("--loop without a command")
 	}
-	c.name = operands[0]
-	if err := core.ValidateName(c.name); err != nil {
-		return usagef("%v", err)
+	for _, name := range operands {
+		if err := core.ValidateName(name); err != nil {
+			return usagef("%v", err)
+		}
 	}
+	c.names = slices.Compact(slices.Sorted(slices.Values(operands)))
+	if len(c.names) > mutex.MaxNames {
+		return usagef("%d names: at most %d at once", len(c.names), mutex.MaxNames)
+	}
+	c.name = c.names[0]
 	if len(rest) > 0 {
 		c.command = rest
 	}

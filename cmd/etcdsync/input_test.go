@@ -3,6 +3,7 @@
 package main
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -28,6 +29,8 @@ func testBadInput(t *testing.T, h *harness) {
 		{[]string{"lock", "", "--", "true"}, nil, "etcdsync lock: invalid name: empty"},
 		{[]string{"lock", strings.Repeat("n", 513), "--", "true"}, nil, "etcdsync lock: invalid name: 513 bytes, more than 512"},
 		{[]string{"lock", "\xff", "--", "true"}, nil, "is not valid UTF-8"},
+		{[]string{"lock", name, "", "--", "true"}, nil, "etcdsync lock: invalid name: empty"},
+		{append([]string{"lock"}, manyNames(65)...), nil, "etcdsync lock: 65 names: at most 64 at once"},
 		{[]string{"lock", "--timeout", "-1s", name}, nil, "etcdsync lock: --timeout -1s is negative"},
 		{[]string{"lock", "--try", "--timeout", "1s", name}, nil, "etcdsync lock: --try and --timeout exclude each other"},
 		{[]string{"lock", "--shell", name}, nil, "etcdsync lock: --shell without a command"},
@@ -105,4 +108,13 @@ func testUnreachableEtcd(t *testing.T, h *harness) {
 		assert.Equal(t, exitEtcd, p.code, "%q: %s", args, p.stderr.text())
 		assertOneLine(t, p.stderr.text(), "etcdsync "+args[0]+": ")
 	}
+}
+
+// manyNames are n distinct names.
+func manyNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = "cmd-many-" + strconv.Itoa(i)
+	}
+	return names
 }

@@ -67,6 +67,9 @@ func run(args []string, a *app) int {
 	}
 	verb, args := args[0], args[1:]
 	switch verb {
+	case "-version", "--version", "version":
+		printVersion(a.stdout)
+		return exitOK
 	case "-h", "-help", "--help", "help":
 		if len(args) == 1 {
 			if c := newCommand(args[0]); c != nil {

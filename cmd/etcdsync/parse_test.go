@@ -14,29 +14,38 @@ import (
 	"github.com/etcdsync/etcdsync/internal/core"
 )
 
-// TestFlagsAndOperandsMix: flags may come before and after NAME; what follows NAME's flags
-// (after "--" or from the first operand on) is the command, its own flags untouched.
+// TestFlagsAndOperandsMix: flags may come before and after the names; every operand of
+// lock up to a "--" that follows a name is a name (sorted, once each), and what follows
+// that "--" is the command, its own flags untouched. A "--" before the first name ends the
+// flags only. The other hold commands take one NAME, and the command from the next operand
+// on, with or without "--".
 func TestFlagsAndOperandsMix(t *testing.T) {
 	for _, tc := range []struct {
+		verb    string
 		args    []string
-		name    string
+		names   []string
 		command []string
 		ttl     string
 	}{
-		{[]string{"n"}, "n", nil, "1m0s"},
-		{[]string{"--ttl", "5s", "n"}, "n", nil, "5s"},
-		{[]string{"n", "--ttl", "5s"}, "n", nil, "5s"},
-		{[]string{"n", "--ttl", "5s", "--", "ls", "-l"}, "n", []string{"ls", "-l"}, "5s"},
-		{[]string{"n", "ls", "--ttl", "5s"}, "n", []string{"ls", "--ttl", "5s"}, "1m0s"},
-		{[]string{"-ttl=5s", "n", "--", "--ttl"}, "n", []string{"--ttl"}, "5s"},
-		{[]string{"--", "-n", "ls"}, "-n", []string{"ls"}, "1m0s"},
-		{[]string{"n", "--"}, "n", nil, "1m0s"},
+		{"lock", []string{"n"}, []string{"n"}, nil, "1m0s"},
+		{"lock", []string{"--ttl", "5s", "n"}, []string{"n"}, nil, "5s"},
+		{"lock", []string{"n", "--ttl", "5s"}, []string{"n"}, nil, "5s"},
+		{"lock", []string{"n", "--ttl", "5s", "--", "ls", "-l"}, []string{"n"}, []string{"ls", "-l"}, "5s"},
+		{"lock", []string{"n", "--", "ls", "--ttl", "5s"}, []string{"n"}, []string{"ls", "--ttl", "5s"}, "1m0s"},
+		{"lock", []string{"-ttl=5s", "n", "--", "--ttl"}, []string{"n"}, []string{"--ttl"}, "5s"},
+		{"lock", []string{"--", "-n", "--", "ls"}, []string{"-n"}, []string{"ls"}, "1m0s"},
+		{"lock", []string{"n", "--"}, []string{"n"}, nil, "1m0s"},
+		{"lock", []string{"b", "--ttl", "5s", "a", "b", "--", "ls", "--", "x"}, []string{"a", "b"}, []string{"ls", "--", "x"}, "5s"},
+		{"lock", []string{"b", "a"}, []string{"a", "b"}, nil, "1m0s"},
+		{"rlock", []string{"n", "ls", "--ttl", "5s"}, []string{"n"}, []string{"ls", "--ttl", "5s"}, "1m0s"},
+		{"rlock", []string{"--", "-n", "ls"}, []string{"-n"}, []string{"ls"}, "1m0s"},
 	} {
-		c := &holdCommand{verb: "lock"}
+		c := &holdCommand{verb: tc.verb}
 		sub := c.define()
 		err := c.parse(sub, tc.args, &app{getenv: func(string) string { return "" }})
 		require.NoError(t, err, "%q", tc.args)
-		assert.Equal(t, tc.name, c.name, "%q", tc.args)
+		assert.Equal(t, tc.names, c.names, "%q", tc.args)
+		assert.Equal(t, tc.names[0], c.name, "%q", tc.args)
 		assert.Equal(t, tc.command, c.command, "%q", tc.args)
 		assert.Equal(t, tc.ttl, c.ttl.String(), "%q", tc.args)
 	}

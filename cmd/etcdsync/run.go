@@ -24,7 +24,8 @@ import (
 // holdCommand is lock, rlock, sem or elect, parsed.
 type holdCommand struct {
 	verb    string   // lock, rlock, sem, elect
-	name    string   // the name to hold
+	name    string   // the name to hold; with several (lock), the first of names
+	names   []string // lock: every name to hold at once, sorted, without duplicates
 	command []string // what to run; nil to hold until interrupted
 
 	conn    connection
@@ -48,10 +49,21 @@ type holdCommand struct {
 // what names the thing held, for messages: `lock "nightly"`.
 func (c *holdCommand) what() string {
 	noun := map[string]string{"lock": "lock", "rlock": "read lock", "sem": "semaphore", "elect": "election"}[c.verb]
+	if len(c.names) > 1 {
+		return fmt.Sprintf("locks %q", c.names)
+	}
 	return fmt.Sprintf("%s %q", noun, c.name)
 }
 
-// keyPrefix is where the name's keys live.
+// nameVar is ETCDSYNC_NAME: the name, or the names held at once, one per line.
+func (c *holdCommand) nameVar() string {
+	if len(c.names) > 1 {
+		return strings.Join(c.names, "\n")
+	}
+	return c.name
+}
+
+// keyPrefix is where the name's keys live (the first name's, with several).
 func (c *holdCommand) keyPrefix() string { return c.prefix + core.NamePrefix(c.name) }
 
 // acquirer makes the primitive; its constructor validates the name and options, with no I/O.
@@ -63,20 +75,24 @@ func (c *holdCommand) acquirer(cli *clientv3.Client) (acquirer, error) {
 	}
 	var a acquirer
 	var err error
-	switch c.verb {
-	case "lock":
+	switch {
+	case c.verb == "lock" && len(c.names) > 1:
+		var m *mutex.Multi
+		m, err = mutex.NewMulti(cli, c.names, opts...)
+		a = multiLock{m}
+	case c.verb == "lock":
 		var m *mutex.Mutex
 		m, err = mutex.New(cli, c.name, opts...)
 		a = lock{m}
-	case "rlock":
+	case c.verb == "rlock":
 		var rw *rwmutex.RWMutex
 		rw, err = rwmutex.New(cli, c.name, opts...)
 		a = readLock{rw: rw, cli: cli, timeout: c.conn.commandTimeout}
-	case "sem":
+	case c.verb == "sem":
 		var s *semaphore.Semaphore
 		s, err = semaphore.New(cli, c.name, c.limit, opts...)
 		a = permits{s: s, units: c.units}
-	case "elect":
+	case c.verb == "elect":
 		var e *election.Election
 		e, err = election.New(cli, c.name, opts...)
 		a = candidate{e: e, value: c.value}
@@ -223,7 +239,7 @@ func (c *holdCommand) waitThroughOutages(ctx context.Context, a *app, acq acquir
 
 // holdUntilSignalled prints the key and the token and holds until a signal (exit 0) or a loss.
 func (c *holdCommand) holdUntilSignalled(a *app, h hold, sigc <-chan os.Signal) (int, error) {
-	fmt.Fprintf(a.stdout, "ETCDSYNC_NAME=%s\nETCDSYNC_KEY=%s\nETCDSYNC_TOKEN=%d\n", shellQuote(c.name), shellQuote(h.Key()), h.Token())
+	fmt.Fprintf(a.stdout, "ETCDSYNC_NAME=%s\nETCDSYNC_KEY=%s\nETCDSYNC_TOKEN=%d\n", shellQuote(c.nameVar()), shellQuote(h.Key()), h.Token())
 	select {
 	case <-h.Done():
 		a.logf("%s: lost: %v", c.what(), h.Err())

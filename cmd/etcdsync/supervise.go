@@ -30,7 +30,7 @@ func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal) (int, er
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(),
-		"ETCDSYNC_NAME="+c.name,
+		"ETCDSYNC_NAME="+c.nameVar(),
 		"ETCDSYNC_KEY="+h.Key(),
 		"ETCDSYNC_TOKEN="+strconv.FormatInt(h.Token(), 10),
 	)

@@ -34,11 +34,17 @@
 // of a semaphore's permits. sentry.go (WatchBehind), releasewatch.go (WatchRelease) and
 // observer.go (WatchHead, for elections) are the other subscribers.
 //
+// Several names at once (multi.go): AcquireAll writes a key on each of several queues in
+// one Txn, so that they share one create revision, and waits as a queueWaiter on the hub of
+// each name that has a key ahead; TryAcquireAll is its one-Txn try. What it grants is a
+// Group (group.go): a Hold per name, lost when any is, released by one Txn of fenced
+// deletes.
+//
 // A hold (hold.go): Hold is a granted key at its create revision, its fencing token. Done,
 // Err and OnEnd start its watch (holdmonitor.go: on the client's keyWatch, or a goroutine
 // of its own on a client whose KV or Watcher is wrapped); holdrelease.go is the fenced
 // delete that ends it (Release, Abandon); holdmetrics.go records its life; scope.go runs
-// work scoped to it (Do); unusable.go answers for handles that New did not make.
+// work scoped to it or to a Group (Do); unusable.go answers for handles that New did not make.
 //
 // Around them: retry.go (what is transient, retries, backoff), outlive.go (contexts that
 // outlive their caller's), turn.go (a handle's one-at-a-time turn), record.go (a value

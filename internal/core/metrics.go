@@ -28,6 +28,7 @@ const (
 	PrimitiveReentrant Primitive = "reentrant"
 	PrimitiveSemaphore Primitive = "semaphore"
 	PrimitiveElection  Primitive = "election"
+	PrimitiveMulti     Primitive = "mutex.multi" // a hold of several names (mutex.Multi)
 )
 
 // The attribute keys.

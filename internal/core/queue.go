@@ -119,31 +119,40 @@ func (q *Queue) AcquireNotify(ctx context.Context, spec Spec, onKey func(string)
 }
 
 // withSlot runs attempt with a live session and a slot claimed on its lease; attempt owns
-// the slot from then on. When the lease turns out to be gone before anything was written
-// (the shared session expired while unused), it takes a new lease and runs attempt again,
-// unless Shutdown revoked it: an acquisition under way then fails, as Shutdown promises.
+// the slot from then on (see withSession).
 func (q *Queue) withSlot(ctx context.Context, kind string, attempt func(*Session, *slot) (*Hold, error)) (*Hold, error) {
+	return withSession(ctx, q.sessions, func(sess *Session) (*Hold, error) {
+		return attempt(sess, claimSlot(q.prefix, kind, sess))
+	})
+}
+
+// withSession runs attempt with a live session of sessions. When the lease turns out to be
+// gone before anything was written (the shared session expired while unused), it takes a
+// new lease and runs attempt again, unless Shutdown revoked it: an acquisition under way
+// then fails, as Shutdown promises.
+func withSession[T any](ctx context.Context, sessions Sessions, attempt func(*Session) (T, error)) (T, error) {
+	var none T
 	if err := ctx.Err(); err != nil {
-		return nil, err // before any I/O, which would only have to be undone
+		return none, err // before any I/O, which would only have to be undone
 	}
 	for {
-		sess, err := q.sessions.Session(ctx)
+		sess, err := sessions.Session(ctx)
 		if err != nil {
-			return nil, err
+			return none, err
 		}
-		h, err := attempt(sess, claimSlot(q.prefix, kind, sess))
+		h, err := attempt(sess)
 		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return h, err
 		}
 		switch {
 		case sess.endedBy(errShutdown):
-			return nil, fmt.Errorf("%w: %w", ErrLost, errShutdown)
+			return none, fmt.Errorf("%w: %w", ErrLost, errShutdown)
 		case sess.ka == nil:
 			// The caller's session outlived its lease (revoked: its Done closes only when
 			// the keep-alive notices). It cannot be replaced; trying again would spin.
-			return nil, fmt.Errorf("%w: the lease of the session given with WithSession is gone", ErrLost)
+			return none, fmt.Errorf("%w: the lease of the session given with WithSession is gone", ErrLost)
 		}
-		q.sessions.Expired(sess)
+		sessions.Expired(sess)
 	}
 }
 

@@ -4,10 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // ErrNilFunc is the detail of the ErrInvalidOption a Do returns for a nil fn.
 var ErrNilFunc = fmt.Errorf("%w: fn is nil", ErrInvalidOption)
+
+// Scoper is a hold that work can be scoped to: a Hold, or a Group of several names.
+type Scoper interface {
+	OnEnd(f func(error))
+	Err() error
+	client() *clientv3.Client
+}
+
+func (h *Hold) client() *clientv3.Client { return h.cli }
 
 // Scoped runs fn while h is held, and then releases it with release: the body of every Do.
 // fn's ctx derives from ctx and also ends when the hold is lost, with the loss (an ErrLost)
@@ -22,7 +33,7 @@ var ErrNilFunc = fmt.Errorf("%w: fn is nil", ErrInvalidOption)
 // It returns an error matching ErrLost if the hold was lost before the release ended it
 // (joined with fn's error, if any), else fn's error joined with the release's: never nil
 // when the hold was lost while fn ran.
-func Scoped(ctx context.Context, h *Hold, fn func(context.Context) error, release func(context.Context) error) (err error) {
+func Scoped(ctx context.Context, h Scoper, fn func(context.Context) error, release func(context.Context) error) (err error) {
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	h.OnEnd(func(end error) {
@@ -51,12 +62,12 @@ func Scoped(ctx context.Context, h *Hold, fn func(context.Context) error, releas
 
 // releaseScoped releases h with release on a context that outlives ctx by up to 5 s; if that
 // does not settle it (released, lost, or not held), the janitor goes on with it.
-func releaseScoped(ctx context.Context, h *Hold, release func(context.Context) error) error {
+func releaseScoped(ctx context.Context, h Scoper, release func(context.Context) error) error {
 	rctx, cancel := Detached(ctx)
 	err := release(rctx)
 	cancel()
 	if c := (scopedRelease{base: ctx, release: release}); !c.settled(err) {
-		janitorOf(h.cli).add(c)
+		janitorOf(h.client()).add(c)
 		return fmt.Errorf("%w (the release goes on in the background until etcd answers)", err)
 	}
 	return err

@@ -303,12 +303,14 @@ func wait(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// TxnDeletesUnder matches a Txn whose success or failure ops delete a key under prefix.
+// TxnDeletesUnder matches a Txn whose success or failure ops, or those of a Txn nested in
+// it, delete a key under prefix.
 func TxnDeletesUnder(prefix string) func(any) bool {
 	return txnTouches(prefix, func(op *pb.RequestOp) []byte { return op.GetRequestDeleteRange().GetKey() })
 }
 
-// TxnPutsUnder matches a Txn whose success or failure ops put a key under prefix.
+// TxnPutsUnder matches a Txn whose success or failure ops, or those of a Txn nested in it,
+// put a key under prefix.
 func TxnPutsUnder(prefix string) func(any) bool {
 	return txnTouches(prefix, func(op *pb.RequestOp) []byte { return op.GetRequestPut().GetKey() })
 }
@@ -319,13 +321,21 @@ func txnTouches(prefix string, key func(*pb.RequestOp) []byte) func(any) bool {
 		if !ok {
 			return false
 		}
-		for _, ops := range [][]*pb.RequestOp{t.Success, t.Failure} {
-			for _, op := range ops {
-				if k := key(op); k != nil && bytes.HasPrefix(k, []byte(prefix)) {
-					return true
-				}
+		return touches(t, prefix, key)
+	}
+}
+
+// touches reports whether an op of t, or of a Txn nested in it, has a key under prefix.
+func touches(t *pb.TxnRequest, prefix string, key func(*pb.RequestOp) []byte) bool {
+	for _, ops := range [][]*pb.RequestOp{t.Success, t.Failure} {
+		for _, op := range ops {
+			if k := key(op); k != nil && bytes.HasPrefix(k, []byte(prefix)) {
+				return true
+			}
+			if nested := op.GetRequestTxn(); nested != nil && touches(nested, prefix, key) {
+				return true
 			}
 		}
-		return false
 	}
+	return false
 }

@@ -74,6 +74,11 @@ func (r *Run) Verify(dir string) (summary string, violations []string, err error
 	if v := r.keysLeft(ctx, ops); v != "" {
 		violations = append(violations, v)
 	}
+	for _, prefix := range r.w.partnerPrefixes(r.name) {
+		if v := r.awaitEmpty(ctx, prefix); v != "" {
+			violations = append(violations, v)
+		}
+	}
 	return summarize(ops, landed), violations, nil
 }
 

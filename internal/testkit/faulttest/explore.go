@@ -218,8 +218,10 @@ func exploreSeed(t *testing.T, env *Env, w Workload, seed uint64) exploreStats {
 	}
 	x.r.Check(t)
 	for _, s := range x.side {
-		if v := x.r.awaitEmpty(ctx, w.Prefix(s.name)); v != "" {
-			t.Error(v)
+		for _, prefix := range append([]string{w.Prefix(s.name)}, w.partnerPrefixes(s.name)...) {
+			if v := x.r.awaitEmpty(ctx, prefix); v != "" {
+				t.Error(v)
+			}
 		}
 	}
 	ops := x.r.hist.Ops()

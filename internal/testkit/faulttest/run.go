@@ -251,7 +251,7 @@ func (r *Run) fencedWrite(wk *worker, token int64) Outcome {
 		then = []clientv3.Op{clientv3.OpTxn(
 			[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(r.counter), "=", modRevision(resp))}, then, nil)}
 	}
-	tresp, err := wk.cli.Txn(ctx).If(wk.lk.IsOwner()).Then(then...).Commit()
+	tresp, err := wk.cli.Txn(ctx).If(ownerCmps(wk.lk)...).Then(then...).Commit()
 	op.Return = r.hist.Now()
 	switch {
 	case err != nil:

@@ -22,6 +22,20 @@ type Locker interface {
 	IsOwner() clientv3.Cmp
 }
 
+// Owners is what a Locker whose hold spans several names (a mutex.Multi) has besides
+// IsOwner: a compare per name. The fenced writes of the run are then fenced on every one.
+type Owners interface {
+	Owners() []clientv3.Cmp
+}
+
+// ownerCmps are the compares that fence a write under lk's current hold.
+func ownerCmps(lk Locker) []clientv3.Cmp {
+	if o, ok := lk.(Owners); ok {
+		return o.Owners()
+	}
+	return []clientv3.Cmp{lk.IsOwner()}
+}
+
 // Reader is a handle on the read side of a readers/writer lock. Unlike a Locker it is used
 // by several workers at once, each with one read hold at a time: readers of one handle may
 // share one key.
@@ -61,6 +75,10 @@ type Workload struct {
 	// on a client spread over the members, member i first, for each member i, before the
 	// warm-up, and gives their checks the serve bound.
 	Observe func(ctx context.Context, cli *clientv3.Client, name string) (converged func(ctx context.Context) error)
+	// Partners, if set, are the other names a hold of name takes (a mutex.Multi's), whose
+	// prefixes (Prefix of each) must be empty too once every worker has released. The
+	// faults strike the keys under Prefix(name) alone.
+	Partners func(name string) []string
 	// Lost is the error Unlock and RUnlock return, wrapped, for a hold that was lost.
 	Lost error
 	// OpenReader, if set, returns a new handle on the read side of the lock called name,
@@ -71,6 +89,18 @@ type Workload struct {
 }
 
 func (w Workload) slots() int { return max(w.Slots, 1) }
+
+// partnerPrefixes are the prefixes of the other names a hold of name takes.
+func (w Workload) partnerPrefixes(name string) []string {
+	if w.Partners == nil {
+		return nil
+	}
+	var prefixes []string
+	for _, p := range w.Partners(name) {
+		prefixes = append(prefixes, w.Prefix(p))
+	}
+	return prefixes
+}
 
 // Units is what a Locker may also have when a hold takes several slots: a weighted
 // semaphore's permit of n units. It says how many the current hold takes.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/reentrant"
 	"github.com/etcdsync/etcdsync/rwmutex"
@@ -39,10 +40,19 @@ var holdKinds = []holdKind{
 	{"reentrant", core.NamePrefix, takeReentrant, reentrant.Shutdown},
 	{"semaphore", func(name string) string { return core.NamePrefix(name) + core.KindPermit }, takePermit, semaphore.Shutdown},
 	{"election", core.NamePrefix, takeLeadership, election.Shutdown},
+	{"mutex.multi", core.NamePrefix, takeMulti, mutex.Shutdown},
 }
 
 func takeMutex(t *testing.T, ctx context.Context, cli *clientv3.Client, name string) held {
 	m, err := mutex.New(cli, name)
+	require.NoError(t, err)
+	require.NoError(t, m.Lock(ctx))
+	return held{m.Unlock, m.Done, m.Err}
+}
+
+// takeMulti holds name and a partner name at once; the rules and counts are about name.
+func takeMulti(t *testing.T, ctx context.Context, cli *clientv3.Client, name string) held {
+	m, err := mutex.NewMulti(cli, []string{name, primtest.MultiPartner(name)})
 	require.NoError(t, err)
 	require.NoError(t, m.Lock(ctx))
 	return held{m.Unlock, m.Done, m.Err}

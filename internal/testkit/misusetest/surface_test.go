@@ -13,6 +13,7 @@ import (
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/reentrant"
 	"github.com/etcdsync/etcdsync/rwmutex"
@@ -70,6 +71,9 @@ const testLimit = 2
 
 var primitives = []primitive{
 	handleType("mutex", func(cli *clientv3.Client, name string) (*mutex.Mutex, error) { return mutex.New(cli, name) }, mutexCalls),
+	handleType("mutex.Multi", func(cli *clientv3.Client, name string) (*mutex.Multi, error) {
+		return mutex.NewMulti(cli, []string{name, primtest.MultiPartner(name)})
+	}, multiCalls),
 	handleType("rwmutex", func(cli *clientv3.Client, name string) (*rwmutex.RWMutex, error) { return rwmutex.New(cli, name) }, rwmutexCalls),
 	handleType("reentrant", func(cli *clientv3.Client, name string) (*reentrant.Mutex, error) { return reentrant.New(cli, name) }, reentrantCalls),
 	handleType("semaphore", func(cli *clientv3.Client, name string) (*semaphore.Semaphore, error) {
@@ -97,6 +101,32 @@ func mutexCalls(m *mutex.Mutex, admin *clientv3.Client) []call {
 		{name: "IsOwner", kind: reports, run: neverOwner(admin, m.IsOwner)},
 		{name: "Key", kind: reports, run: noKey(m.Key)},
 		{name: "WatchRelease", kind: reports, run: watch(m.WatchRelease)},
+	}
+}
+
+func multiCalls(m *mutex.Multi, admin *clientv3.Client) []call {
+	return []call{
+		{name: "Lock", kind: takes, run: m.Lock},
+		{name: "TryLock", kind: takes, run: m.TryLock},
+		{name: "Do", kind: takes, run: scoped(m.Do)},
+		{name: "Unlock", kind: needs, run: m.Unlock, noHold: mutex.ErrNotLocked},
+		{name: "Token", kind: reports, run: token(m.Token)},
+		{name: "Done", kind: reports, run: done(m.Done)},
+		{name: "Err", kind: reports, run: noHoldErr(m.Err, mutex.ErrNotLocked)},
+		{name: "IsOwner", kind: reports, run: func(ctx context.Context) error {
+			for _, cmp := range m.IsOwner() {
+				if err := neverOwner(admin, func() clientv3.Cmp { return cmp })(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{name: "Keys", kind: reports, run: func(context.Context) error {
+			if keys := m.Keys(); keys != nil {
+				return fmt.Errorf("keys %q", keys)
+			}
+			return nil
+		}},
 	}
 }
 

@@ -97,6 +97,9 @@ var Kinds = []Kind{
 	kind("trylock", "mutex", openTrylock, mutex.WithTTL, mutex.WithSession, mutex.WithPrefix, func(k *Kind) {
 		k.InLine = false
 	}),
+	kind("mutex.multi", "mutex.multi", openMulti, mutex.WithTTL, mutex.WithSession, mutex.WithPrefix, func(k *Kind) {
+		k.KeyWhileWaiting = true
+	}),
 	kind("election", "election", openCandidate, election.WithTTL, election.WithSession, election.WithPrefix, func(k *Kind) {
 		k.Busy, k.NotHeld = nil, election.ErrNotLeader
 	}),
@@ -111,6 +114,7 @@ var (
 	OpenReentrant Open = openReentrant
 	OpenSemaphore Open = openSemaphore
 	OpenCandidate Open = openCandidate
+	OpenMulti     Open = openMulti
 )
 
 // kind is the Kind called name, of package pkg, whose First and Second open, with what
@@ -158,6 +162,58 @@ func (l trylockLocker) Lock(ctx context.Context) error {
 }
 
 func (l trylockLocker) TryLock(ctx context.Context) error { return trylock.Once(ctx, l.Mutex) }
+
+// openMulti opens a mutex.Multi on name and MultiPartner(name): the table's checks look at
+// name, which its Key, IsOwner and the Kind's Keys are about; the fence over every name and
+// the partner's keys are mutex's own tests.
+func openMulti(cli *clientv3.Client, name string, opts ...core.Option) (Locker, error) {
+	m, err := mutex.NewMulti(cli, []string{name, MultiPartner(name)}, opts...)
+	return handle(m, err, func(m *mutex.Multi) Locker { return &MultiLocker{Multi: m, name: name} })
+}
+
+// MultiPartner is the other name of the table's Multi on name: as long as name, so that a
+// name of the longest length has a partner too, and outside every other name of the tests.
+func MultiPartner(name string) string {
+	if name == "" {
+		return "~"
+	}
+	return "~" + name[1:]
+}
+
+// MultiLocker is a mutex.Multi as the table and the fault harness drive one: Key and
+// IsOwner are those of the name it was opened on; Owners fences on every name.
+type MultiLocker struct {
+	*mutex.Multi
+	name string
+}
+
+// NewMultiLocker is m as a Locker whose Key and IsOwner are those of name, one of m's names.
+func NewMultiLocker(m *mutex.Multi, name string) *MultiLocker {
+	return &MultiLocker{Multi: m, name: name}
+}
+
+func (l *MultiLocker) index() int {
+	for i, n := range l.Names() {
+		if n == l.name {
+			return i
+		}
+	}
+	return 0
+}
+
+// Key is the Multi's key of the name, while it holds or waits; else "".
+func (l *MultiLocker) Key() string {
+	if keys := l.Keys(); len(keys) > 0 {
+		return keys[l.index()]
+	}
+	return ""
+}
+
+// IsOwner is the Multi's compare on the name.
+func (l *MultiLocker) IsOwner() clientv3.Cmp { return l.Multi.IsOwner()[l.index()] }
+
+// Owners are the Multi's compares on every name (faulttest.Owners).
+func (l *MultiLocker) Owners() []clientv3.Cmp { return l.Multi.IsOwner() }
 
 // openWriter opens the write side of an rwmutex.RWMutex.
 func openWriter(cli *clientv3.Client, name string, opts ...core.Option) (Locker, error) {

@@ -1,0 +1,289 @@
+package mutex
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// MaxNames is the most names a [Multi] takes: its Txn has two ops per name in a branch,
+// and etcd refuses more than 128 by default (--max-txn-ops).
+const MaxNames = core.MaxNames
+
+// Multi is a distributed lock on several names at once, all or none, safe for use by
+// several goroutines as a [Mutex] is. Its Lock writes one key per name in one Txn, so that
+// they share one create revision: any two Multis meet in the same order on every name they
+// share, and none can wait for another in a cycle, whatever order their callers list the
+// names in. Its keys are ordinary mutex keys: a [Mutex], etcd's concurrency.Mutex and
+// `etcdctl lock` on any one of the names queue with it.
+//
+// The zero Multi and a nil *Multi behave as the zero [Mutex] does.
+type Multi struct {
+	names     []string
+	qs        []*core.Queue
+	turn      core.Turn
+	unlocking core.Turn
+	tel       *core.Telemetry
+
+	mu      sync.Mutex
+	group   *core.Group
+	waiting []string // keys of the acquisition under way
+}
+
+// NewMulti returns a Multi on names over cli, sorted and without duplicates. It does no
+// I/O. Errors, wrapped with the detail: [ErrInvalidName] for a bad name,
+// [ErrInvalidOption] for no name, more than [MaxNames] distinct ones, a bad option or a
+// nil cli. With [WithNameAttribute], the attribute is the names joined by ",".
+func NewMulti(cli *clientv3.Client, names []string, opts ...Option) (*Multi, error) {
+	sorted := slices.Compact(slices.Sorted(slices.Values(names)))
+	for _, name := range sorted {
+		if err := core.ValidateName(name); err != nil {
+			return nil, fmt.Errorf("mutex multi: %w", err)
+		}
+	}
+	label := "mutex multi " + quoteNames(sorted)
+	if len(sorted) == 0 || len(sorted) > MaxNames {
+		return nil, fmt.Errorf("%s: %w: %d names; one to %d", label, ErrInvalidOption, len(sorted), MaxNames)
+	}
+	if cli == nil {
+		return nil, fmt.Errorf("%s: %w: nil client", label, ErrInvalidOption)
+	}
+	cfg, err := core.Options(opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
+	sessions := core.SessionsFor(cli, cfg)
+	qs := make([]*core.Queue, len(sorted))
+	for i, name := range sorted {
+		qs[i] = core.NewQueue(cli, sessions, cfg.KeyPrefix(name))
+	}
+	if err := core.FitOneTxn(qs, core.OwnerValue("")); err != nil {
+		return nil, fmt.Errorf("%s: %w", label, err)
+	}
+	return &Multi{
+		names: sorted,
+		qs:    qs,
+		tel:   core.NewTelemetry(cfg, core.PrimitiveMulti, strings.Join(sorted, ",")),
+	}, nil
+}
+
+// queues are the Multi's queues; nil for a Multi that NewMulti did not make.
+func (m *Multi) queues() []*core.Queue {
+	if m == nil {
+		return nil
+	}
+	return m.qs
+}
+
+// unusable is why m cannot acquire, or nil.
+func (m *Multi) unusable() error {
+	qs := m.queues()
+	if len(qs) == 0 {
+		var q *core.Queue
+		return q.Unusable()
+	}
+	return qs[0].Unusable()
+}
+
+// Lock waits until m holds every one of its names. Each name is served in FIFO order with
+// every other waiter on it; m holds when no name has a key ahead of its own. The handle
+// stays taken until [Multi.Unlock], also once the hold is lost.
+//
+// Errors: as [Mutex.Lock]; a cancelled or failed Lock deletes all its keys, in one Txn
+// fenced on their create revision, before it returns (or in the background if etcd does
+// not answer within about 2 s).
+//
+// Cost: one Txn uncontended, whatever the number of names; a waiter shares the client's
+// watch of each name it waits on.
+func (m *Multi) Lock(ctx context.Context) (err error) {
+	if err := m.unusable(); err != nil {
+		return m.errorf("lock", err)
+	}
+	ctx, a := m.tel.BeginWait(ctx, "etcdsync.mutex.Multi.Lock")
+	defer func() { a.End(err) }()
+	if err := m.turn.Take(ctx); err != nil {
+		return m.errorf("lock", err)
+	}
+	g, err := core.AcquireAll(ctx, m.qs, core.Spec{Value: core.OwnerValue(""), Tel: m.tel}, m.setWaiting)
+	a.HeldGroup(g)
+	m.mu.Lock()
+	m.waiting, m.group = nil, g
+	m.mu.Unlock()
+	if err != nil {
+		m.turn.Give()
+		return m.errorf("lock", err)
+	}
+	return nil
+}
+
+// TryLock takes every name only if none has a holder or a waiter, and m neither holds nor
+// waits.
+//
+// Errors: [ErrLocked] otherwise, having written nothing. ctx's error and
+// [ErrInvalidOption] as for [Multi.Lock].
+//
+// Cost: one Txn.
+func (m *Multi) TryLock(ctx context.Context) (err error) {
+	if err := m.unusable(); err != nil {
+		return m.errorf("try lock", err)
+	}
+	ctx, a := m.tel.BeginTry(ctx, "etcdsync.mutex.Multi.TryLock")
+	defer func() { a.End(err) }()
+	if !m.turn.TryTake() {
+		return m.errorf("try lock", ErrLocked)
+	}
+	g, err := core.TryAcquireAll(ctx, m.qs, core.Spec{Value: core.OwnerValue("")})
+	a.HeldGroup(g)
+	if err != nil {
+		m.turn.Give()
+		return m.errorf("try lock", err)
+	}
+	m.mu.Lock()
+	m.group = g
+	m.mu.Unlock()
+	return nil
+}
+
+// Unlock releases every name in one Txn, each key deleted only if it is still this hold's:
+// after a loss it removes the keys that are left. It behaves as [Mutex.Unlock] otherwise:
+// [ErrLost] if any key was lost before (the hold has ended all the same), [ErrNotLocked]
+// without a hold, and a hold that stays when etcd cannot be reached before ctx ends.
+//
+// Cost: one Txn.
+func (m *Multi) Unlock(ctx context.Context) (err error) {
+	if len(m.queues()) == 0 {
+		return m.errorf("unlock", core.Unheld(m.unusable()))
+	}
+	ctx, a := m.tel.BeginRelease(ctx, "etcdsync.mutex.Multi.Unlock")
+	defer func() { a.End(err) }()
+	g := m.current()
+	if g == nil {
+		return m.errorf("unlock", ErrNotLocked)
+	}
+	if err := m.unlocking.Take(ctx); err != nil {
+		return m.errorf("unlock", err)
+	}
+	defer m.unlocking.Give()
+	if m.current() != g {
+		return m.errorf("unlock", ErrNotLocked) // the Unlock before this one released it
+	}
+	_ = g.EndIfClientClosed()
+	ended, err := g.Release(ctx)
+	if ended {
+		m.mu.Lock()
+		m.group = nil
+		m.mu.Unlock()
+		m.turn.Give()
+	}
+	if err != nil {
+		return m.errorf("unlock", err)
+	}
+	return nil
+}
+
+func (m *Multi) current() *core.Group {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.group
+}
+
+func (m *Multi) setWaiting(keys []string) {
+	m.mu.Lock()
+	m.waiting = keys
+	m.mu.Unlock()
+}
+
+// Token is the hold's fencing token: the one create revision that all its keys share,
+// strictly increasing across the successive holders of each of its names; 0 without a
+// hold. Like Done, Err, IsOwner, Keys and Names, it does no I/O.
+func (m *Multi) Token() int64 { return m.current().Token() }
+
+// Done is closed when the current hold ends, by [Multi.Unlock] or by the loss of any of
+// its keys (then Err is [ErrLost]); without a hold it is a closed channel. The first call
+// to Done or Err on a hold starts the watch of its keys, as [Mutex.Done] does.
+func (m *Multi) Done() <-chan struct{} { return m.current().Done() }
+
+// Err is nil while every name is held, [ErrLost] once any key was lost (until Unlock), and
+// [ErrNotLocked] without a hold.
+func (m *Multi) Err() error { return m.current().Err() }
+
+// IsOwner is one Txn compare per name, in the order of [Multi.Names], each of which
+// succeeds only while this hold's key of that name exists with its create revision: put
+// all of them in the If of every write the lock guards. Without a hold they never succeed.
+func (m *Multi) IsOwner() []clientv3.Cmp {
+	g := m.current()
+	if g != nil {
+		return g.IsOwner()
+	}
+	cmps := make([]clientv3.Cmp, max(len(m.queues()), 1))
+	for i := range cmps {
+		if qs := m.queues(); len(qs) > 0 {
+			cmps[i] = qs[i].IsOwner(nil)
+		} else {
+			cmps[i] = core.UnmadeOwner()
+		}
+	}
+	return cmps
+}
+
+// Keys are this handle's keys in etcd while it holds or waits, in the order of
+// [Multi.Names], else nil.
+func (m *Multi) Keys() []string {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.group != nil {
+		return m.group.Keys()
+	}
+	return slices.Clone(m.waiting)
+}
+
+// Names are the Multi's names, sorted and without duplicates.
+func (m *Multi) Names() []string {
+	if m == nil {
+		return nil
+	}
+	return slices.Clone(m.names)
+}
+
+func (m *Multi) errorf(op string, err error) error {
+	if len(m.queues()) == 0 {
+		return fmt.Errorf("mutex multi: %s: %w", op, err)
+	}
+	return fmt.Errorf("mutex multi %s: %s: %w", quoteNames(m.names), op, err)
+}
+
+// quoteNames is names in a message: all of them up to four, else the first three and how
+// many more.
+func quoteNames(names []string) string {
+	if len(names) <= 4 {
+		return fmt.Sprintf("%q", names)
+	}
+	return fmt.Sprintf("%q and %d more", names[:3], len(names)-3)
+}
+
+// Do takes every name as [Multi.Lock] does, runs fn while they are held, and releases them
+// once fn has returned, as [Mutex.Do] does: fn's ctx ends as soon as any key is lost, with
+// the loss as its cause.
+//
+// Errors and cost: as [Mutex.Do], with Multi's Lock and Unlock.
+func (m *Multi) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	if fn == nil {
+		return m.errorf("do", core.ErrNilFunc)
+	}
+	if err := m.Lock(ctx); err != nil {
+		return err
+	}
+	return core.Scoped(ctx, m.current(), fn, m.Unlock)
+}
