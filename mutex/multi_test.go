@@ -109,7 +109,7 @@ func TestMultiOfTheLongestNamesFitsEtcdsDefaultLimits(t *testing.T) {
 		names[i] = fmt.Sprintf("%02d", i) + strings.Repeat("/", core.MaxNameLen-2)
 	}
 	a := newMulti(t, cli, names, mutex.WithPrefix(prefix))
-	b := newMulti(t, etcdtest.ClientOf(t, cluster.Endpoints()...), names, mutex.WithPrefix(prefix))
+	b := newMulti(t, cluster.Client(t), names, mutex.WithPrefix(prefix)) // another client, under the run's namespace on an external cluster
 	require.NoError(t, a.Lock(ctx))
 	assert.ErrorIs(t, b.TryLock(ctx), mutex.ErrLocked)
 	waited := etcdtest.Async(func() error { return b.Lock(ctx) })
@@ -221,11 +221,13 @@ func TestMultiDoEndsTheWorkOnTheLossOfAnyKey(t *testing.T) {
 	ctx := etcdtest.Context(t)
 	admin := cluster.Client(t)
 	m := newMulti(t, cluster.Client(t), []string{"do-multi-a", "do-multi-b"})
-	err := m.Do(ctx, func(ctx context.Context) error {
+	err := m.Do(ctx, func(fctx context.Context) error {
+		// The delete on the test's ctx: fn's ends with the loss, which the hold's watch can
+		// see before the delete's answer arrives.
 		_, err := admin.Delete(ctx, m.Keys()[0])
 		require.NoError(t, err)
-		etcdtest.Within(t, ctx.Done(), multiWithin, "fn's ctx after a loss")
-		assert.ErrorIs(t, context.Cause(ctx), mutex.ErrLost)
+		etcdtest.Within(t, fctx.Done(), multiWithin, "fn's ctx after a loss")
+		assert.ErrorIs(t, context.Cause(fctx), mutex.ErrLost)
 		return nil
 	})
 	assert.ErrorIs(t, err, mutex.ErrLost)
