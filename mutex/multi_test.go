@@ -158,7 +158,9 @@ func TestMultiTryLockWritesNothingWhenANameIsTaken(t *testing.T) {
 	single := newMutex(t, cluster.Client(t), "try-multi-c")
 	require.NoError(t, single.Lock(ctx))
 	m := newMulti(t, cli, []string{"try-multi-a", "try-multi-b", "try-multi-c"})
-	require.NoError(t, mutex.WithoutTelemetry(newMutex(t, cli, "try-multi-lease")).TryLock(ctx)) // the lease
+	lease := mutex.WithoutTelemetry(newMutex(t, cli, "try-multi-lease"))
+	require.NoError(t, lease.TryLock(ctx)) // the lease
+	defer func() { require.NoError(t, lease.Unlock(ctx)) }()
 
 	before := etcdtest.Revision(t, cluster.Client(t))
 	tctx := rpcstat.WithLabel(ctx, "try")
