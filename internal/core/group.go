@@ -356,30 +356,10 @@ func (a *Attempt) HeldGroup(g *Group) {
 // can tell (a key deleted while the session lived) is counted by settleLoss, which it
 // starts off the caller's goroutine: the caller may be a member's watch.
 func (g *Group) recordEnd(err error) {
-	m := g.metrics
-	if m == nil || m.recorded {
-		return
+	if m := g.metrics; m.end(err, g.sess) {
+		m.settled = make(chan struct{})
+		go g.countLoss(m)
 	}
-	m.recorded = true
-	t, bg := m.t, context.Background()
-	o := released
-	if err != nil {
-		o = lostHold
-	}
-	t.ins.hold.Record(bg, time.Since(m.granted).Seconds(), t.byOutcome[o]...)
-	if m.counted {
-		t.ins.holds.Add(bg, -1, t.plain...)
-	}
-	if err == nil {
-		return
-	}
-	if c, known := lossCause(err, g.sess); known {
-		t.ins.lost.Add(bg, 1, t.byCause[c]...)
-		return
-	}
-	m.unsettled = true
-	m.settled = make(chan struct{})
-	go g.countLoss(m)
 }
 
 // countLoss counts the loss of a Group whose key went while its session lived: revoked if

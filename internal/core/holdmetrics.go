@@ -50,13 +50,19 @@ func (t *Telemetry) Held(h *Hold) {
 	}
 }
 
-// recordEnd records the end of a counted hold, with its final error: the hold's duration
-// by outcome, one hold fewer, and for a loss its cause, unless that needs a look at the
-// lease (settleLoss). Under h.mu, once.
+// recordEnd records the end of a counted hold, with its final error (see holdMetrics.end).
+// Under h.mu, once.
 func (h *Hold) recordEnd(err error) {
-	m := h.metrics
+	h.metrics.end(err, h.sess)
+}
+
+// end records the end of a counted hold (or Group) on sess, with its final error: its
+// duration by outcome, one hold fewer, and for a loss its cause, unless that needs a look
+// at the lease: then it marks the loss unsettled and reports true (see settleLoss). Once;
+// nothing for a hold that is not counted.
+func (m *holdMetrics) end(err error, sess *Session) (unsettled bool) {
 	if m == nil || m.recorded {
-		return
+		return false
 	}
 	m.recorded = true
 	t, bg := m.t, context.Background()
@@ -69,13 +75,14 @@ func (h *Hold) recordEnd(err error) {
 		t.ins.holds.Add(bg, -1, t.plain...)
 	}
 	if err == nil {
-		return
+		return false
 	}
-	if c, known := lossCause(err, h.sess); known {
+	if c, known := lossCause(err, sess); known {
 		t.ins.lost.Add(bg, 1, t.byCause[c]...)
-	} else {
-		m.unsettled = true
+		return false
 	}
+	m.unsettled = true
+	return true
 }
 
 // settleLoss counts the loss of a hold whose key went while its session lived: revoked if
