@@ -33,7 +33,8 @@ func TestAClusterThatGoesBackInTimeEndsHoldsAndNeverHandsOutAnOlderToken(t *test
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cli1, cli2, admin := c.Client(t), c.Client(t), c.Client(t)
-	const ttl = 5 * time.Second
+	// Long enough for the sessions to outlive the first stop, backup and restart on a loaded machine.
+	const ttl = 15 * time.Second
 
 	m1, err := mutex.New(cli1, "rewind", mutex.WithTTL(ttl))
 	require.NoError(t, err)

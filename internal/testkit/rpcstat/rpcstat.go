@@ -14,8 +14,9 @@ import (
 )
 
 // Counter counts unary calls by method ("Txn", "Range", ...), streams opened ("Watch",
-// "LeaseKeepAlive") and the messages sent on them ("Watch.send": watch creates and
-// cancels). Its zero value is ready; it is safe for concurrent use.
+// "LeaseKeepAlive"), the messages sent on them ("Watch.send": watch creates and cancels)
+// and the events received on watch streams ("Watch.events"). Its zero value is ready; it is
+// safe for concurrent use.
 //
 // A client also sends requests that no call of the test made, whenever its background
 // work runs: a hold's watch set up, a watch's catch-up read, lease renewals, the read that
@@ -101,6 +102,19 @@ type countedStream struct {
 func (s *countedStream) SendMsg(m any) error {
 	s.c.add(nil, s.send, m)
 	return s.ClientStream.SendMsg(m)
+}
+
+func (s *countedStream) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if wr, ok := m.(*pb.WatchResponse); ok && err == nil && len(wr.Events) > 0 {
+		s.c.mu.Lock()
+		if s.c.n == nil {
+			s.c.n = map[string]int64{}
+		}
+		s.c.n["Watch.events"] += int64(len(wr.Events))
+		s.c.mu.Unlock()
+	}
+	return err
 }
 
 // Labelled is a copy of the counts of the unary calls made on a ctx labelled label by
