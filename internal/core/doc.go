@@ -18,21 +18,19 @@
 // core, dropped when the client closes. It holds:
 //   - its shared sessions (session.go: one lease per TTL, Shutdown; keepalive.go: the
 //     renewals and the local deadline, one timer per session);
-//   - its hubs (hub.go: one watch per name and mode, shared by every weighted waiter, sentry,
+//   - its hubs (hub.go: one watch per name and mode, shared by every waiter, sentry,
 //     release watch and observer of the client on the name; registry.go: join, leave,
 //     linger; dispatch.go: events in revision order, once; subscriber.go: what a hub feeds);
-//   - its keyWatch (keywatch.go: one gRPC watch stream for the keys of every watched hold
-//     and of every exclusive waiter);
+//   - its keyWatch (keywatch.go: one gRPC watch stream for the keys of every watched hold);
 //   - its janitor (janitor.go: cleanups that outlive the call that needed them);
 //   - its clock (clock.go: the highest revision seen, and the rewind of everything when
 //     the cluster went back in time).
 //
 // The queue (queue.go): Queue is a name's keys under one prefix, Spec what an acquisition
 // asks (the kind of key, which kinds are ahead of it, how many slots). Acquire writes the key
-// in one Txn that also reads what is ahead (queue.go), then waits until nothing it must
-// wait for is ahead: an exclusive acquisition (one unit) for the key just ahead of it, on
-// the client's keyWatch (next.go), a weighted one as a queueWaiter (waiter.go) subscribed
-// to the client's hub of the name; try.go is the Txn that writes only when nothing is ahead; units.go weighs the keys
+// in one Txn that also reads what is ahead (queue.go), then waits as a queueWaiter
+// (waiter.go) subscribed to the client's hub of the name until nothing it must wait for is
+// ahead; try.go is the Txn that writes only when nothing is ahead; units.go weighs the keys
 // of a semaphore's permits. sentry.go (WatchBehind), releasewatch.go (WatchRelease) and
 // observer.go (WatchHead, for elections) are the other subscribers.
 //
@@ -58,13 +56,11 @@
 // client's sharedSession (granting a lease on first use) and claims a slot, which names the
 // key. enqueue sends one Txn: put the key on the session's lease if it is absent, and read
 // the keys ahead of it. If nothing is in the way, grant makes the Hold at once. Otherwise
-// an exclusive waiter watches its own key and the last key ahead of it, and reads again
-// (at the delete's revision) when that key goes, until none is ahead; a weighted waiter
-// joins the client's hub of the name, which reads what it missed and feeds it every delete
-// (with the deleted key's create revision) until the keys ahead weigh little enough. Each
-// reads once after any gap in what its watches saw. A cancelled or failed acquisition deletes
+// the waiter joins the client's hub of the name, which reads what it missed and feeds it
+// every delete (with the deleted key's create revision) until the keys ahead have gone; a
+// read confirms the waiter's view after any gap. A cancelled or failed acquisition deletes
 // its key, fenced on its create revision, or leaves that to the janitor. Once held, Done
 // adds the key to the client's keyWatch; Unlock calls Hold.Release, one fenced delete,
-// which ends the hold and takes its key off the keyWatch; the delete reaches the next
-// waiter, and so on.
+// which ends the hold and takes its key off the keyWatch; the next waiter's hub delivers the
+// delete, and so on.
 package core

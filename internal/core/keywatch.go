@@ -24,11 +24,6 @@ const keyWatchLinger = time.Second
 // it. A third, check, reads keys whose watch etcd cancelled (compaction, a refusal) and
 // counts losses that call for an RPC; it runs only while it has work.
 //
-// It also watches keys for exclusive waiters (next.go): those watches start at the
-// present, and a waiter is told when one is in place, when its key goes, and when it is
-// gone with its stream (a new stream does not create it again: the waiter does, and reads
-// what it may have missed). A waiter keeps the goroutines running as a hold does.
-//
 // The stream requires a leader, so a member cut off from its quorum ends it at once and
 // the next one goes to another member; every watch is then created again on the new stream
 // from the revision after its key's creation (or the last check), so no delete is missed.
@@ -39,9 +34,8 @@ type keyWatch struct {
 	cli *clientv3.Client
 
 	mu       sync.Mutex
-	holds    map[int64]*Hold    // every watched hold, by its watch ID
-	waits    map[int64]*keyWait // every key watched for a waiting acquisition, by its watch ID (see next.go)
-	next     int64              // the last watch ID handed out
+	holds    map[int64]*Hold // every watched hold, by its watch ID
+	next     int64           // the last watch ID handed out
 	sessions map[*Session]func() bool
 	cur      *keyStream         // the open stream; nil while there is none
 	checks   []*Hold            // holds whose key must be read before it is watched again
@@ -62,7 +56,7 @@ type keyStream struct {
 }
 
 func newKeyWatch(cli *clientv3.Client) *keyWatch {
-	return &keyWatch{cli: cli, holds: map[int64]*Hold{}, waits: map[int64]*keyWait{}, sessions: map[*Session]func() bool{}}
+	return &keyWatch{cli: cli, holds: map[int64]*Hold{}, sessions: map[*Session]func() bool{}}
 }
 
 // ownWatch reports whether the holds of cli can be watched on a raw stream: the client's KV
@@ -95,11 +89,6 @@ func (k *keyWatch) add(h *Hold) {
 		k.sessions[s] = context.AfterFunc(s.ctx, func() { k.sessionEnded(s) })
 	}
 	k.queue(createRequest(h))
-	k.start()
-}
-
-// start starts run unless it runs. Under k.mu.
-func (k *keyWatch) start() {
 	if !k.running {
 		k.running = true
 		k.gen++
@@ -107,65 +96,6 @@ func (k *keyWatch) start() {
 		k.stop = cancel
 		go k.run(ctx, k.gen)
 	}
-}
-
-// watchKey starts watching key for deletes, from the present, on behalf of to, which it
-// tells when the watch is created, when the key is deleted, and when the watch is gone
-// (see keyNote).
-func (k *keyWatch) watchKey(key string, to *nextWaiter) *keyWait {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.next++
-	w := &keyWait{id: k.next, key: key, to: to}
-	k.waits[w.id] = w
-	k.idleGen++
-	if k.cur != nil {
-		w.stream = k.cur
-		k.queue(waitRequest(w))
-	}
-	k.start()
-	return w
-}
-
-// unwatch stops watching w's key; w may be nil.
-func (k *keyWatch) unwatch(w *keyWait) {
-	if w == nil {
-		return
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.waits[w.id] != w {
-		return
-	}
-	delete(k.waits, w.id)
-	if w.stream != nil && w.stream == k.cur {
-		k.queue(cancelRequest(w.id))
-	}
-	k.armIdle()
-}
-
-// waitRequest is the request that watches w's key for deletes from the present on.
-func waitRequest(w *keyWait) *pb.WatchRequest {
-	return &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
-		Key:     []byte(w.key),
-		Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT},
-		WatchId: w.id,
-	}}}
-}
-
-func cancelRequest(id int64) *pb.WatchRequest {
-	return &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{
-		CancelRequest: &pb.WatchCancelRequest{WatchId: id}}}
-}
-
-// armIdle arms the idle close once nothing is watched. Under k.mu.
-func (k *keyWatch) armIdle() {
-	if len(k.holds) > 0 || len(k.waits) > 0 {
-		return
-	}
-	k.idleGen++
-	gen := k.idleGen
-	time.AfterFunc(keyWatchLinger, func() { k.closeIfIdle(gen) })
 }
 
 // remove stops watching h's key. Under h.mu: it must not call back into h.
@@ -177,15 +107,21 @@ func (k *keyWatch) remove(h *Hold) {
 		return
 	}
 	delete(k.holds, id)
-	k.queue(cancelRequest(id))
-	k.armIdle()
+	k.queue(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{
+		CancelRequest: &pb.WatchCancelRequest{WatchId: id}}})
+	if len(k.holds) > 0 {
+		return
+	}
+	k.idleGen++
+	gen := k.idleGen
+	time.AfterFunc(keyWatchLinger, func() { k.closeIfIdle(gen) })
 }
 
 // closeIfIdle ends run unless a hold came since idle close gen was armed.
 func (k *keyWatch) closeIfIdle(gen uint64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if len(k.holds) == 0 && len(k.waits) == 0 && k.idleGen == gen && k.running {
+	if len(k.holds) == 0 && k.idleGen == gen && k.running {
 		k.stop()
 		k.running, k.cur = false, nil
 		k.gen++ // the stopped run leaves the state to the next one
@@ -229,7 +165,6 @@ func (k *keyWatch) run(ctx context.Context, gen uint64) {
 		}
 		k.running, k.cur, k.crashed = false, nil, false
 		left := k.takeAll()
-		k.interruptWaits(nil)
 		k.mu.Unlock()
 		loss := errMonitorStopped
 		if k.cli.Ctx().Err() != nil {
@@ -292,7 +227,6 @@ func (k *keyWatch) serve(ctx context.Context) (answered bool) {
 			ks.sends = append(ks.sends, createRequest(h))
 		}
 	}
-	k.interruptWaits(ks)
 	signal(ks.wake)
 	k.mu.Unlock()
 	sent := make(chan struct{})
@@ -340,59 +274,12 @@ func (k *keyWatch) send(ctx context.Context, stream pb.Watch_WatchClient, ks *ke
 	}
 }
 
-// interruptWaits tells the waiter of every key watched on an earlier stream that its watch
-// is gone (it watches again, and reads what it missed), and creates on ks (if not nil) the
-// watches never sent. Under k.mu.
-func (k *keyWatch) interruptWaits(ks *keyStream) {
-	for id, w := range k.waits {
-		if w.stream == nil && ks != nil {
-			w.stream = ks
-			ks.sends = append(ks.sends, waitRequest(w))
-			continue
-		}
-		delete(k.waits, id)
-		w.to.notify(keyNote{w: w, kind: noteInterrupted})
-	}
-}
-
-// handleWait takes one response for a key watched for a waiter.
-func (k *keyWatch) handleWait(resp *pb.WatchResponse) {
-	k.mu.Lock()
-	w := k.waits[resp.WatchId]
-	if w != nil && resp.Canceled {
-		delete(k.waits, w.id)
-		k.armIdle()
-	}
-	k.mu.Unlock()
-	switch {
-	case w == nil:
-	case resp.Canceled:
-		w.to.notify(keyNote{w: w, kind: noteInterrupted})
-	case resp.Created:
-		w.to.notify(keyNote{w: w, kind: noteCreated, rev: resp.Header.Revision})
-	}
-	if w == nil || resp.Canceled {
-		return
-	}
-	for _, ev := range resp.Events {
-		if ev.Type == mvccpb.DELETE {
-			w.to.notify(keyNote{w: w, kind: noteDeleted, rev: ev.Kv.ModRevision})
-			return
-		}
-	}
-}
-
 // handle takes one response of the stream: a delete ends its hold, a watch etcd cancelled
 // has its key read.
 func (k *keyWatch) handle(resp *pb.WatchResponse) {
 	k.mu.Lock()
 	h := k.holds[resp.WatchId]
-	_, waited := k.waits[resp.WatchId]
 	k.mu.Unlock()
-	if waited {
-		k.handleWait(resp)
-		return
-	}
 	if h == nil {
 		return // a hold no longer watched
 	}

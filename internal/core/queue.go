@@ -84,13 +84,9 @@ func (s Spec) weighted() bool { return s.capacity() > 1 }
 func (s Spec) keyKind() string { return unitsKind(s.Kind, s.weight()) }
 
 // Acquire enqueues and waits until spec's predicate holds, then returns the hold. onKey, if
-// not nil, learns the key before the wait. Uncontended it costs one Txn. An exclusive
-// waiter (see waitsNext) watches its own key and the one just ahead of it on the client's
-// stream, and reads once when that key goes (one read-only Txn, served by the member it
-// reaches) and once more when revisions moved before its watches were in place; a weighted
-// waiter joins the client's watch of the name and, when revisions moved between its Txn and
-// that watch, reads once; it returns as the last predecessor's delete event arrives, with no
-// further RPC. On failure, including
+// not nil, learns the key before the wait. Uncontended it costs one Txn; a waiter adds one
+// watch and, when revisions moved between its Txn and its watch, one Range; once the last
+// predecessor's delete event arrives it returns with no further RPC. On failure, including
 // ctx ending, it deletes its key before returning, or, if etcd cannot be reached within a
 // second, in the background (see janitor).
 func (q *Queue) Acquire(ctx context.Context, spec Spec, onKey func(string)) (*Hold, error) {
@@ -115,11 +111,7 @@ func (q *Queue) AcquireNotify(ctx context.Context, spec Spec, onKey func(string)
 		if err == nil {
 			spec.Tel.enqueued(ctx, e.ahead, e.rev)
 		}
-		switch {
-		case err != nil || e.ahead < spec.slots():
-		case q.waitsNext(spec):
-			err = q.waitNext(ctx, sess, spec, sl.key(), e)
-		default:
+		if err == nil && e.ahead >= spec.slots() {
 			err = q.wait(ctx, sess, spec, sl.key(), e)
 		}
 		return q.grant(ctx, sess, sl, e.rev, err)
@@ -208,12 +200,10 @@ func (q *Queue) abandon(ctx context.Context, sl *slot, rev int64, unknown bool) 
 }
 
 // enqueued is what enqueue learned: the key's create revision (0 if none is known to have
-// been written), the revision its count reflects, and how many keys are ahead of it (and,
-// for a spec that waitsNext, the last of them).
+// been written), the revision its count reflects, and how many keys are ahead of it.
 type enqueued struct {
 	rev, snap int64
 	ahead     int
-	last      *mvccpb.KeyValue
 	unknown   bool // with rev 0: a try got no answer, so the key may have been written
 }
 
@@ -221,18 +211,11 @@ type enqueued struct {
 // ended it returns ctx's error, and the key's revision if its Txn was applied.
 func (q *Queue) enqueue(ctx context.Context, sess *Session, spec Spec, key string) (enqueued, error) {
 	aheadRange, w := q.prefix+spec.Ahead, weigherOf(q, spec)
-	reads := w.reads(aheadRange)
-	next := q.waitsNext(spec)
-	if next {
-		// The last key ahead, and in its Count how many there are.
-		reads = []clientv3.Op{clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(1))}
-	}
 	before := clockOf(q.cli).now() // every key this call writes is created after it
 	res, err := commitWrite(ctx, q.cli, func(t clientv3.Txn) clientv3.Txn {
 		return t.If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, spec.Guard...)...).
 			// Read before the put: every key there is ahead.
-			Then(append(reads, clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease())))...).
+			Then(append(w.reads(aheadRange), clientv3.OpPut(key, spec.Value, clientv3.WithLease(sess.Lease())))...).
 			// The key is there already (written by a try of this call whose answer was lost,
 			// or late): it is this slot's, so take its place (see takeOver).
 			Else(clientv3.OpGet(key), clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
@@ -248,11 +231,7 @@ func (q *Queue) enqueue(ctx context.Context, sess *Session, spec Spec, key strin
 		return enqueued{unknown: res.unknown}, fmt.Errorf("enqueue %s: %w", key, err)
 	case resp.Succeeded:
 		rev := resp.Header.Revision
-		e := enqueued{rev: rev, snap: rev, ahead: w.weight(resp.Responses)}
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; next && len(kvs) > 0 {
-			e.last = kvs[0]
-		}
-		return e, err
+		return enqueued{rev: rev, snap: rev, ahead: w.weight(resp.Responses)}, err
 	}
 	own := resp.Responses[0].GetResponseRange().Kvs
 	switch {
@@ -271,13 +250,7 @@ func (q *Queue) enqueue(ctx context.Context, sess *Session, spec Spec, key strin
 		rewind(q.cli, err)
 		return enqueued{rev: rev}, fmt.Errorf("%w: %w", ErrLost, err)
 	}
-	kvs := resp.Responses[1].GetResponseRange().Kvs
-	e := enqueued{rev: rev, snap: resp.Header.Revision, ahead: w.ahead(kvs, rev)}
-	for _, kv := range kvs {
-		if next && kv.CreateRevision < rev && (e.last == nil || kv.CreateRevision > e.last.CreateRevision) {
-			e.last = kv
-		}
-	}
+	e := enqueued{rev: rev, snap: resp.Header.Revision, ahead: w.ahead(resp.Responses[1].GetResponseRange().Kvs, rev)}
 	if err == nil {
 		err = q.takeOver(ctx, sess, own[0], spec.Value)
 	}
