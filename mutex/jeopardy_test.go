@@ -215,12 +215,12 @@ func newClient(t *testing.T) *clientv3.Client {
 
 // TestNoSpuriousLossOnAHealthyCluster contends for mutexes with a 2 s TTL from clients
 // spread over a 3-member cluster under background writes, while long holds span many
-// renewals: no hold may be declared lost. It soaks for 20 s, or for ETCDSYNC_SOAK (a
+// renewals: no hold may be declared lost. It soaks for 10 s, or for ETCDSYNC_SOAK (a
 // duration) when set: the figures in the README come from a soak of many minutes.
 func TestNoSpuriousLossOnAHealthyCluster(t *testing.T) {
 	c := etcdtest.LaggingCluster(t)
 	const ttl, clients = 2 * time.Second, 6
-	soak := 20 * time.Second
+	soak := 10 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("ETCDSYNC_SOAK")); err == nil {
 		soak = d
 	}

@@ -23,7 +23,7 @@ import (
 func TestExclusionWithClientsOnLaggingMembers(t *testing.T) {
 	c := etcdtest.LaggingCluster(t)
 
-	const clients, cycles = 6, 350 // per client: 2,100 lock cycles
+	const clients, cycles = 6, 175 // per client: 1,050 lock cycles
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 

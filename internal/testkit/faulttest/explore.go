@@ -25,8 +25,9 @@ const (
 )
 
 // ciSeeds are the seeds Explore runs without ExploreEnv: a fixed set, so that what a run
-// draws is the same every time (what the timing makes of it still varies).
-var ciSeeds = []uint64{1, 2, 3}
+// draws is the same every time (what the timing makes of it still varies). Two, to keep
+// the test command within its time on 2 cores; seed 2 (and any other) is one SeedEnv away.
+var ciSeeds = []uint64{1, 3}
 
 const (
 	exploreClients   = 3                // clients of one seed, each with its own proxies and injector
