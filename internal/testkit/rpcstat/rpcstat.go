@@ -50,10 +50,7 @@ func (c *Counter) add(ctx context.Context, what string, req any) {
 	keys := keysOf(req)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[string]int64{}
-	}
-	c.n[what]++
+	c.count(what, 1)
 	if labelled {
 		if c.labelled == nil {
 			c.labelled = map[string]Counts{}
@@ -71,6 +68,14 @@ func (c *Counter) add(ctx context.Context, what string, req any) {
 			}
 		}
 	}
+}
+
+// count adds n to the count of what. Under c.mu.
+func (c *Counter) count(what string, n int64) {
+	if c.n == nil {
+		c.n = map[string]int64{}
+	}
+	c.n[what] += n
 }
 
 // DialOptions install the counter on a client: append them to clientv3.Config.DialOptions.
@@ -108,10 +113,7 @@ func (s *countedStream) RecvMsg(m any) error {
 	err := s.ClientStream.RecvMsg(m)
 	if wr, ok := m.(*pb.WatchResponse); ok && err == nil && len(wr.Events) > 0 {
 		s.c.mu.Lock()
-		if s.c.n == nil {
-			s.c.n = map[string]int64{}
-		}
-		s.c.n["Watch.events"] += int64(len(wr.Events))
+		s.c.count("Watch.events", int64(len(wr.Events)))
 		s.c.mu.Unlock()
 	}
 	return err

@@ -58,3 +58,25 @@ func TestCallsCountAsTheirCtxsAndKeys(t *testing.T) {
 	assert.Empty(t, cnt.Under("untracked/"))
 	assert.Equal(t, int64(3), cnt.Counts()["Range"], "every read of the client")
 }
+
+// TestWatchEventsCountEveryEventReceived: the events a client's watches receive count as
+// Watch.events, one per event, several in one response included; a created notice is none.
+func TestWatchEventsCountEveryEventReceived(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	cnt := &rpcstat.Counter{}
+	cli := primtest.CountedClient(t, cluster, cnt)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	wch := cli.Watch(wctx, "events/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	<-wch // created
+	_, err := cli.Txn(ctx).Then(clientv3.OpPut("events/a", "1"), clientv3.OpPut("events/b", "1")).Commit()
+	require.NoError(t, err)
+	_, err = cli.Delete(ctx, "events/", clientv3.WithPrefix())
+	require.NoError(t, err)
+	for seen := 0; seen < 4; {
+		wr := <-wch
+		require.NoError(t, wr.Err())
+		seen += len(wr.Events)
+	}
+	assert.Equal(t, int64(4), cnt.Counts()["Watch.events"])
+}
