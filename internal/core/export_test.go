@@ -1,6 +1,10 @@
 package core
 
-import "context"
+import (
+	"context"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
 
 // Transient is transient, for the tests of package core_test.
 var Transient = transient
@@ -24,4 +28,21 @@ func StopMonitor(h *Hold) {
 		return
 	}
 	stateOf(h.cli).keys.crash()
+}
+
+// KeyWatchPlaced reports whether every hold watched on the key watch of cli has a watch
+// in place: created, and answered by etcd, on the open stream.
+func KeyWatchPlaced(cli *clientv3.Client) bool {
+	k := stateOf(cli).keys
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cur == nil || len(k.cur.pending) > 0 {
+		return false
+	}
+	for _, e := range k.holds {
+		if e.id == 0 || e.checking {
+			return false
+		}
+	}
+	return true
 }

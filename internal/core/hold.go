@@ -42,22 +42,18 @@ type Hold struct {
 
 	mu    sync.Mutex
 	state holdState
-	// checking: etcd cancelled the key's watch, and the key is being read before it is
-	// watched again (see keyWatch.recheck). Under the keyWatch's lock, as are watchID and from.
-	checking bool
-	err      error // the final error once ended: nil after a clean release, ErrLost after a loss
+	err   error // the final error once ended: nil after a clean release, ErrLost after a loss
 	// seen is a loss the monitor saw while a release was under way, for that release to
 	// weigh (the key it saw go may be the release's own); cleared by every release.
 	seen    error
-	watchID int64    // the ID of its watch on the client's keyWatch; 0 until watched there
-	from    int64    // the revision its watch starts at
+	keyed   bool     // its key is watched on the client's keyWatch
 	mon     *monitor // the watch of a hold on a client with a wrapped KV or Watcher
 	onEnd   []func(error)
 	metrics *holdMetrics // nil unless counted: see Telemetry.Held
 }
 
 func newHold(cli *clientv3.Client, sess *Session, slot *slot, rev int64) *Hold {
-	return &Hold{cli: cli, sess: sess, slot: slot, key: slot.key(), rev: rev, from: rev + 1, done: make(chan struct{})}
+	return &Hold{cli: cli, sess: sess, slot: slot, key: slot.key(), rev: rev, done: make(chan struct{})}
 }
 
 // Key is the hold's key; "" for no hold.

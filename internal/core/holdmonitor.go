@@ -16,10 +16,11 @@ import (
 func (h *Hold) watch() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.watchID != 0 || h.mon != nil || h.state == lost || h.state == over {
+	if h.keyed || h.mon != nil || h.state == lost || h.state == over {
 		return
 	}
 	if ownWatch(h.cli) {
+		h.keyed = true
 		stateOf(h.cli).keys.add(h)
 		return
 	}
@@ -31,7 +32,7 @@ func (h *Hold) watch() {
 // unwatch stops the watch of a hold that has ended. Under h.mu.
 func (h *Hold) unwatch() {
 	switch {
-	case h.watchID != 0:
+	case h.keyed:
 		stateOf(h.cli).keys.remove(h)
 	case h.mon != nil:
 		h.mon.stop()

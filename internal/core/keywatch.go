@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -21,7 +23,7 @@ const keyWatchLinger = time.Second
 // costs a map entry and a watcher in etcd, not a goroutine and a watch substream of
 // clientv3's. Its goroutines run only while a hold is watched (and for keyWatchLinger
 // after): run, which opens the stream and reads it, and send, which writes the requests to
-// it. A third, check, reads keys whose watch etcd cancelled (compaction, a refusal) and
+// it. A third, check, reads keys whose watch could not be kept (compaction, a refusal) and
 // counts losses that call for an RPC; it runs only while it has work.
 //
 // The stream requires a leader, so a member cut off from its quorum ends it at once and
@@ -30,15 +32,21 @@ const keyWatchLinger = time.Second
 // What the stream cannot tell, a session's end (a lease gone, or its local deadline) and
 // the client's close, reaches each hold through the session (sessionEnded) and the client's
 // context (run's return).
+//
+// Every create has an ID never used before: etcd keeps a watch it cancelled for compaction
+// registered under its ID until the client cancels it, and refuses a create that reuses one.
+// A refused create is answered with ID -1, and etcd answers the creates of a stream in the
+// order they came, so a refusal belongs to the oldest create not yet answered (pending).
 type keyWatch struct {
 	cli *clientv3.Client
 
 	mu       sync.Mutex
-	holds    map[int64]*Hold // every watched hold, by its watch ID
-	next     int64           // the last watch ID handed out
+	holds    map[*Hold]*keyEntry // every watched hold
+	ids      map[int64]*keyEntry // the holds with a watch on the open stream, by its ID
+	next     int64               // the last watch ID handed out
 	sessions map[*Session]func() bool
 	cur      *keyStream         // the open stream; nil while there is none
-	checks   []*Hold            // holds whose key must be read before it is watched again
+	checks   []keyCheck         // keys to read before they are watched again
 	settles  []*Hold            // lost holds whose loss must be counted (see settleLoss)
 	running  bool               // a run is under way
 	gen      uint64             // of the current run: a run stopped for idleness is no longer it
@@ -48,15 +56,41 @@ type keyWatch struct {
 	crashed  bool               // see crash
 }
 
+// keyEntry is a watched hold, as the keyWatch sees it. Under the keyWatch's lock.
+type keyEntry struct {
+	h    *Hold
+	id   int64 // the ID of its create on the open stream; 0 while it has none
+	from int64 // the revision its watch starts at
+	// checking: its key is being read before it is watched again (see recheck).
+	checking bool
+	refused  int // creates etcd refused in a row (see maxRefusals)
+}
+
+// keyCheck is a key to read before its hold is watched again: etcd cancelled its watch
+// (compaction) or refused to create it on stream. A refusal for the stream's credentials
+// (auth) calls for another stream, whose token the read has had clientv3 refresh.
+type keyCheck struct {
+	e      *keyEntry
+	stream *keyStream
+	auth   bool
+}
+
+// maxRefusals is how many creates of one hold's watch etcd may refuse in a row, each after
+// a read found its key still there, before the hold ends as lost: a key that cannot be
+// watched cannot tell of its loss.
+const maxRefusals = 5
+
 // keyStream is what is to be written on one stream: requests queued while it is open go to
 // it, and to no later stream (which creates every watch afresh).
 type keyStream struct {
-	sends []*pb.WatchRequest // creates and cancels, in order
-	wake  chan struct{}      // tells send that sends has something
+	sends   []*pb.WatchRequest // creates and cancels, in order
+	pending []int64            // the IDs of creates not yet answered, oldest first
+	wake    chan struct{}      // tells send that sends has something
+	end     context.CancelFunc // ends the stream: its run opens another
 }
 
 func newKeyWatch(cli *clientv3.Client) *keyWatch {
-	return &keyWatch{cli: cli, holds: map[int64]*Hold{}, sessions: map[*Session]func() bool{}}
+	return &keyWatch{cli: cli, holds: map[*Hold]*keyEntry{}, ids: map[int64]*keyEntry{}, sessions: map[*Session]func() bool{}}
 }
 
 // ownWatch reports whether the holds of cli can be watched on a raw stream: the client's KV
@@ -80,15 +114,14 @@ var (
 func (k *keyWatch) add(h *Hold) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.next++
-	h.watchID = k.next
-	k.holds[h.watchID] = h
+	e := &keyEntry{h: h, from: h.rev + 1}
+	k.holds[h] = e
 	k.idleGen++
 	if _, ok := k.sessions[h.sess]; !ok {
 		s := h.sess
 		k.sessions[s] = context.AfterFunc(s.ctx, func() { k.sessionEnded(s) })
 	}
-	k.queue(createRequest(h))
+	k.create(e)
 	if !k.running {
 		k.running = true
 		k.gen++
@@ -102,13 +135,12 @@ func (k *keyWatch) add(h *Hold) {
 func (k *keyWatch) remove(h *Hold) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	id := h.watchID
-	if k.holds[id] != h {
+	e := k.holds[h]
+	if e == nil {
 		return
 	}
-	delete(k.holds, id)
-	k.queue(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{
-		CancelRequest: &pb.WatchCancelRequest{WatchId: id}}})
+	delete(k.holds, h)
+	k.drop(e)
 	if len(k.holds) > 0 {
 		return
 	}
@@ -132,15 +164,34 @@ func (k *keyWatch) closeIfIdle(gen uint64) {
 	}
 }
 
-// createRequest is the request that watches h's key for deletes from h.from on, with h's
-// watch ID.
-func createRequest(h *Hold) *pb.WatchRequest {
-	return &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
-		Key:           []byte(h.key),
-		StartRevision: h.from,
+// create watches e's key for deletes from e.from on, on the open stream, under a new ID;
+// without a stream, the next one creates it. Under k.mu.
+func (k *keyWatch) create(e *keyEntry) {
+	if k.cur == nil {
+		return
+	}
+	k.next++
+	e.id = k.next
+	k.ids[e.id] = e
+	k.cur.pending = append(k.cur.pending, e.id)
+	k.queue(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
+		Key:           []byte(e.h.key),
+		StartRevision: e.from,
 		Filters:       []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT},
-		WatchId:       h.watchID,
-	}}}
+		WatchId:       e.id,
+	}}})
+}
+
+// drop cancels e's watch on the open stream, if it has one: also one that etcd cancelled
+// for compaction, which it keeps registered until then. Under k.mu.
+func (k *keyWatch) drop(e *keyEntry) {
+	if e.id == 0 {
+		return
+	}
+	delete(k.ids, e.id)
+	k.queue(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{
+		CancelRequest: &pb.WatchCancelRequest{WatchId: e.id}}})
+	e.id = 0
 }
 
 // queue adds a request for the open stream, if any (a stream opened later creates every
@@ -195,10 +246,11 @@ func (k *keyWatch) run(ctx context.Context, gen uint64) {
 // takeAll removes every watched hold, and forgets the sessions. Under k.mu.
 func (k *keyWatch) takeAll() []*Hold {
 	left := make([]*Hold, 0, len(k.holds))
-	for id, h := range k.holds {
+	for h := range k.holds {
 		left = append(left, h)
-		delete(k.holds, id)
 	}
+	clear(k.holds)
+	clear(k.ids)
 	for s, stop := range k.sessions {
 		stop()
 		delete(k.sessions, s)
@@ -215,19 +267,20 @@ func (k *keyWatch) serve(ctx context.Context) (answered bool) {
 	if err != nil {
 		return false
 	}
-	ks := &keyStream{wake: make(chan struct{}, 1)}
+	ks := &keyStream{wake: make(chan struct{}, 1), end: cancel}
 	k.mu.Lock()
 	if ctx.Err() != nil { // stopped for idleness meanwhile: the state is the next run's
 		k.mu.Unlock()
 		return false
 	}
 	k.cur = ks
-	for _, h := range k.holds {
-		if !h.checking { // one being read is watched again once read
-			ks.sends = append(ks.sends, createRequest(h))
+	clear(k.ids) // the watches of the last stream went with it
+	for _, e := range k.holds {
+		e.id = 0
+		if !e.checking { // one being read is watched again once read
+			k.create(e)
 		}
 	}
-	signal(ks.wake)
 	k.mu.Unlock()
 	sent := make(chan struct{})
 	go func() {
@@ -250,7 +303,7 @@ func (k *keyWatch) serve(ctx context.Context) (answered bool) {
 			return answered
 		}
 		answered = true
-		k.handle(resp)
+		k.handle(ks, resp)
 	}
 }
 
@@ -274,34 +327,90 @@ func (k *keyWatch) send(ctx context.Context, stream pb.Watch_WatchClient, ks *ke
 	}
 }
 
-// handle takes one response of the stream: a delete ends its hold, a watch etcd cancelled
-// has its key read.
-func (k *keyWatch) handle(resp *pb.WatchResponse) {
+// handle takes one response of stream ks: the answer to a create, a watch etcd cancelled,
+// or events. A delete ends its hold; a watch that could not be kept has its key read.
+func (k *keyWatch) handle(ks *keyStream, resp *pb.WatchResponse) {
 	k.mu.Lock()
-	h := k.holds[resp.WatchId]
-	k.mu.Unlock()
-	if h == nil {
-		return // a hold no longer watched
-	}
-	if resp.Canceled {
-		// Compacted past h.from, or refused (a permission revoked): read the key, and watch
-		// it again from after the read if it is still h's.
-		k.mu.Lock()
-		if k.holds[resp.WatchId] == h && !h.checking {
-			h.checking = true
-			k.checks = append(k.checks, h)
-			k.startCheck()
-		}
+	if resp.Created {
+		k.created(ks, resp)
 		k.mu.Unlock()
 		return
 	}
+	e := k.ids[resp.WatchId]
+	if e == nil || k.cur != ks {
+		k.mu.Unlock()
+		return // a hold no longer watched, or a stream no longer read
+	}
+	if resp.Canceled {
+		// Compacted past e.from (or cancelled by etcd for another reason): cancel it, read
+		// the key, and watch it again from after the read if it is still the hold's.
+		k.drop(e)
+		k.check(keyCheck{e: e, stream: ks})
+		k.mu.Unlock()
+		return
+	}
+	k.mu.Unlock()
 	for _, ev := range resp.Events {
 		if ev.Type == mvccpb.DELETE {
-			h.observe(errKeyGone(h.key))
-			k.settle(h)
+			e.h.observe(errKeyGone(e.h.key))
+			k.settle(e.h)
 			return
 		}
 	}
+}
+
+// created takes etcd's answer to the oldest create of ks not yet answered: a watch in
+// place, or a refusal (ID -1, or cancelled at once), whose key is read before the watch is
+// created again. Under k.mu.
+func (k *keyWatch) created(ks *keyStream, resp *pb.WatchResponse) {
+	if len(ks.pending) == 0 {
+		return // an answer to nothing asked: not etcd's way
+	}
+	id := ks.pending[0]
+	ks.pending = ks.pending[1:]
+	e := k.ids[id]
+	if e == nil || k.cur != ks {
+		return // removed meanwhile: its cancel follows the create
+	}
+	if !resp.Canceled && resp.WatchId == id {
+		e.refused = 0
+		return
+	}
+	delete(k.ids, id) // etcd registered nothing under it
+	e.id = 0
+	e.refused++
+	if e.refused > maxRefusals {
+		loss := fmt.Errorf("%w: etcd refused %d times to watch key %s: %s", ErrLost, e.refused, e.h.key, resp.CancelReason)
+		go func() { // observe takes h.mu, which comes before k.mu
+			e.h.observe(loss)
+			k.settle(e.h)
+		}()
+		return
+	}
+	k.check(keyCheck{e: e, stream: ks, auth: authRefusal(resp.CancelReason)})
+}
+
+// authRefusal reports whether etcd refused a watch for the stream's credentials: a token
+// issued before a change to the auth store, or one that expired. etcd 3.4 says "permission
+// denied" for those too; a permission that is really missing fails the read as well.
+func authRefusal(reason string) bool {
+	for _, r := range []error{rpctypes.ErrGRPCAuthOldRevision, rpctypes.ErrGRPCInvalidAuthToken,
+		rpctypes.ErrGRPCUserEmpty, rpctypes.ErrGRPCPermissionDenied} {
+		if strings.Contains(reason, rpctypes.ErrorDesc(r)) {
+			return true
+		}
+	}
+	return false
+}
+
+// check has e's key read (recheck) before its watch is created again. Under k.mu.
+func (k *keyWatch) check(c keyCheck) {
+	if c.e.checking {
+		return
+	}
+	c.e.checking = true
+	k.checks = append(k.checks, c)
+	k.startCheck()
 }
 
 // settle has the loss of h counted (settleLoss, which may ask etcd whether the lease is
@@ -316,18 +425,18 @@ func (k *keyWatch) settle(h *Hold) {
 	k.mu.Unlock()
 }
 
-// startCheck starts check unless it runs. Under k.mu.
+// startCheck starts checkAll unless it runs. Under k.mu.
 func (k *keyWatch) startCheck() {
 	if !k.checking {
 		k.checking = true
-		go k.check()
+		go k.checkAll()
 	}
 }
 
-// check reads the key of each hold whose watch etcd cancelled, and counts losses, until none
-// is left. A read that fails is tried again after a pause, until the hold ends (its session
-// ends at the latest at its local deadline) or the client closes.
-func (k *keyWatch) check() {
+// checkAll reads the key of each hold whose watch could not be kept, and counts losses,
+// until none is left. A read that fails for now is tried again after a pause, until the
+// hold ends (its session ends at the latest at its local deadline) or the client closes.
+func (k *keyWatch) checkAll() {
 	var b backoff
 	for {
 		k.mu.Lock()
@@ -342,10 +451,10 @@ func (k *keyWatch) check() {
 		for _, h := range settles {
 			h.settleLoss()
 		}
-		var again []*Hold
-		for _, h := range checks {
-			if !k.recheck(h) {
-				again = append(again, h)
+		var again []keyCheck
+		for _, c := range checks {
+			if !k.recheck(c) {
+				again = append(again, c)
 			}
 		}
 		if len(again) > 0 {
@@ -362,32 +471,46 @@ func (k *keyWatch) check() {
 	}
 }
 
-// recheck reads h's key: gone or another's, h is lost; still h's, it is watched again from
-// after the read. It reports whether it is done with h.
-func (k *keyWatch) recheck(h *Hold) bool {
+// recheck reads the key of c's hold: gone or another's, the hold is lost; still its own, it
+// is watched again from after the read, on a new stream if c's refused it for its
+// credentials. A read that etcd refuses for good ends the hold as lost: its key cannot be
+// watched. It reports whether it is done with c.
+func (k *keyWatch) recheck(c keyCheck) bool {
+	e, h := c.e, c.e.h
 	k.mu.Lock()
-	watched := k.holds[h.watchID] == h
+	watched := k.holds[h] == e
 	k.mu.Unlock()
 	if !watched {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(k.cli.Ctx(), tryTimeout)
 	defer cancel()
+	// clientv3 logs in again when etcd refuses its token, and so renews the credentials
+	// that the next stream is opened with.
 	resp, err := k.cli.Get(clientv3.WithRequireLeader(ctx), h.key, clientv3.WithKeysOnly())
-	if err != nil {
+	switch {
+	case err != nil && (transient(err) || ctx.Err() != nil):
 		return false
-	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev {
+	case err != nil:
+		h.observe(fmt.Errorf("%w: key %s cannot be watched: %w", ErrLost, h.key, err))
+		h.settleLoss()
+		return true
+	case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev:
 		h.observe(errKeyGone(h.key))
 		h.settleLoss()
 		return true
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.holds[h.watchID] == h {
-		h.from, h.checking = resp.Header.Revision+1, false
-		k.queue(createRequest(h))
+	if k.holds[h] != e {
+		return true
 	}
+	e.from, e.checking = resp.Header.Revision+1, false
+	if c.auth && k.cur == c.stream {
+		c.stream.end() // its run opens another, which creates every watch
+		return true
+	}
+	k.create(e)
 	return true
 }
 
@@ -396,7 +519,7 @@ func (k *keyWatch) sessionEnded(s *Session) {
 	k.mu.Lock()
 	delete(k.sessions, s)
 	var mine []*Hold
-	for _, h := range k.holds {
+	for h := range k.holds {
 		if h.sess == s {
 			mine = append(mine, h)
 		}

@@ -2,6 +2,7 @@ package etcdtest
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -38,6 +39,7 @@ type Cluster struct {
 	rootTLS *tls.Config // the client TLS of ClientConfig: a certificate of RootUser; nil without WithTLS
 
 	backups []string // directories of Backup's copies, removed by Close
+	jwtDir  string   // the directory of WithJWT's key, removed by Close
 
 	auth      sync.Mutex
 	passwords map[string]string // by user, set by EnableAuth on a cluster without TLS; under auth
@@ -50,6 +52,7 @@ type member struct {
 	name, dir                         string
 	clientURL, peerURL, peerListenURL url.URL
 	clientTLS                         transport.TLSInfo // empty without WithTLS
+	authToken                         string            // etcd's --auth-token; "" for its default
 	peerProxy                         *Proxy            // nil without WithPeerProxies
 	initialCluster                    string
 	partitioned                       bool // by Partition; under Cluster.cuts
@@ -142,6 +145,13 @@ func newEmbedded(size int, o options) (*Cluster, error) {
 		}
 		clientScheme = "https"
 	}
+	authToken := ""
+	if o.jwt {
+		if authToken, err = c.makeJWTKey(); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	initial := make([]string, size)
 	for i := range c.members {
 		dir, err := os.MkdirTemp("", fmt.Sprintf("etcdtest-m%d-", i))
@@ -154,6 +164,7 @@ func newEmbedded(size int, o options) (*Cluster, error) {
 			dir:           dir,
 			clientURL:     url.URL{Scheme: clientScheme, Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])},
 			clientTLS:     clientTLS,
+			authToken:     authToken,
 			peerListenURL: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
 		}
 		m.peerURL = m.peerListenURL
@@ -217,6 +228,23 @@ func (c *Cluster) makeAuthority() (transport.TLSInfo, error) {
 	return ca.serverTLS()
 }
 
+// makeJWTKey writes the cluster's HS256 key into a directory of its own, which Close
+// removes, and returns the members' --auth-token.
+func (c *Cluster) makeJWTKey() (string, error) {
+	dir, err := os.MkdirTemp("", "etcdtest-jwt-")
+	if err != nil {
+		return "", fmt.Errorf("etcdtest: JWT dir: %w", err)
+	}
+	c.jwtDir = dir
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	file := filepath.Join(dir, "jwt.key")
+	if err := os.WriteFile(file, key, 0o600); err != nil {
+		return "", fmt.Errorf("etcdtest: JWT key: %w", err)
+	}
+	return "jwt,sign-method=HS256,priv-key=" + file, nil
+}
+
 // lowSnapshotCount is the embedded members' SnapshotCount and SnapshotCatchUpEntries.
 const lowSnapshotCount = 2000
 
@@ -233,6 +261,9 @@ func (m *member) config() *embed.Config {
 		cfg.ClusterState = embed.ClusterStateFlagExisting
 	}
 	cfg.ClientTLSInfo = m.clientTLS
+	if m.authToken != "" {
+		cfg.AuthToken = m.authToken
+	}
 	cfg.UnsafeNoFsync = true
 	// A member keeps the raft log in memory back to its last snapshot plus the catch-up
 	// entries: with etcd's defaults (10,000 + 5,000) and the tests' large background values
@@ -543,6 +574,9 @@ func (c *Cluster) Close() {
 		}
 		for _, dir := range c.backups {
 			os.RemoveAll(dir)
+		}
+		if c.jwtDir != "" {
+			os.RemoveAll(c.jwtDir)
 		}
 	})
 }

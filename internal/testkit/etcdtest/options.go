@@ -6,6 +6,7 @@ type Option func(*options)
 type options struct {
 	peerProxies bool
 	tls         bool
+	jwt         bool
 }
 
 // WithPeerProxies puts a Proxy in front of every member's peer listener: a member listens on
@@ -18,3 +19,10 @@ func WithPeerProxies() Option { return func(o *options) { o.peerProxies = true }
 // TLSConfig). ClientConfig, and so every client helper, then presents a certificate whose
 // CommonName is "root". Peers still talk plain http.
 func WithTLS() Option { return func(o *options) { o.tls = true } }
+
+// WithJWT makes the members issue JSON Web Tokens (HS256, with a key made up for the cluster
+// and gone with it) instead of etcd's default simple tokens once EnableAuth has turned auth
+// on. A JWT carries the revision of the auth store it was issued at: after any change to
+// that store, etcd refuses the old token's requests, and the watch creates of a stream
+// opened with it, as old.
+func WithJWT() Option { return func(o *options) { o.jwt = true } }
