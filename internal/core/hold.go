@@ -224,6 +224,12 @@ func errKeyGone(key string) error {
 	return fmt.Errorf("%w: key %s %w", ErrLost, key, errKeyDeleted)
 }
 
+// errUnwatchable is the loss of a hold whose key etcd refuses for good to read (a
+// permission revoked): a key that cannot be watched cannot tell of its loss.
+func errUnwatchable(key string, err error) error {
+	return fmt.Errorf("%w: key %s cannot be watched: %w", ErrLost, key, err)
+}
+
 // Put writes value into the hold's key, bound to the same lease, only while the key is
 // still the one the hold created (IsOwner): a hold that was lost writes nothing. It reports
 // whether it wrote. One Txn, retried through leader changes until ctx ends; a retry of a put

@@ -131,7 +131,9 @@ func (h *Hold) watchKey(ctx context.Context, from int64) (next int64, loss error
 			switch {
 			case !ok:
 				return from, nil
-			case errors.Is(wr.Err(), rpctypes.ErrCompacted):
+			case errors.Is(wr.Err(), rpctypes.ErrCompacted), wr.Canceled && wr.Err() != nil:
+				// Compacted past from, or refused (a token issued before a change to the
+				// auth store, a permission revoked): read the key before watching again.
 				return h.checkKey(ctx, from)
 			case wr.Err() != nil:
 				return from, nil
@@ -153,11 +155,16 @@ func (h *Hold) watchKey(ctx context.Context, from int64) (next int64, loss error
 	}
 }
 
-// checkKey reads the key after a compaction took the history the watch needed.
+// checkKey reads the key after a compaction took the history the watch needed, or etcd
+// refused the watch; clientv3 logs in again if that was for an old token. A read that etcd
+// refuses for good is a loss: the key cannot be watched.
 func (h *Hold) checkKey(ctx context.Context, from int64) (next int64, loss error) {
 	resp, err := h.cli.Get(clientv3.WithRequireLeader(ctx), h.key)
-	if err != nil {
+	switch {
+	case err != nil && (transient(err) || ctx.Err() != nil):
 		return from, nil
+	case err != nil:
+		return from, errUnwatchable(h.key, err)
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev {
 		return from, errKeyGone(h.key)

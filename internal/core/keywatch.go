@@ -492,7 +492,7 @@ func (k *keyWatch) recheck(c keyCheck) bool {
 	case err != nil && (transient(err) || ctx.Err() != nil):
 		return false
 	case err != nil:
-		h.observe(fmt.Errorf("%w: key %s cannot be watched: %w", ErrLost, h.key, err))
+		h.observe(errUnwatchable(h.key, err))
 		h.settleLoss()
 		return true
 	case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev:

@@ -19,10 +19,31 @@ import (
 // machine, far more on a loaded one; a hold never told fails all the same.
 const lossNews = 15 * time.Second
 
-// onEachServer runs test on a member of its own, embedded, and as an etcd server process
-// when there is one (etcdtest.ServerBinary): these tests compact, restart and change the
-// auth store, which a shared or external cluster must not see.
-func onEachServer(t *testing.T, test func(t *testing.T, c *etcdtest.Cluster)) {
+// A setup is a member of its own and how its holds are watched: on the client's own key
+// watch, or (confined: a client whose KV and Watcher are wrapped, as on every external
+// cluster) through the client's Watcher, one watch per hold.
+type setup struct {
+	c       *etcdtest.Cluster
+	confine bool
+}
+
+// confinement is the namespace of a confined setup's clients.
+const confinement = "confined/"
+
+// client opens a client whose holds are watched as s says.
+func (s setup) client(t *testing.T) *clientv3.Client {
+	cli := s.c.Client(t)
+	if s.confine {
+		etcdtest.Confine(cli, confinement)
+	}
+	return cli
+}
+
+// onEachSetup runs test on a member of its own, embedded, and as an etcd server process
+// when there is one (etcdtest.ServerBinary), with holds watched either way: these tests
+// compact, restart and change the auth store, which a shared or external cluster must not
+// see.
+func onEachSetup(t *testing.T, test func(t *testing.T, s setup)) {
 	servers := []struct {
 		name  string
 		start func() (*etcdtest.Cluster, error)
@@ -35,16 +56,22 @@ func onEachServer(t *testing.T, test func(t *testing.T, c *etcdtest.Cluster)) {
 			return etcdtest.NewProcesses(1, etcdtest.ServerBinary())
 		}},
 	}
-	for _, s := range servers {
-		t.Run(s.name, func(t *testing.T) {
-			c, err := s.start()
-			require.NoError(t, err)
-			if c == nil {
-				t.Skip("no etcd server binary (etcd on PATH or $ETCDTEST_ETCD)")
+	for _, srv := range servers {
+		for _, confine := range []bool{false, true} {
+			name := srv.name + "/keywatch"
+			if confine {
+				name = srv.name + "/confined"
 			}
-			t.Cleanup(c.Close)
-			test(t, c)
-		})
+			t.Run(name, func(t *testing.T) {
+				c, err := srv.start()
+				require.NoError(t, err)
+				if c == nil {
+					t.Skip("no etcd server binary (etcd on PATH or $ETCDTEST_ETCD)")
+				}
+				t.Cleanup(c.Close)
+				test(t, setup{c: c, confine: confine})
+			})
+		}
 	}
 }
 
@@ -71,15 +98,21 @@ func acquireHolds(t *testing.T, cli *clientv3.Client, n int) []*core.Hold {
 	return holds
 }
 
-// deleteAndAwaitLoss deletes the key of every hold of cli through admin, once every watch
-// of cli is in place (else the read of a cancelled watch may find the delete), and checks
-// that each hold is told, as a loss.
-func deleteAndAwaitLoss(t *testing.T, cli, admin *clientv3.Client, holds []*core.Hold) {
+// deleteAndAwaitLoss deletes the key of every hold of cli through admin (a client that is
+// not confined) and checks that each hold is told, as a loss. On cli's own key watch it
+// deletes once every watch is in place, else the read of a cancelled watch may find the
+// delete; a confined client's watches say nothing of that.
+func deleteAndAwaitLoss(t *testing.T, s setup, cli, admin *clientv3.Client, holds []*core.Hold) {
 	t.Helper()
-	require.Eventually(t, func() bool { return core.KeyWatchPlaced(cli) }, lossNews, 10*time.Millisecond,
-		"the watches of the holds were never placed")
+	prefix := ""
+	if s.confine {
+		prefix = confinement
+	} else {
+		require.Eventually(t, func() bool { return core.KeyWatchPlaced(cli) }, lossNews, 10*time.Millisecond,
+			"the watches of the holds were never placed")
+	}
 	for _, h := range holds {
-		_, err := admin.Delete(testContext(t), h.Key())
+		_, err := admin.Delete(testContext(t), prefix+h.Key())
 		require.NoError(t, err)
 	}
 	for i, h := range holds {
@@ -89,40 +122,48 @@ func deleteAndAwaitLoss(t *testing.T, cli, admin *clientv3.Client, holds []*core
 }
 
 func TestAHoldFirstWatchedAfterACompactionIsToldOfItsDelete(t *testing.T) {
-	onEachServer(t, func(t *testing.T, c *etcdtest.Cluster) {
-		cli, admin := c.Client(t), c.Client(t)
+	onEachSetup(t, func(t *testing.T, s setup) {
+		cli, admin := s.client(t), s.c.Client(t)
 		holds := acquireHolds(t, cli, 3)
 		compactPast(t, admin)
 		for _, h := range holds {
 			_ = h.Done() // the watch starts now, from a compacted revision
 		}
-		deleteAndAwaitLoss(t, cli, admin, holds)
+		deleteAndAwaitLoss(t, s, cli, admin, holds)
 	})
 }
 
 func TestHoldsWatchedAcrossARestartAfterACompactionAreToldOfTheirDelete(t *testing.T) {
-	onEachServer(t, func(t *testing.T, c *etcdtest.Cluster) {
-		cli, admin := c.Client(t), c.Client(t)
+	onEachSetup(t, func(t *testing.T, s setup) {
+		cli, admin := s.client(t), s.c.Client(t)
 		holds := acquireHolds(t, cli, 20)
 		for _, h := range holds {
 			_ = h.Done()
 		}
 		compactPast(t, admin)
-		c.Stop(0) // the stream is cut; every watch is created again from its token + 1
-		require.NoError(t, c.Restart(0))
-		deleteAndAwaitLoss(t, cli, admin, holds)
+		s.c.Stop(0) // the stream is cut; every watch is created again from its token + 1
+		require.NoError(t, s.c.Restart(0))
+		deleteAndAwaitLoss(t, s, cli, admin, holds)
 	})
 }
 
-// jwtCluster starts one embedded member whose auth tokens are JWTs, with auth on, and
-// returns it with a client of a user who may write every key, and one of root.
-func jwtCluster(t *testing.T) (c *etcdtest.Cluster, cli, admin *clientv3.Client) {
-	t.Helper()
-	c, err := etcdtest.NewEmbedded(1, etcdtest.WithJWT())
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
-	require.NoError(t, c.EnableAuth(testContext(t), etcdtest.Grants{"app": {""}}))
-	return c, c.ClientWithPassword(t, "app"), c.Client(t)
+// onEachJWTSetup runs test on an embedded member of its own whose auth tokens are JWTs, with
+// auth on, with holds watched either way (see setup); it passes a client of a user who may
+// write every key and one of root.
+func onEachJWTSetup(t *testing.T, test func(t *testing.T, s setup, cli, admin *clientv3.Client)) {
+	for _, confine := range []bool{false, true} {
+		t.Run(map[bool]string{false: "keywatch", true: "confined"}[confine], func(t *testing.T) {
+			c, err := etcdtest.NewEmbedded(1, etcdtest.WithJWT())
+			require.NoError(t, err)
+			t.Cleanup(c.Close)
+			require.NoError(t, c.EnableAuth(testContext(t), etcdtest.Grants{"app": {""}}))
+			cli := c.ClientWithPassword(t, "app")
+			if confine {
+				etcdtest.Confine(cli, confinement)
+			}
+			test(t, setup{c: c, confine: confine}, cli, c.Client(t))
+		})
+	}
 }
 
 // changeAuth adds a user: a change to etcd's auth store, which makes every JWT issued
@@ -136,24 +177,26 @@ func changeAuth(t *testing.T, admin *clientv3.Client) {
 }
 
 func TestAHoldWatchedAfterAnAuthChangeIsToldOfItsDelete(t *testing.T) {
-	_, cli, admin := jwtCluster(t)
-	first := acquireHolds(t, cli, 1)[0]
-	_ = first.Done() // the client's key watch stream is open, with the token of now
-	changeAuth(t, admin)
-	later, err := queue(t, cli, "keywatch-later").Acquire(testContext(t), exclusive, nil)
-	require.NoError(t, err) // a fresh token for cli's unary calls; the stream keeps its old one
-	_ = later.Done()
-	deleteAndAwaitLoss(t, cli, admin, []*core.Hold{later, first})
+	onEachJWTSetup(t, func(t *testing.T, s setup, cli, admin *clientv3.Client) {
+		first := acquireHolds(t, cli, 1)[0]
+		_ = first.Done() // the client's watch stream is open, with the token of now
+		changeAuth(t, admin)
+		later, err := queue(t, cli, "keywatch-later").Acquire(testContext(t), exclusive, nil)
+		require.NoError(t, err) // a fresh token for cli's unary calls; the stream keeps its old one
+		_ = later.Done()
+		deleteAndAwaitLoss(t, s, cli, admin, []*core.Hold{later, first})
+	})
 }
 
 func TestHoldsWatchedAcrossARestartAfterAnAuthChangeAreToldOfTheirDelete(t *testing.T) {
-	c, cli, admin := jwtCluster(t)
-	holds := acquireHolds(t, cli, 5)
-	for _, h := range holds {
-		_ = h.Done()
-	}
-	changeAuth(t, admin) // cli learns of it only when etcd refuses its token
-	c.Stop(0)            // the stream is opened again, with whatever token cli has then
-	require.NoError(t, c.Restart(0))
-	deleteAndAwaitLoss(t, cli, admin, holds)
+	onEachJWTSetup(t, func(t *testing.T, s setup, cli, admin *clientv3.Client) {
+		holds := acquireHolds(t, cli, 5)
+		for _, h := range holds {
+			_ = h.Done()
+		}
+		changeAuth(t, admin) // cli learns of it only when etcd refuses its token
+		s.c.Stop(0)          // the stream is opened again, with whatever token cli has then
+		require.NoError(t, s.c.Restart(0))
+		deleteAndAwaitLoss(t, s, cli, admin, holds)
+	})
 }
