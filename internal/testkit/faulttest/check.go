@@ -36,7 +36,8 @@ func (r *Run) Check(t *testing.T) {
 }
 
 // Verify checks, once Stop has returned, the register against the writes, exclusion between
-// holds released cleanly (read holds included: they may overlap only one another),
+// holds released cleanly (read holds included: they may overlap only one another), that
+// every hold found gone was told (see awaitTold),
 // linearizability of the history (read holds left out) and that no key is left under the
 // lock's prefix. It returns a summary of the history and the violations found; err means
 // it could not read what it checks. A visualization of a history that is not linearizable
@@ -68,6 +69,9 @@ func (r *Run) Verify(dir string) (summary string, violations []string, err error
 	violations = append(violations, registerViolations(ops, landed, value, r.w.slots())...)
 	violations = append(violations, exclusionViolations(ops, r.w.slots())...)
 	violations = append(violations, readWriteViolations(ops)...)
+	r.untoldMu.Lock()
+	violations = append(violations, r.untold...)
+	r.untoldMu.Unlock()
 	if v := linearizability(ops, landed, r.w.slots(), len(r.workers), dir); v != "" {
 		violations = append(violations, v)
 	}

@@ -35,6 +35,7 @@ var exploreFaults = []exploreFault{
 	{"silent renewals", 2, injectOn("LeaseKeepAlive", matchStream, etcdtest.Lose, 2)},
 	{"shutdown", 1, shutDownAClient},
 	{"compaction", 1, compactNow},
+	{"compaction, then a member restarted", 1, compactThenRestart},
 	{"member partitioned", 1, partitionAMember},
 	{"leader stopped", 1, stopTheLeader},
 	{"majority down", 1, stopAMajority},
@@ -171,14 +172,35 @@ func shutDownAClient(ctx context.Context, x *exploration) (string, error) {
 	return which, core.Shutdown(ctx, c.Client)
 }
 
-// compactNow compacts the store to the current revision.
+// compactNow compacts the store to the current revision, past the token of every live
+// hold, and physically (as etcd's auto-compaction does): a hold whose watch is placed from
+// now on, from the revision after its token, finds that history gone.
 func compactNow(ctx context.Context, x *exploration) (string, error) {
 	resp, err := x.r.env.Admin.Get(ctx, "\x00")
 	if err != nil {
 		return "", err
 	}
-	_, err = x.r.env.Admin.Compact(ctx, resp.Header.Revision)
+	_, err = x.r.env.Admin.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical())
 	return fmt.Sprintf("at %d", resp.Header.Revision), err
+}
+
+// compactThenRestart compacts (compactNow), then stops a member drawn at random and starts
+// it again: the clients it served reconnect, and every watch they had is placed again from
+// a compacted revision.
+func compactThenRestart(ctx context.Context, x *exploration) (string, error) {
+	detail, err := compactNow(ctx, x)
+	if err != nil {
+		return detail, err
+	}
+	m := x.rng.IntN(x.r.env.Cluster.Size())
+	detail += fmt.Sprintf(", member %d", m)
+	x.r.env.Cluster.Stop(m)
+	x.r.wait(time.Duration(200+x.rng.IntN(800)) * time.Millisecond)
+	if err := x.r.env.Cluster.Restart(m); err != nil {
+		return detail, fmt.Errorf("restart member %d: %w", m, err)
+	}
+	_, err = x.r.env.leader(ctx)
+	return detail, err
 }
 
 // partitionAMember cuts a member drawn at random off from its peers for one to three

@@ -39,6 +39,7 @@ func Faults() []Fault {
 		{"holder paused", holderPaused},
 		{"holder's lease revoked", leaseRevoked},
 		{"compaction while waiting", compacted},
+		{"holder's key deleted after a compaction and a reconnect", deletedAfterCompaction},
 		{"cluster restarted", clusterRestarted},
 		{"majority stopped for two TTLs", majorityDown((*etcdtest.Cluster).Stop, 2)},
 		{"majority killed for half a TTL", majorityDown((*etcdtest.Cluster).Kill, 0.5)},
@@ -281,6 +282,52 @@ func compacted(ctx context.Context, t testing.TB, r *Run) time.Duration {
 			t.Fatalf("faulttest: no waiters to compact under: %v", err)
 		}
 	}
+}
+
+// reconnectGrace is how long deletedAfterCompaction lets the clients of a restarted member
+// reconnect before it deletes.
+const reconnectGrace = 3 * time.Second
+
+// deletedAfterCompaction compacts past a hold's token, physically, restarts the member of
+// the holder's client, so that its watches are placed again from a compacted revision (or,
+// for a holder that has not asked for Done yet, placed for the first time), and then
+// deletes the held key, as an operator's `etcdctl del` would: the hold must be told (see
+// awaitTold) and end without a clean release.
+func deletedAfterCompaction(ctx context.Context, t testing.TB, r *Run) time.Duration {
+	var deleted time.Duration
+	h := r.strikeHold(ctx, t, func(h held) error {
+		resp, err := r.env.Admin.Get(ctx, r.w.Prefix(r.name), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return fmt.Errorf("find the held key: %w", err)
+		}
+		key := ""
+		for _, kv := range resp.Kvs {
+			if kv.CreateRevision == h.token {
+				key = string(kv.Key)
+			}
+		}
+		if key == "" {
+			return fmt.Errorf("%w: no key of token %d under %q", errHoldGone, h.token, r.w.Prefix(r.name))
+		}
+		if _, err := r.env.Admin.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+			return fmt.Errorf("compact to %d: %w", resp.Header.Revision, err)
+		}
+		r.env.Cluster.Stop(h.wk.cli.Member)
+		if err := r.env.Cluster.Restart(h.wk.cli.Member); err != nil {
+			return fmt.Errorf("restart member %d: %w", h.wk.cli.Member, err)
+		}
+		if _, err := r.env.leader(ctx); err != nil {
+			return err
+		}
+		// The operator's delete comes later than the reconnect: by then the holder's
+		// client has placed its watches again (it backs off up to a second between tries).
+		r.wait(reconnectGrace)
+		_, err = r.env.Admin.Delete(ctx, key)
+		deleted = r.hist.Now()
+		return err
+	})
+	r.awaitLostHold(ctx, t, h, "deleted")
+	return deleted
 }
 
 // clusterRestarted kills every member during a hold, while others wait, and restarts them
