@@ -1,6 +1,10 @@
 package core
 
-import "context"
+import (
+	"context"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
 
 // Transient is transient, for the tests of package core_test.
 var Transient = transient
@@ -24,4 +28,15 @@ func StopMonitor(h *Hold) {
 		return
 	}
 	stateOf(h.cli).keys.crash()
+}
+
+// ClockSees records an answer with header h in a new clock's history, one after the other,
+// and returns what linear said of each.
+func ClockSees(headers ...*pb.ResponseHeader) []error {
+	var c clock
+	errs := make([]error, len(headers))
+	for i, h := range headers {
+		errs[i] = c.linear(h, 0)
+	}
+	return errs
 }
