@@ -50,6 +50,13 @@ func clustersOf(ctx context.Context, cli *clientv3.Client) map[uint64][]string {
 	return found
 }
 
+// OneCluster returns ErrMixedClusters, naming each cluster and its endpoints, if the
+// endpoints of cli that answer within 2 s are members of different clusters; else nil. It
+// costs a connection and a Status per endpoint.
+func OneCluster(ctx context.Context, cli *clientv3.Client) error {
+	return mixedClusters(clustersOf(ctx, cli))
+}
+
 // mixedClusters is ErrMixedClusters naming each cluster of found and its endpoints, or nil
 // if found holds one cluster or none.
 func mixedClusters(found map[uint64][]string) error {
