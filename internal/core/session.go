@@ -33,8 +33,8 @@ type Session struct {
 	id      clientv3.LeaseID
 	cluster uint64          // the ID of the cluster that granted the lease; 0 for a caller's session
 	ctx     context.Context // ends with the session; context.Cause says why
-	end context.CancelCauseFunc
-	ka  *keepAlive // nil for a caller's session (WithSession)
+	end     context.CancelCauseFunc
+	ka      *keepAlive // nil for a caller's session (WithSession)
 
 	mu      sync.Mutex
 	users   int  // slots claimed on the lease (see claimSlot)
@@ -218,7 +218,7 @@ func (s *sharedSession) Session(ctx context.Context) (*Session, error) {
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}
 	if err := clockOf(s.cli).linear(resp.ResponseHeader, seen); err != nil {
-		rewind(s.cli, err) // what was granted before is void; this lease is of the new life
+		rewind(s.cli, err)                    // what was granted before is void; this lease is of the new life
 		if errors.Is(err, ErrMixedClusters) { // the next request may go to the other cluster
 			revokeOn(ctx, s.cli, clustersOf(ctx, s.cli)[resp.ResponseHeader.ClusterId], resp.ID)
 			return nil, fmt.Errorf("grant lease: %w", err)
