@@ -218,8 +218,9 @@ func (s *sharedSession) Session(ctx context.Context) (*Session, error) {
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}
 	if err := clockOf(s.cli).linear(resp.ResponseHeader, seen); err != nil {
-		rewind(s.cli, err)                    // what was granted before is void; this lease is of the new life
-		if errors.Is(err, ErrMixedClusters) { // the next request may go to the other cluster
+		rewind(s.cli, err) // what was granted before is void; this lease is of the new life
+		// Unless answers come from two clusters: the next request may go to the other one.
+		if errors.Is(err, ErrMixedClusters) {
 			revokeOn(ctx, s.cli, clustersOf(ctx, s.cli)[resp.ResponseHeader.ClusterId], resp.ID)
 			return nil, fmt.Errorf("grant lease: %w", err)
 		}
