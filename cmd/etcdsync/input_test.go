@@ -34,6 +34,8 @@ func testBadInput(t *testing.T, h *harness) {
 		{[]string{"lock", "", "--", "true"}, nil, "etcdsync lock: invalid name: empty"},
 		{[]string{"lock", strings.Repeat("n", 513), "--", "true"}, nil, "etcdsync lock: invalid name: 513 bytes, more than 512"},
 		{[]string{"lock", "\xff", "--", "true"}, nil, "is not valid UTF-8"},
+		{[]string{"lock", "a\nb", "--", "true"}, nil, `etcdsync lock: invalid name "a\nb": it holds U+000A, a control character or line separator`},
+		{[]string{"sem", "-n", "2", "--prefix", "app\u2028/", name, "--", "true"}, nil, `etcdsync sem: invalid --prefix "app\u2028/": it holds U+2028`},
 		{[]string{"lock", name, "", "--", "true"}, nil, "etcdsync lock: invalid name: empty"},
 		{append([]string{"lock"}, manyNames(65)...), nil, "etcdsync lock: 65 names: at most 64 at once"},
 		{[]string{"lock", "--timeout", "-1s", name}, nil, "etcdsync lock: --timeout -1s is negative"},
