@@ -120,12 +120,15 @@ func (c *clock) suspect(h *pb.ResponseHeader) bool {
 	return false
 }
 
+// clockKey is the key that a read to learn the cluster's revision counts: none has it.
+const clockKey = "\x00etcdsync-clock"
+
 // confirm settles a suspicion with one linearizable read (a count of no key), and returns
 // ErrRewound if the cluster went back; nil if it did not, or if the read failed (the next
 // renewal looks again).
 func (c *clock) confirm(ctx context.Context, cli *clientv3.Client) error {
 	sent := c.now()
-	resp, err := cli.Get(clientv3.WithRequireLeader(ctx), "\x00etcdsync-clock", clientv3.WithCountOnly())
+	resp, err := cli.Get(clientv3.WithRequireLeader(ctx), clockKey, clientv3.WithCountOnly())
 	if err != nil {
 		return nil
 	}

@@ -51,6 +51,7 @@ type member struct {
 	clientURL, peerURL, peerListenURL url.URL
 	clientTLS                         transport.TLSInfo // empty without WithTLS
 	peerProxy                         *Proxy            // nil without WithPeerProxies
+	authTokenTTL                      uint              // WithAuthTokenTTL's; 0 for etcd's default
 	initialCluster                    string
 	partitioned                       bool // by Partition; under Cluster.cuts
 
@@ -155,6 +156,7 @@ func newEmbedded(size int, o options) (*Cluster, error) {
 			clientURL:     url.URL{Scheme: clientScheme, Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])},
 			clientTLS:     clientTLS,
 			peerListenURL: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
+			authTokenTTL:  o.authTokenTTL,
 		}
 		m.peerURL = m.peerListenURL
 		c.members[i] = m
@@ -233,6 +235,9 @@ func (m *member) config() *embed.Config {
 		cfg.ClusterState = embed.ClusterStateFlagExisting
 	}
 	cfg.ClientTLSInfo = m.clientTLS
+	if m.authTokenTTL > 0 {
+		cfg.AuthTokenTTL = m.authTokenTTL
+	}
 	cfg.UnsafeNoFsync = true
 	// A member keeps the raft log in memory back to its last snapshot plus the catch-up
 	// entries: with etcd's defaults (10,000 + 5,000) and the tests' large background values

@@ -4,8 +4,9 @@ package etcdtest
 type Option func(*options)
 
 type options struct {
-	peerProxies bool
-	tls         bool
+	peerProxies  bool
+	tls          bool
+	authTokenTTL uint
 }
 
 // WithPeerProxies puts a Proxy in front of every member's peer listener: a member listens on
@@ -18,3 +19,7 @@ func WithPeerProxies() Option { return func(o *options) { o.peerProxies = true }
 // TLSConfig). ClientConfig, and so every client helper, then presents a certificate whose
 // CommonName is "root". Peers still talk plain http.
 func WithTLS() Option { return func(o *options) { o.tls = true } }
+
+// WithAuthTokenTTL makes the members' simple auth tokens (etcd's default token kind) expire
+// after seconds without use, instead of etcd's 300 s; it matters once EnableAuth has run.
+func WithAuthTokenTTL(seconds uint) Option { return func(o *options) { o.authTokenTTL = seconds } }
