@@ -141,7 +141,7 @@ func (k *keepAlive) run(sent time.Time, ttl time.Duration) {
 			k.metrics.renewal(err == nil)
 		}
 		if err != nil {
-			failed = k.whyFailed(err, failed, deadline)
+			failed = k.whyFailed(err, failed, earliest(deadline, time.Now().Add(renewTry(ttl)/2)))
 		}
 		switch {
 		case err == nil:
@@ -192,17 +192,20 @@ func (k *keepAlive) renewOnce(ctx context.Context) (ttl int64, hdr *pb.ResponseH
 // try failed with err and before was why: err, unless it got no answer in time. An expired
 // simple token hides behind that: clientv3 logs in again before every stream, and against
 // etcd 3.4 its login sends the expired token along and is refused, again and again until
-// the try's time is up. So one unary read (a count of no key, as clock.confirm's), bounded
-// by the session's deadline, shows what etcd answers first (grpc.OnFinish sees each of the
-// client's attempts): a refused token is kept as the cause from then on.
-func (k *keepAlive) whyFailed(err, before error, deadline time.Time) error {
+// the try's time is up. So, on the first try of a run that times out, one unary read (a
+// count of no key, as clock.confirm's), bounded by until, shows what etcd answers first
+// (grpc.OnFinish sees each of the client's attempts): a refused token is kept as the cause
+// from then on. A member that does not answer costs the next try that bound.
+func (k *keepAlive) whyFailed(err, before error, until time.Time) error {
 	switch {
 	case !errors.Is(err, context.DeadlineExceeded):
 		return err
 	case authRefused(before):
 		return before
+	case errors.Is(before, context.DeadlineExceeded):
+		return err // looked already, and etcd did not refuse the token
 	}
-	ctx, cancel := context.WithDeadline(k.ctx, deadline)
+	ctx, cancel := context.WithDeadline(k.ctx, until)
 	first := make(chan error, 1)
 	onFinish := grpc.OnFinish(func(err error) {
 		select {
@@ -224,6 +227,14 @@ func (k *keepAlive) whyFailed(err, before error, deadline time.Time) error {
 	case <-ctx.Done():
 	}
 	return err
+}
+
+// earliest is the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // tokenRefusals are etcd's refusals of a client's login or token.
