@@ -13,6 +13,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/namespace"
 	"go.uber.org/zap"
+
+	"github.com/etcdsync/etcdsync/internal/core"
 )
 
 // connection holds the flags that say how to reach etcd, named as etcdctl names them, so
@@ -139,7 +141,9 @@ func (c *connection) open() (*clientv3.Client, error) {
 
 // probe makes sure etcd answers within --dial-timeout, with one Range that counts the keys
 // under prefix (one the user may read), so that an unreachable etcd or a refused login or
-// permission fails now, with exit 69, rather than as a wait that never ends.
+// permission fails now, with exit 69, rather than as a wait that never ends. With several
+// endpoints it asks each for its cluster's ID too (a Status each): endpoints of different
+// clusters would take a lease from one and a key from the other.
 func (c *connection) probe(cli *clientv3.Client, prefix string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.dialTimeout)
 	defer cancel()
@@ -149,6 +153,11 @@ func (c *connection) probe(cli *clientv3.Client, prefix string) error {
 		return failf(exitEtcd, "no answer from etcd at %s within %v", c.endpoints, c.dialTimeout)
 	case err != nil:
 		return failf(exitEtcd, "etcd at %s: read %s: %v", c.endpoints, prefix, err)
+	}
+	if len(cli.Endpoints()) > 1 {
+		if err := core.OneCluster(ctx, cli); err != nil {
+			return fail(exitEtcd, err)
+		}
 	}
 	return nil
 }

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"flag"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/mutex"
@@ -171,6 +173,12 @@ func (c *holdCommand) parse(sub *subcommand, args []string, a *app) error {
 		if err := core.ValidateName(name); err != nil {
 			return usagef("%v", err)
 		}
+		if err := refuseLineBreaks(name, "name"); err != nil {
+			return err
+		}
+	}
+	if err := refuseLineBreaks(c.prefix, "--prefix"); err != nil {
+		return err
 	}
 	c.names = slices.Compact(slices.Sorted(slices.Values(operands)))
 	if len(c.names) > mutex.MaxNames {
@@ -184,4 +192,18 @@ func (c *holdCommand) parse(sub *subcommand, args []string, a *app) error {
 		c.value = core.OwnerValue("")
 	}
 	return nil
+}
+
+// refuseLineBreaks refuses a name or a --prefix (what) with a character that breaks lines (see
+// breaksLines): ETCDSYNC_NAME and ETCDSYNC_KEY list the names and keys of a hold one per
+// line, and a fence compares each line with a key, so a name that spans lines would make
+// them ambiguous. Such a name is refused rather than escaped, since an escaped name would
+// not be the key's name. The library takes such names; status shows them quoted.
+func refuseLineBreaks(s, what string) error {
+	i := strings.IndexFunc(s, breaksLines)
+	if i < 0 {
+		return nil
+	}
+	r, _ := utf8.DecodeRuneInString(s[i:])
+	return usagef("invalid %s %q: it holds %U, a control character or line separator, and the command lists names and keys one per line (ETCDSYNC_NAME, ETCDSYNC_KEY)", what, s, r)
 }

@@ -3,11 +3,16 @@
 package main
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
 )
 
 // testBadInput: bad flags, arguments, names and variables end with 64 and one line on stderr
@@ -29,6 +34,8 @@ func testBadInput(t *testing.T, h *harness) {
 		{[]string{"lock", "", "--", "true"}, nil, "etcdsync lock: invalid name: empty"},
 		{[]string{"lock", strings.Repeat("n", 513), "--", "true"}, nil, "etcdsync lock: invalid name: 513 bytes, more than 512"},
 		{[]string{"lock", "\xff", "--", "true"}, nil, "is not valid UTF-8"},
+		{[]string{"lock", "a\nb", "--", "true"}, nil, `etcdsync lock: invalid name "a\nb": it holds U+000A, a control character or line separator`},
+		{[]string{"sem", "-n", "2", "--prefix", "app\u2028/", name, "--", "true"}, nil, `etcdsync sem: invalid --prefix "app\u2028/": it holds U+2028`},
 		{[]string{"lock", name, "", "--", "true"}, nil, "etcdsync lock: invalid name: empty"},
 		{append([]string{"lock"}, manyNames(65)...), nil, "etcdsync lock: 65 names: at most 64 at once"},
 		{[]string{"lock", "--timeout", "-1s", name}, nil, "etcdsync lock: --timeout -1s is negative"},
@@ -117,4 +124,26 @@ func manyNames(n int) []string {
 		names[i] = "cmd-many-" + strconv.Itoa(i)
 	}
 	return names
+}
+
+// testTwoClustersIsExit69: endpoints of two different clusters are exit 69, one line that
+// names both clusters' IDs, before any lease is taken on either.
+func testTwoClustersIsExit69(t *testing.T, h *harness) {
+	other, err := etcdtest.NewEmbedded(1)
+	require.NoError(t, err)
+	t.Cleanup(other.Close)
+	clis := []*clientv3.Client{cluster.Client(t), other.Client(t)}
+	endpoints := []string{cluster.Endpoints()[0], other.Endpoints()[0]}
+	p := h.run(t, environ(), "lock", "--endpoints", strings.Join(endpoints, ","), "cmd-two-clusters", "--", "true")
+	assert.Equal(t, exitEtcd, p.code, p.stderr.text())
+	assertOneLine(t, p.stderr.text(), "etcdsync lock: ")
+	assert.Contains(t, p.stderr.text(), "the client's endpoints are members of different etcd clusters")
+	for _, cli := range clis {
+		resp, err := cli.Get(etcdtest.Context(t), "x", clientv3.WithCountOnly())
+		require.NoError(t, err)
+		assert.Contains(t, p.stderr.text(), fmt.Sprintf("cluster %x at ", resp.Header.ClusterId))
+		leases, err := cli.Leases(etcdtest.Context(t))
+		require.NoError(t, err)
+		assert.Empty(t, leases.Leases)
+	}
 }

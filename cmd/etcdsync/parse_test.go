@@ -193,3 +193,34 @@ func TestShellQuote(t *testing.T) {
 	assert.Equal(t, `'it'\''s'`, shellQuote("it's"))
 	assert.Equal(t, "''", shellQuote(""))
 }
+
+// TestNamesThatBreakLinesAreUsageErrors: a hold command refuses a name or a --prefix with a
+// control character or a Unicode line or paragraph separator (exit 64, naming the
+// character), since ETCDSYNC_NAME and ETCDSYNC_KEY list one name or key per line; a name
+// with other characters outside ASCII is taken.
+func TestNamesThatBreakLinesAreUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		char string // as the message names it
+	}{
+		{[]string{"a\nb"}, "U+000A"},
+		{[]string{"ok", "a\rb"}, "U+000D"},
+		{[]string{"tab\there"}, "U+0009"},
+		{[]string{"bell\a"}, "U+0007"},
+		{[]string{"del\x7f"}, "U+007F"},
+		{[]string{"nel\u0085"}, "U+0085"},
+		{[]string{"line\u2028sep"}, "U+2028"},
+		{[]string{"para\u2029sep"}, "U+2029"},
+		{[]string{"--prefix", "app\n/", "n"}, "U+000A"},
+	} {
+		c := &holdCommand{verb: "lock"}
+		err := c.parse(c.define(), append(tc.args, "--", "true"), &app{getenv: func(string) string { return "" }})
+		require.Error(t, err, "%q", tc.args)
+		assert.Equal(t, exitUsage, exitCode(err), "%q", tc.args)
+		assert.Contains(t, err.Error(), tc.char, "%q", tc.args)
+		assert.Contains(t, err.Error(), "one per line", "%q", tc.args)
+		assert.NotContains(t, message(err.Error()), "\n", "%q: the message spans lines", tc.args)
+	}
+	c := &holdCommand{verb: "lock"}
+	require.NoError(t, c.parse(c.define(), []string{"überweisung/ä", "space ok", "--", "true"}, &app{getenv: func(string) string { return "" }}))
+}

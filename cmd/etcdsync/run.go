@@ -219,11 +219,12 @@ const requeuePause = 500 * time.Millisecond
 // waitThroughOutages waits in line; when the place in line is lost (an outage let the
 // session's lease run out, an operator deleted the key or revoked the lease), it takes a new
 // place once etcd answers again, until ctx ends (--timeout, or a signal), instead of
-// failing: the caller asked to wait, and nothing was held yet.
+// failing: the caller asked to wait, and nothing was held yet. Endpoints of different
+// clusters are no outage: no new place in line can help (exit 69).
 func (c *holdCommand) waitThroughOutages(ctx context.Context, a *app, acq acquirer) (hold, error) {
 	for {
 		h, err := acq.acquire(ctx)
-		if err == nil || !errors.Is(err, mutex.ErrLost) || ctx.Err() != nil {
+		if err == nil || !errors.Is(err, mutex.ErrLost) || errors.Is(err, core.ErrMixedClusters) || ctx.Err() != nil {
 			return h, err
 		}
 		a.logf("%s: place in line lost (%v); waiting again once etcd answers", c.what(), err)

@@ -341,8 +341,15 @@ func ownerText(owner map[string]string) string {
 // not UTF-8, quoted with Go's escapes ("a\nb"), so that every entry stays on its line.
 // JSON output needs none of it.
 func printable(s string) string {
-	if utf8.ValidString(s) && strings.IndexFunc(s, unicode.IsControl) < 0 {
+	if utf8.ValidString(s) && strings.IndexFunc(s, breaksLines) < 0 {
 		return s
 	}
 	return strconv.Quote(s)
+}
+
+// breaksLines reports whether r may break a line or its columns where it is printed: a
+// control character (C0, DEL, C1: a newline, a tab, a carriage return, NEL) or Unicode's
+// line and paragraph separators.
+func breaksLines(r rune) bool {
+	return unicode.IsControl(r) || r == '\u2028' || r == '\u2029'
 }

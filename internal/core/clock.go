@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -30,6 +31,10 @@ type clock struct {
 	mu      sync.Mutex
 	max     int64
 	cluster uint64
+	// left are the clusters whose answers came before cluster's: a cluster that goes back
+	// in time may get a new ID, never one it had, so an answer from one of them again means
+	// answers from two clusters in turn.
+	left []uint64
 	// floor is the highest revision seen before the cluster last went back: every token this
 	// client handed out is at most that, so a new hold's token must be above it.
 	floor int64
@@ -55,7 +60,9 @@ func (c *clock) linear(h *pb.ResponseHeader, sent int64) error {
 	defer c.mu.Unlock()
 	var err error
 	switch {
-	case c.cluster != 0 && h.ClusterId != 0 && h.ClusterId != c.cluster:
+	case c.otherCluster(h) && slices.Contains(c.left, h.ClusterId):
+		err = fmt.Errorf("%w: answers from cluster %x and cluster %x in turn", ErrMixedClusters, h.ClusterId, c.cluster)
+	case c.otherCluster(h):
 		err = fmt.Errorf("%w: cluster ID %x after %x", ErrRewound, h.ClusterId, c.cluster)
 	case h.Revision < sent:
 		err = fmt.Errorf("%w: revision %d after %d", ErrRewound, h.Revision, sent)
@@ -66,10 +73,23 @@ func (c *clock) linear(h *pb.ResponseHeader, sent int64) error {
 	if err != nil || h.Revision > c.max {
 		c.max = h.Revision
 	}
+	c.setCluster(h)
+	return err
+}
+
+// otherCluster reports whether h is from another cluster than the answers before it.
+func (c *clock) otherCluster(h *pb.ResponseHeader) bool {
+	return c.cluster != 0 && h.ClusterId != 0 && h.ClusterId != c.cluster
+}
+
+// setCluster records h's cluster as the one answers come from.
+func (c *clock) setCluster(h *pb.ResponseHeader) {
+	if c.otherCluster(h) && !slices.Contains(c.left, c.cluster) {
+		c.left = append(c.left, c.cluster)
+	}
 	if h.ClusterId != 0 {
 		c.cluster = h.ClusterId
 	}
-	return err
 }
 
 // above returns nil if a hold at token rev may be granted: a token never goes below one
@@ -92,22 +112,23 @@ func (c *clock) suspect(h *pb.ResponseHeader) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if h.Revision < c.max || c.cluster != 0 && h.ClusterId != 0 && h.ClusterId != c.cluster {
+	if h.Revision < c.max || c.otherCluster(h) {
 		return true
 	}
 	c.max = h.Revision
-	if h.ClusterId != 0 {
-		c.cluster = h.ClusterId
-	}
+	c.setCluster(h)
 	return false
 }
+
+// clockKey is the key that a read to learn the cluster's revision counts: none has it.
+const clockKey = "\x00etcdsync-clock"
 
 // confirm settles a suspicion with one linearizable read (a count of no key), and returns
 // ErrRewound if the cluster went back; nil if it did not, or if the read failed (the next
 // renewal looks again).
 func (c *clock) confirm(ctx context.Context, cli *clientv3.Client) error {
 	sent := c.now()
-	resp, err := cli.Get(clientv3.WithRequireLeader(ctx), "\x00etcdsync-clock", clientv3.WithCountOnly())
+	resp, err := cli.Get(clientv3.WithRequireLeader(ctx), clockKey, clientv3.WithCountOnly())
 	if err != nil {
 		return nil
 	}

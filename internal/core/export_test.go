@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -45,4 +46,15 @@ func KeyWatchPlaced(cli *clientv3.Client) bool {
 		}
 	}
 	return true
+}
+
+// ClockSees records an answer with header h in a new clock's history, one after the other,
+// and returns what linear said of each.
+func ClockSees(headers ...*pb.ResponseHeader) []error {
+	var c clock
+	errs := make([]error, len(headers))
+	for i, h := range headers {
+		errs[i] = c.linear(h, 0)
+	}
+	return errs
 }

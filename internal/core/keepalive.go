@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // The local deadline of a shared lease. etcd's leader lets a lease expire no earlier than
@@ -137,7 +141,7 @@ func (k *keepAlive) run(sent time.Time, ttl time.Duration) {
 			k.metrics.renewal(err == nil)
 		}
 		if err != nil {
-			failed = err
+			failed = k.whyFailed(err, failed, earliest(deadline, time.Now().Add(renewTry(ttl)/2)))
 		}
 		switch {
 		case err == nil:
@@ -184,6 +188,77 @@ func (k *keepAlive) renewOnce(ctx context.Context) (ttl int64, hdr *pb.ResponseH
 	return resp.TTL, resp.Header, nil
 }
 
+// whyFailed is why the renewals since the last one that got through failed, now that a
+// try failed with err and before was why: err, unless it got no answer in time. An expired
+// simple token hides behind that: clientv3 logs in again before every stream, and against
+// etcd 3.4 its login sends the expired token along and is refused, again and again until
+// the try's time is up. So, on the first try of a run that times out, one unary read (a
+// count of no key, as clock.confirm's), bounded by until, shows what etcd answers first
+// (grpc.OnFinish sees each of the client's attempts): a refused token is kept as the cause
+// from then on. A member that does not answer costs the next try that bound.
+func (k *keepAlive) whyFailed(err, before error, until time.Time) error {
+	switch {
+	case !errors.Is(err, context.DeadlineExceeded):
+		return err
+	case authRefused(before):
+		return before
+	case errors.Is(before, context.DeadlineExceeded):
+		return err // looked already, and etcd did not refuse the token
+	}
+	ctx, cancel := context.WithDeadline(k.ctx, until)
+	first := make(chan error, 1)
+	onFinish := grpc.OnFinish(func(err error) {
+		select {
+		case first <- err:
+		default:
+		}
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = pb.NewKVClient(k.cli.ActiveConnection()).Range(ctx, &pb.RangeRequest{Key: []byte(clockKey), CountOnly: true}, onFinish)
+	}()
+	defer func() { cancel(); <-done }() // the client's logins go on until then
+	select {
+	case answer := <-first:
+		if tokenRefused(answer) {
+			return fmt.Errorf("etcd refused the client's auth token: %w", rpctypes.Error(answer))
+		}
+	case <-ctx.Done():
+	}
+	return err
+}
+
+// earliest is the earlier of a and b.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// tokenRefusals are etcd's refusals of a client's login or token.
+var tokenRefusals = []error{rpctypes.ErrInvalidAuthToken, rpctypes.ErrAuthOldRevision, rpctypes.ErrAuthFailed,
+	rpctypes.ErrUserEmpty, rpctypes.ErrUserNotFound}
+
+// tokenRefused reports whether err is etcd refusing the client's login or token (invalid or
+// expired, of an old auth revision).
+func tokenRefused(err error) bool {
+	if err == nil {
+		return false
+	}
+	err = rpctypes.Error(err)
+	return slices.ContainsFunc(tokenRefusals, func(r error) bool { return errors.Is(err, r) }) ||
+		status.Code(err) == codes.Unauthenticated
+}
+
+// authRefused reports whether err is etcd refusing the client's login, its token or a
+// permission.
+func authRefused(err error) bool {
+	return tokenRefused(err) || errors.Is(rpctypes.Error(err), rpctypes.ErrPermissionDenied) ||
+		status.Code(err) == codes.PermissionDenied
+}
+
 // deadlineCause is why a session ended at its local deadline: errDeadline, with why the
 // renewals tried since the last one that got through failed (no leader, an expired auth
 // token, a permission, no answer in time), so that the loss says what an operator can fix.
@@ -193,6 +268,8 @@ func deadlineCause(failed error) error {
 		return errDeadline
 	case errors.Is(failed, context.DeadlineExceeded):
 		return fmt.Errorf("%w (the last try got no answer in time)", errDeadline)
+	case authRefused(failed):
+		return fmt.Errorf("%w (the renewals failed: %w)", errDeadline, failed)
 	}
 	return fmt.Errorf("%w (the last try failed: %v)", errDeadline, failed)
 }

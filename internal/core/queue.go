@@ -126,16 +126,23 @@ func (q *Queue) withSlot(ctx context.Context, kind string, attempt func(*Session
 	})
 }
 
+// leaseTries bounds the leases one acquisition takes when each is found gone before
+// anything was written on it: a lease that vanishes again and again moments after its grant
+// is no expiry, and a new lease at once would spin.
+const leaseTries = 3
+
 // withSession runs attempt with a live session of sessions. When the lease turns out to be
-// gone before anything was written (the shared session expired while unused), it takes a
-// new lease and runs attempt again, unless Shutdown revoked it: an acquisition under way
-// then fails, as Shutdown promises.
+// gone before anything was written (the shared session expired while unused, an operator
+// revoked it), it takes a new lease and runs attempt again after a pause, up to leaseTries
+// leases, unless Shutdown revoked it (an acquisition under way then fails, as Shutdown
+// promises) or the endpoints are of different clusters (ErrMixedClusters).
 func withSession[T any](ctx context.Context, sessions Sessions, attempt func(*Session) (T, error)) (T, error) {
 	var none T
 	if err := ctx.Err(); err != nil {
 		return none, err // before any I/O, which would only have to be undone
 	}
-	for {
+	var b backoff
+	for try := 1; ; try++ {
 		sess, err := sessions.Session(ctx)
 		if err != nil {
 			return none, err
@@ -152,7 +159,15 @@ func withSession[T any](ctx context.Context, sessions Sessions, attempt func(*Se
 			// the keep-alive notices). It cannot be replaced; trying again would spin.
 			return none, fmt.Errorf("%w: the lease of the session given with WithSession is gone", ErrLost)
 		}
-		sessions.Expired(sess)
+		if err := sessions.Expired(ctx, sess); err != nil {
+			return none, err
+		}
+		if try == leaseTries {
+			return none, fmt.Errorf("%d leases in a row were not found moments after their grant (by cluster %x): are the endpoints members of one cluster? %w", try, sess.cluster, err)
+		}
+		if err := b.wait(ctx); err != nil {
+			return none, err
+		}
 	}
 }
 

@@ -30,10 +30,11 @@ var (
 
 // Session is the lease that acquisitions bind their keys to, and when it ends.
 type Session struct {
-	id  clientv3.LeaseID
-	ctx context.Context // ends with the session; context.Cause says why
-	end context.CancelCauseFunc
-	ka  *keepAlive // nil for a caller's session (WithSession)
+	id      clientv3.LeaseID
+	cluster uint64          // the ID of the cluster that granted the lease; 0 for a caller's session
+	ctx     context.Context // ends with the session; context.Cause says why
+	end     context.CancelCauseFunc
+	ka      *keepAlive // nil for a caller's session (WithSession)
 
 	mu      sync.Mutex
 	users   int  // slots claimed on the lease (see claimSlot)
@@ -114,9 +115,10 @@ func (s *Session) isRetired() bool {
 type Sessions interface {
 	// Session returns a live session; it may grant a lease (one RPC) when there is none.
 	Session(ctx context.Context) (*Session, error)
-	// Expired tells the source that s was found dead (its lease is gone), so that the next
-	// Session call does not return it again.
-	Expired(s *Session)
+	// Expired tells the source that s was found dead (etcd said its lease is not found), so
+	// that the next Session call does not return it again. It returns ErrMixedClusters when
+	// no new lease can help: the client's endpoints are of different clusters.
+	Expired(ctx context.Context, s *Session) error
 	// Retire takes s out of use for new acquisitions (see Session.retire).
 	Retire(s *Session)
 }
@@ -152,7 +154,7 @@ func (f fixedSession) Session(context.Context) (*Session, error) {
 	return f.s, nil
 }
 
-func (fixedSession) Expired(*Session) {}
+func (fixedSession) Expired(context.Context, *Session) error { return nil }
 
 func (fixedSession) Retire(*Session) {}
 
@@ -217,22 +219,38 @@ func (s *sharedSession) Session(ctx context.Context) (*Session, error) {
 	}
 	if err := clockOf(s.cli).linear(resp.ResponseHeader, seen); err != nil {
 		rewind(s.cli, err) // what was granted before is void; this lease is of the new life
+		// Unless answers come from two clusters: the next request may go to the other one.
+		if errors.Is(err, ErrMixedClusters) {
+			revokeOn(ctx, s.cli, clustersOf(ctx, s.cli)[resp.ResponseHeader.ClusterId], resp.ID)
+			return nil, fmt.Errorf("grant lease: %w", err)
+		}
 	}
 	sess := startKeepAlive(s.cli, resp.ID, sent, time.Duration(resp.TTL)*time.Second, s.metrics())
+	sess.cluster = resp.ResponseHeader.ClusterId
 	s.mu.Lock()
 	s.cur = sess
 	s.mu.Unlock()
 	return sess, nil
 }
 
-func (s *sharedSession) Expired(dead *Session) {
+// Expired ends dead without revoking its lease, which etcd said is gone. Unless the
+// endpoints are members of different clusters: the answer then came from a cluster other
+// than the one that granted the lease, which keeps it; so Expired asks every endpoint for
+// its cluster (clustersOf), and on a mix revokes the lease on the cluster that granted it.
+func (s *sharedSession) Expired(ctx context.Context, dead *Session) error {
 	s.mu.Lock()
 	if s.cur == dead {
 		s.cur = nil
 	}
 	s.mu.Unlock()
 	dead.end(errLeaseGone)
-	dead.ka.stop() // the lease is gone already: nothing to revoke
+	dead.ka.stop()
+	found := clustersOf(ctx, s.cli)
+	err := mixedClusters(found)
+	if err != nil && len(found[dead.cluster]) > 0 {
+		revokeOn(ctx, s.cli, found[dead.cluster], dead.id)
+	}
+	return err
 }
 
 func (s *sharedSession) Retire(sess *Session) {

@@ -54,6 +54,7 @@ type member struct {
 	clientTLS                         transport.TLSInfo // empty without WithTLS
 	authToken                         string            // etcd's --auth-token; "" for its default
 	peerProxy                         *Proxy            // nil without WithPeerProxies
+	authTokenTTL                      uint              // WithAuthTokenTTL's; 0 for etcd's default
 	initialCluster                    string
 	partitioned                       bool // by Partition; under Cluster.cuts
 
@@ -166,6 +167,7 @@ func newEmbedded(size int, o options) (*Cluster, error) {
 			clientTLS:     clientTLS,
 			authToken:     authToken,
 			peerListenURL: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
+			authTokenTTL:  o.authTokenTTL,
 		}
 		m.peerURL = m.peerListenURL
 		c.members[i] = m
@@ -263,6 +265,9 @@ func (m *member) config() *embed.Config {
 	cfg.ClientTLSInfo = m.clientTLS
 	if m.authToken != "" {
 		cfg.AuthToken = m.authToken
+	}
+	if m.authTokenTTL > 0 {
+		cfg.AuthTokenTTL = m.authTokenTTL
 	}
 	cfg.UnsafeNoFsync = true
 	// A member keeps the raft log in memory back to its last snapshot plus the catch-up

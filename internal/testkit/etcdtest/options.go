@@ -4,9 +4,10 @@ package etcdtest
 type Option func(*options)
 
 type options struct {
-	peerProxies bool
-	tls         bool
-	jwt         bool
+	peerProxies  bool
+	tls          bool
+	jwt          bool
+	authTokenTTL uint
 }
 
 // WithPeerProxies puts a Proxy in front of every member's peer listener: a member listens on
@@ -26,3 +27,7 @@ func WithTLS() Option { return func(o *options) { o.tls = true } }
 // that store, etcd refuses the old token's requests, and the watch creates of a stream
 // opened with it, as old.
 func WithJWT() Option { return func(o *options) { o.jwt = true } }
+
+// WithAuthTokenTTL makes the members' simple auth tokens (etcd's default token kind) expire
+// after seconds without use, instead of etcd's 300 s; it matters once EnableAuth has run.
+func WithAuthTokenTTL(seconds uint) Option { return func(o *options) { o.authTokenTTL = seconds } }

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -31,20 +32,24 @@ func ServerBinary() string {
 // leader. Stop sends a member SIGTERM (etcd hands leadership over first, as under systemd),
 // Kill sends SIGKILL, Restart starts it again on its data; Backup and RestoreBackup work on
 // a stopped member's data dir. Partitions are for embedded members only. On error nothing is
-// left running.
-func NewProcesses(size int, bin string) (*Cluster, error) {
+// left running. Of opts, only WithAuthTokenTTL applies.
+func NewProcesses(size int, bin string, opts ...Option) (*Cluster, error) {
 	if size < 1 || bin == "" {
 		return nil, fmt.Errorf("etcdtest: %d members of %q", size, bin)
 	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	for try := 1; ; try++ {
-		c, err := newProcesses(size, bin)
+		c, err := newProcesses(size, bin, o)
 		if err == nil || try == portTries {
 			return c, err
 		}
 	}
 }
 
-func newProcesses(size int, bin string) (*Cluster, error) {
+func newProcesses(size int, bin string, o options) (*Cluster, error) {
 	ports, err := freePorts(2 * size)
 	if err != nil {
 		return nil, err
@@ -67,6 +72,7 @@ func newProcesses(size int, bin string) (*Cluster, error) {
 			token:         "etcdtest-" + hex.EncodeToString(token),
 			clientURL:     url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])},
 			peerListenURL: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
+			authTokenTTL:  o.authTokenTTL,
 		}
 		m.peerURL = m.peerListenURL
 		c.members[i] = m
@@ -104,6 +110,9 @@ func (m *member) startProcess() error {
 		"--listen-peer-urls", m.peerListenURL.String(), "--initial-advertise-peer-urls", m.peerURL.String(),
 		"--initial-cluster", m.initialCluster, "--initial-cluster-state", state,
 		"--initial-cluster-token", m.token)
+	if m.authTokenTTL > 0 {
+		cmd.Args = append(cmd.Args, "--auth-token-ttl", strconv.FormatUint(uint64(m.authTokenTTL), 10))
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("etcdtest: start %s: %w", m.name, err)
