@@ -22,8 +22,9 @@ func (m *Mutex) Do(ctx context.Context, fn func(ctx context.Context) error) erro
 	if fn == nil {
 		return m.errorf("do", core.ErrNilFunc)
 	}
-	if err := m.Lock(ctx); err != nil {
+	h, err := m.lock(ctx)
+	if err != nil {
 		return err
 	}
-	return core.Scoped(ctx, m.current(), fn, m.Unlock)
+	return core.Scoped(ctx, h, fn, func(ctx context.Context) error { return m.release(ctx, h) })
 }
