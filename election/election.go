@@ -12,7 +12,8 @@ import (
 )
 
 // Election is one candidate's handle on the election of a name, safe for use by several
-// goroutines; it campaigns for one leadership at a time.
+// goroutines; it campaigns for one leadership at a time, and a Run's term holds it until
+// lead has returned ([Election.Run]).
 //
 // Only [New] makes a usable Election. The zero Election and a nil *Election lead nothing and
 // campaign for nothing, and none of their methods blocks or panics: Campaign and Leader
@@ -82,7 +83,8 @@ func (e *Election) queue() *core.Queue {
 // later. While this handle leads or campaigns, another Campaign waits until the leadership
 // ends: by Resign, or by loss, which a lost leader learns of when etcd says so (Done closes)
 // and never resigns; the waiting Campaign then forgets the lost leadership, as Resign would,
-// and campaigns. So does a Campaign that finds the leadership lost already.
+// and campaigns. So does a Campaign that finds the leadership lost already. A leadership
+// that a Run's lead runs on is the Run's until lead has returned, lost or not.
 //
 // Errors: [ErrLost] for a leadership lost while being won. ctx's error, wrapped, when ctx
 // ends; with ctx done already, having sent nothing; otherwise after deleting its key, so that

@@ -14,11 +14,17 @@ import (
 const runPause = 500 * time.Millisecond
 
 // Run is the leader loop: it campaigns with value and, once leading, calls lead with a ctx
-// that ends as soon as the leadership is lost (context.Cause matches [ErrLost]) or ctx ends;
-// after lead returns (never before: leadership is kept while lead runs), it resigns and
-// campaigns again, until ctx ends. A campaign that fails with ErrLost is tried again.
+// that ends as soon as the leadership ends (lost: context.Cause matches [ErrLost]; resigned
+// by another call: it matches [ErrNotLocked]) or ctx ends; after lead returns (never before:
+// leadership is kept while lead runs), it resigns and campaigns again, until ctx ends. A
+// campaign that fails with ErrLost is tried again.
 //
-// Errors: ctx's error, wrapped, once ctx ends (after resigning if it led). lead's error
+// The term is Run's own: the handle takes no other leadership until lead has returned,
+// also after a loss, and Run's resign ends that term's leadership only (see the package doc
+// for Runs and Campaigns on one handle).
+//
+// Errors: ctx's error, wrapped, once ctx ends (after resigning if it led; within a period of
+// a [WithHealthCheck] check, whatever the check does). lead's error
 // when lead returns one while still leading: Run resigns and stops. [ErrInvalidOption] for a
 // nil lead or a bad [WithHealthCheck], having campaigned for nothing; on an Election not
 // made by [New], as Campaign. Other errors of Campaign stop it.

@@ -221,4 +221,3 @@ func TestStoppedRunReturnsWhateverItsCheckDoes(t *testing.T) {
 		})
 	}
 }
-

@@ -285,7 +285,7 @@ func quoteNames(names []string) string {
 
 // Do takes every name as [Multi.Lock] does, runs fn while they are held, and releases them
 // once fn has returned, as [Mutex.Do] does: fn's ctx ends as soon as any key is lost, with
-// the loss as its cause.
+// the loss as its cause, and Do releases only the hold it took.
 //
 // Errors and cost: as [Mutex.Do], with Multi's Lock and Unlock.
 func (m *Multi) Do(ctx context.Context, fn func(ctx context.Context) error) error {
