@@ -150,12 +150,15 @@ func (c *hangingCheck) check(ctx context.Context) error {
 // failed, whether it honours its ctx (which has that deadline) or ignores it: lead's ctx
 // ends, and another candidate can lead.
 func TestHealthCheckThatHangsIsAFailure(t *testing.T) {
-	for _, honoursCtx := range []bool{true, false} {
-		t.Run(map[bool]string{true: "honours-ctx", false: "ignores-ctx"}[honoursCtx], func(t *testing.T) {
-			name := "run-hang-" + map[bool]string{true: "honours", false: "ignores"}[honoursCtx]
+	for _, tc := range []struct {
+		name       string
+		honoursCtx bool
+	}{{"honours-ctx", true}, {"ignores-ctx", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "run-hang-" + tc.name
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			c := newHangingCheck(t, honoursCtx)
+			c := newHangingCheck(t, tc.honoursCtx)
 			e := newElection(t, cluster.Client(t), name)
 			ended := make(chan error, 1)
 			leading := make(chan struct{})
@@ -190,9 +193,12 @@ func TestHealthCheckThatHangsIsAFailure(t *testing.T) {
 // its ctx, both while Run leads and while it waits for the check to pass: Run returns within
 // a bound, and its key is gone.
 func TestStoppedRunReturnsWhateverItsCheckDoes(t *testing.T) {
-	for _, leads := range []bool{true, false} {
-		t.Run(map[bool]string{true: "leading", false: "waiting"}[leads], func(t *testing.T) {
-			name := "run-stop-" + map[bool]string{true: "leading", false: "waiting"}[leads]
+	for _, tc := range []struct {
+		name  string
+		leads bool // the check hangs once Run leads, else from the start
+	}{{"leading", true}, {"waiting", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			name, leads := "run-stop-"+tc.name, tc.leads
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			admin := cluster.Client(t)

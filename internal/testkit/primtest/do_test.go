@@ -193,11 +193,7 @@ func TestDoEndsFnsContextWhenFnReleases(t *testing.T) {
 		ctx := etcdtest.Context(t)
 		err := dc.d.Do(ctx, func(fctx context.Context) error {
 			assert.NoError(t, dc.l.Unlock(fctx))
-			select {
-			case <-fctx.Done():
-			case <-time.After(20 * time.Second):
-				t.Error("fn's ctx did not end within 20s of its release")
-			}
+			etcdtest.Within(t, fctx.Done(), 20*time.Second, "the end of fn's ctx after its release")
 			assert.NotErrorIs(t, context.Cause(fctx), core.ErrLost)
 			return nil
 		})
