@@ -26,6 +26,12 @@
 // fails with ErrLost (an outage) is tried again after half a second, with a new lease. Every
 // term is a hold in the metrics, and its end counts in etcdsync.leader.stepdowns by cause.
 //
+// One handle is one candidate: several Runs, or Runs and Campaigns, on one [Election] take
+// turns. A Run's term keeps the handle's turn until its lead has returned, also after a
+// loss, so no other Run or Campaign of the handle leads while a lead of it may still act;
+// Run then resigns its own term's leadership only, never a later one of the handle. A
+// Resign by another call ends lead's ctx as a loss does.
+//
 // Leadership is not a fence: a leader that pauses (GC, swap, a stopped VM) may wake after its
 // lease expired and another candidate took over, with nothing to tell it in time. Guard every
 // write the leader makes with [Election.IsOwner] in the same Txn, or with [Election.Token]

@@ -12,7 +12,8 @@ import (
 )
 
 // Election is one candidate's handle on the election of a name, safe for use by several
-// goroutines; it campaigns for one leadership at a time.
+// goroutines; it campaigns for one leadership at a time, and a Run's term holds it until
+// lead has returned ([Election.Run]).
 //
 // Only [New] makes a usable Election. The zero Election and a nil *Election lead nothing and
 // campaign for nothing, and none of their methods blocks or panics: Campaign and Leader
@@ -29,6 +30,15 @@ type Election struct {
 	mu      sync.Mutex
 	hold    *core.Hold
 	changed chan struct{} // closed, and replaced, whenever hold changes
+	term    *term         // the leadership a Run's lead runs on, until lead has returned
+}
+
+// A term is the leadership that a Run's lead runs on. If it ends while lead runs (lost, or
+// resigned by another call), the turn stays taken until lead has returned: no other Run or
+// Campaign of the handle leads while a lead of it may still act.
+type term struct {
+	h     *core.Hold
+	ended bool // the leadership has ended: endTerm gives the turn back
 }
 
 // errNoLeadership is what Resign, Proclaim and Err return without leadership: ErrNotLeader,
@@ -73,7 +83,8 @@ func (e *Election) queue() *core.Queue {
 // later. While this handle leads or campaigns, another Campaign waits until the leadership
 // ends: by Resign, or by loss, which a lost leader learns of when etcd says so (Done closes)
 // and never resigns; the waiting Campaign then forgets the lost leadership, as Resign would,
-// and campaigns. So does a Campaign that finds the leadership lost already.
+// and campaigns. So does a Campaign that finds the leadership lost already. A leadership
+// that a Run's lead runs on is the Run's until lead has returned, lost or not.
 //
 // Errors: [ErrLost] for a leadership lost while being won. ctx's error, wrapped, when ctx
 // ends; with ctx done already, having sent nothing; otherwise after deleting its key, so that
@@ -82,14 +93,20 @@ func (e *Election) queue() *core.Queue {
 // background). [ErrInvalidOption]: e was not made by [New], or its client is closed.
 //
 // Cost: one Txn uncontended, and one lease grant on the client's first use.
-func (e *Election) Campaign(ctx context.Context, value string) (err error) {
+func (e *Election) Campaign(ctx context.Context, value string) error {
+	_, err := e.campaign(ctx, value, false)
+	return err
+}
+
+// campaign is Campaign, returning the leadership it won; for a Run's term if run.
+func (e *Election) campaign(ctx context.Context, value string, run bool) (_ *core.Hold, err error) {
 	if err := e.queue().Unusable(); err != nil {
-		return e.errorf("campaign", err)
+		return nil, e.errorf("campaign", err)
 	}
 	ctx, a := e.tel.BeginWait(ctx, "etcdsync.election.Campaign")
 	defer func() { a.End(err) }()
 	if err := e.takeTurn(ctx); err != nil {
-		return e.errorf("campaign", err)
+		return nil, e.errorf("campaign", err)
 	}
 	h, err := e.q.Acquire(ctx, core.Spec{Value: value, Tel: e.tel}, nil)
 	if err == nil {
@@ -101,11 +118,16 @@ func (e *Election) Campaign(ctx context.Context, value string) (err error) {
 	}
 	if err != nil {
 		<-e.turn
-		return e.errorf("campaign", err)
+		return nil, e.errorf("campaign", err)
 	}
 	a.Held(h)
-	e.setHold(h)
-	return nil
+	e.mu.Lock()
+	if run {
+		e.term = &term{h: h}
+	}
+	e.setHoldLocked(h)
+	e.mu.Unlock()
+	return h, nil
 }
 
 // takeTurn takes the handle's turn to campaign: at once if it is free, else once the
@@ -139,28 +161,51 @@ func (e *Election) takeTurn(ctx context.Context) error {
 	}
 }
 
-// setHold makes h the handle's leadership (nil: none), and tells the Campaigns waiting.
-func (e *Election) setHold(h *core.Hold) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+// setHoldLocked makes h the handle's leadership (nil: none), and tells the Campaigns
+// waiting. Under e.mu.
+func (e *Election) setHoldLocked(h *core.Hold) {
 	e.hold = h
 	close(e.changed)
 	e.changed = make(chan struct{})
 }
 
-// end releases h, the handle's leadership, and gives the turn back if that ended it.
+// end releases h, a leadership of the handle, and gives the turn back if that ended it,
+// unless h is a Run's term whose lead still runs (endTerm gives it back then).
 func (e *Election) end(ctx context.Context, h *core.Hold) (ended bool, err error) {
 	ended, err = h.Release(ctx)
 	if ended {
 		e.mu.Lock()
-		mine := e.hold == h
-		e.mu.Unlock()
-		if mine {
-			e.setHold(nil)
+		if e.hold == h {
+			e.setHoldLocked(nil)
 		}
-		<-e.turn
+		t := e.term
+		kept := t != nil && t.h == h
+		if kept {
+			t.ended = true
+		}
+		e.mu.Unlock()
+		if !kept {
+			<-e.turn
+		}
 	}
 	return ended, err
+}
+
+// endTerm ends a Run's term on h once its lead has returned: it gives the turn back if h has
+// ended already, and otherwise resigns h. Only h: a later leadership of the handle is
+// another's to end. ErrNotLeader if h had ended.
+func (e *Election) endTerm(ctx context.Context, h *core.Hold) error {
+	e.mu.Lock()
+	t := e.term
+	ended := false
+	if t != nil && t.h == h {
+		e.term, ended = nil, t.ended
+	}
+	e.mu.Unlock()
+	if ended {
+		<-e.turn
+	}
+	return e.resign(ctx, h)
 }
 
 // Proclaim replaces the leader's value without a new election, writing only while this
@@ -203,13 +248,17 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 // matching [ErrInvalidOption] and ErrNotLeader.
 //
 // Cost: one Txn.
-func (e *Election) Resign(ctx context.Context) (err error) {
+func (e *Election) Resign(ctx context.Context) error {
 	if e.queue() == nil {
 		return e.errorf("resign", fmt.Errorf("%w (%w)", e.queue().Unusable(), errNoLeadership))
 	}
+	return e.resign(ctx, e.current())
+}
+
+// resign ends h if it is still the handle's leadership; ErrNotLeader if it is not.
+func (e *Election) resign(ctx context.Context, h *core.Hold) (err error) {
 	ctx, a := e.tel.BeginRelease(ctx, "etcdsync.election.Resign")
 	defer func() { a.End(err) }()
-	h := e.current()
 	if h == nil {
 		return e.errorf("resign", errNoLeadership)
 	}
@@ -218,7 +267,7 @@ func (e *Election) Resign(ctx context.Context) (err error) {
 	}
 	defer func() { <-e.resigning }()
 	if e.current() != h {
-		return e.errorf("resign", errNoLeadership) // the Resign before this one ended it
+		return e.errorf("resign", errNoLeadership) // ended before: by a Resign, or forgotten lost
 	}
 	_ = h.EndIfClientClosed()
 	_, err = e.end(ctx, h)

@@ -9,36 +9,22 @@ import (
 	"github.com/etcdsync/etcdsync/internal/core"
 )
 
-// RunOption configures [Election.Run].
-type RunOption func(*runConfig)
-
-type runConfig struct {
-	every time.Duration
-	check func(ctx context.Context) error
-}
-
-// WithHealthCheck makes [Election.Run] call check every every while it leads: the first
-// failure ends lead's ctx (its cause wraps check's error), and once lead has returned Run
-// resigns, then campaigns again only when check passes (it is called every every until it
-// does). A check's ctx ends with lead's. every <= 0 or a nil check makes Run return
-// [ErrInvalidOption].
-func WithHealthCheck(every time.Duration, check func(ctx context.Context) error) RunOption {
-	return func(c *runConfig) { c.every, c.check = every, check }
-}
-
-// errUnhealthy is the cause of lead's ctx when a health check failed.
-var errUnhealthy = errors.New("election: the health check failed")
-
 // runPause is how long Run waits before it campaigns again after a campaign failed with
 // ErrLost (an outage let the session's lease run out): it then takes a new lease.
 const runPause = 500 * time.Millisecond
 
 // Run is the leader loop: it campaigns with value and, once leading, calls lead with a ctx
-// that ends as soon as the leadership is lost (context.Cause matches [ErrLost]) or ctx ends;
-// after lead returns (never before: leadership is kept while lead runs), it resigns and
-// campaigns again, until ctx ends. A campaign that fails with ErrLost is tried again.
+// that ends as soon as the leadership ends (lost: context.Cause matches [ErrLost]; resigned
+// by another call: it matches [ErrNotLocked]) or ctx ends; after lead returns (never before:
+// leadership is kept while lead runs), it resigns and campaigns again, until ctx ends. A
+// campaign that fails with ErrLost is tried again.
 //
-// Errors: ctx's error, wrapped, once ctx ends (after resigning if it led). lead's error
+// The term is Run's own: the handle takes no other leadership until lead has returned,
+// also after a loss, and Run's resign ends that term's leadership only (see the package doc
+// for Runs and Campaigns on one handle).
+//
+// Errors: ctx's error, wrapped, once ctx ends (after resigning if it led; within a period of
+// a [WithHealthCheck] check, whatever the check does). lead's error
 // when lead returns one while still leading: Run resigns and stops. [ErrInvalidOption] for a
 // nil lead or a bad [WithHealthCheck], having campaigned for nothing; on an Election not
 // made by [New], as Campaign. Other errors of Campaign stop it.
@@ -54,14 +40,15 @@ func (e *Election) Run(ctx context.Context, value string, lead func(ctx context.
 	switch {
 	case lead == nil:
 		return e.errorf("run", fmt.Errorf("%w: lead is nil", ErrInvalidOption))
-	case len(opts) > 0 && (cfg.check == nil || cfg.every <= 0):
+	case len(opts) > 0 && (cfg.check.check == nil || cfg.check.every <= 0):
 		return e.errorf("run", fmt.Errorf("%w: WithHealthCheck needs a check and a period above 0", ErrInvalidOption))
 	}
 	for {
 		if err := cfg.awaitHealthy(ctx); err != nil {
 			return e.errorf("run", err)
 		}
-		if err := e.Campaign(ctx, value); err != nil {
+		h, err := e.campaign(ctx, value, true)
+		if err != nil {
 			switch {
 			case ctx.Err() != nil:
 				return e.errorf("run", ctx.Err())
@@ -73,13 +60,14 @@ func (e *Election) Run(ctx context.Context, value string, lead func(ctx context.
 			}
 			continue
 		}
-		unhealthy := false
+		unhealthy, resigned := false, false
 		var leadErr error
-		err := core.Scoped(ctx, e.current(), func(lctx context.Context) error {
+		err = core.Scoped(ctx, h, func(lctx context.Context) error {
 			unhealthy, leadErr = cfg.lead(lctx, lead)
+			resigned = errors.Is(context.Cause(lctx), core.ErrReleasedEarly)
 			return leadErr
-		}, e.Resign)
-		why := stepDownOf(ctx, err, leadErr, unhealthy)
+		}, func(ctx context.Context) error { return e.endTerm(ctx, h) })
+		why := stepDownOf(ctx, err, leadErr, unhealthy, resigned)
 		e.tel.SteppedDown(context.WithoutCancel(ctx), why)
 		switch why {
 		case core.StepDownCanceled:
@@ -94,13 +82,14 @@ func (e *Election) Run(ctx context.Context, value string, lead func(ctx context.
 }
 
 // stepDownOf says why a term ended, from the term's error err and lead's own: ctx's end, a
-// loss, a failed health check, lead's error, or lead returning nil. Only lead's error stops
-// Run: a resign that failed after lead returned nil is no reason to stop campaigning.
-func stepDownOf(ctx context.Context, err, leadErr error, unhealthy bool) core.StepDown {
+// loss (or a Resign by another call while lead ran: to Run, its leadership was gone), a
+// failed health check, lead's error, or lead returning nil. Only lead's error while leading
+// stops Run: a resign that failed after lead returned nil is no reason to stop campaigning.
+func stepDownOf(ctx context.Context, err, leadErr error, unhealthy, resigned bool) core.StepDown {
 	switch {
 	case ctx.Err() != nil:
 		return core.StepDownCanceled
-	case errors.Is(err, ErrLost):
+	case errors.Is(err, ErrLost) || resigned:
 		return core.StepDownLost
 	case unhealthy:
 		return core.StepDownUnhealthy
@@ -108,57 +97,4 @@ func stepDownOf(ctx context.Context, err, leadErr error, unhealthy bool) core.St
 		return core.StepDownError
 	}
 	return core.StepDownReturned
-}
-
-// lead runs lead under the health check, if any: it returns whether a check failed (lead's
-// ctx then ended with errUnhealthy as its cause), and lead's error.
-func (c *runConfig) lead(ctx context.Context, lead func(context.Context) error) (unhealthy bool, err error) {
-	if c.check == nil {
-		return false, lead(ctx)
-	}
-	hctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	failed := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		t := time.NewTicker(c.every)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				if cerr := c.check(hctx); cerr != nil && hctx.Err() == nil {
-					close(failed)
-					cancel(fmt.Errorf("%w: %w", errUnhealthy, cerr))
-					return
-				}
-			case <-hctx.Done():
-				return
-			}
-		}
-	}()
-	err = lead(hctx)
-	cancel(nil)
-	<-stopped
-	select {
-	case <-failed:
-		return true, err
-	default:
-		return false, err
-	}
-}
-
-// awaitHealthy returns once the health check passes (at once without one), or ctx's error.
-func (c *runConfig) awaitHealthy(ctx context.Context) error {
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if c.check == nil || c.check(ctx) == nil {
-			return nil
-		}
-		if err := core.Pause(ctx, c.every); err != nil {
-			return err
-		}
-	}
 }

@@ -101,14 +101,20 @@ func (m *Multi) unusable() error {
 //
 // Cost: one Txn uncontended, whatever the number of names; a waiter shares the client's
 // watch of each name it waits on.
-func (m *Multi) Lock(ctx context.Context) (err error) {
+func (m *Multi) Lock(ctx context.Context) error {
+	_, err := m.lock(ctx)
+	return err
+}
+
+// lock is Lock, returning the hold it took.
+func (m *Multi) lock(ctx context.Context) (_ *core.Group, err error) {
 	if err := m.unusable(); err != nil {
-		return m.errorf("lock", err)
+		return nil, m.errorf("lock", err)
 	}
 	ctx, a := m.tel.BeginWait(ctx, "etcdsync.mutex.Multi.Lock")
 	defer func() { a.End(err) }()
 	if err := m.turn.Take(ctx); err != nil {
-		return m.errorf("lock", err)
+		return nil, m.errorf("lock", err)
 	}
 	g, err := core.AcquireAll(ctx, m.qs, core.Spec{Value: core.OwnerValue(""), Tel: m.tel}, m.setWaiting)
 	a.HeldGroup(g)
@@ -117,9 +123,9 @@ func (m *Multi) Lock(ctx context.Context) (err error) {
 	m.mu.Unlock()
 	if err != nil {
 		m.turn.Give()
-		return m.errorf("lock", err)
+		return nil, m.errorf("lock", err)
 	}
-	return nil
+	return g, nil
 }
 
 // TryLock takes every name only if none has a holder or a waiter, and m neither holds nor
@@ -156,13 +162,17 @@ func (m *Multi) TryLock(ctx context.Context) (err error) {
 // without a hold, and a hold that stays when etcd cannot be reached before ctx ends.
 //
 // Cost: one Txn.
-func (m *Multi) Unlock(ctx context.Context) (err error) {
+func (m *Multi) Unlock(ctx context.Context) error {
 	if len(m.queues()) == 0 {
 		return m.errorf("unlock", core.Unheld(m.unusable()))
 	}
+	return m.release(ctx, m.current())
+}
+
+// release releases g if it is still the handle's hold, as [Mutex] does its own.
+func (m *Multi) release(ctx context.Context, g *core.Group) (err error) {
 	ctx, a := m.tel.BeginRelease(ctx, "etcdsync.mutex.Multi.Unlock")
 	defer func() { a.End(err) }()
-	g := m.current()
 	if g == nil {
 		return m.errorf("unlock", ErrNotLocked)
 	}
@@ -171,7 +181,7 @@ func (m *Multi) Unlock(ctx context.Context) (err error) {
 	}
 	defer m.unlocking.Give()
 	if m.current() != g {
-		return m.errorf("unlock", ErrNotLocked) // the Unlock before this one released it
+		return m.errorf("unlock", ErrNotLocked) // released before: by an Unlock, or fn in Do
 	}
 	_ = g.EndIfClientClosed()
 	ended, err := g.Release(ctx)
@@ -275,15 +285,16 @@ func quoteNames(names []string) string {
 
 // Do takes every name as [Multi.Lock] does, runs fn while they are held, and releases them
 // once fn has returned, as [Mutex.Do] does: fn's ctx ends as soon as any key is lost, with
-// the loss as its cause.
+// the loss as its cause, and Do releases only the hold it took.
 //
 // Errors and cost: as [Mutex.Do], with Multi's Lock and Unlock.
 func (m *Multi) Do(ctx context.Context, fn func(ctx context.Context) error) error {
 	if fn == nil {
 		return m.errorf("do", core.ErrNilFunc)
 	}
-	if err := m.Lock(ctx); err != nil {
+	g, err := m.lock(ctx)
+	if err != nil {
 		return err
 	}
-	return core.Scoped(ctx, m.current(), fn, m.Unlock)
+	return core.Scoped(ctx, g, fn, func(ctx context.Context) error { return m.release(ctx, g) })
 }

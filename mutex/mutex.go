@@ -70,14 +70,20 @@ func (m *Mutex) queue() *core.Queue {
 // new one. [ErrInvalidOption]: m was not made by [New], or its client is closed.
 //
 // Cost: one Txn uncontended, and one lease grant on the client's first use.
-func (m *Mutex) Lock(ctx context.Context) (err error) {
+func (m *Mutex) Lock(ctx context.Context) error {
+	_, err := m.lock(ctx)
+	return err
+}
+
+// lock is Lock, returning the hold it took.
+func (m *Mutex) lock(ctx context.Context) (_ *core.Hold, err error) {
 	if err := m.queue().Unusable(); err != nil {
-		return m.errorf("lock", err)
+		return nil, m.errorf("lock", err)
 	}
 	ctx, a := m.tel.BeginWait(ctx, "etcdsync.mutex.Lock")
 	defer func() { a.End(err) }()
 	if err := m.turn.Take(ctx); err != nil {
-		return m.errorf("lock", err)
+		return nil, m.errorf("lock", err)
 	}
 	h, err := m.q.Acquire(ctx, core.Spec{Value: core.OwnerValue(""), Tel: m.tel}, m.setWaiting)
 	a.Held(h)
@@ -86,9 +92,9 @@ func (m *Mutex) Lock(ctx context.Context) (err error) {
 	m.mu.Unlock()
 	if err != nil {
 		m.turn.Give()
-		return m.errorf("lock", err)
+		return nil, m.errorf("lock", err)
 	}
-	return nil
+	return h, nil
 }
 
 // TryLock takes the lock only if nobody holds it or waits for it, and m neither holds nor
@@ -132,13 +138,18 @@ func (m *Mutex) TryLock(ctx context.Context) (err error) {
 // made by [New], an error matching [ErrInvalidOption] and ErrNotLocked.
 //
 // Cost: one Txn.
-func (m *Mutex) Unlock(ctx context.Context) (err error) {
+func (m *Mutex) Unlock(ctx context.Context) error {
 	if m.queue() == nil {
 		return m.errorf("unlock", core.Unheld(m.queue().Unusable()))
 	}
+	return m.release(ctx, m.current())
+}
+
+// release releases h if it is still the handle's hold; ErrNotLocked if it is not (nil, or
+// released already), so that Do never frees a later hold of the handle.
+func (m *Mutex) release(ctx context.Context, h *core.Hold) (err error) {
 	ctx, a := m.tel.BeginRelease(ctx, "etcdsync.mutex.Unlock")
 	defer func() { a.End(err) }()
-	h := m.current()
 	if h == nil {
 		return m.errorf("unlock", ErrNotLocked)
 	}
@@ -147,7 +158,7 @@ func (m *Mutex) Unlock(ctx context.Context) (err error) {
 	}
 	defer m.unlocking.Give()
 	if m.current() != h {
-		return m.errorf("unlock", ErrNotLocked) // the Unlock before this one released it
+		return m.errorf("unlock", ErrNotLocked) // released before: by an Unlock, or fn in Do
 	}
 	_ = h.EndIfClientClosed()
 	ended, err := h.Release(ctx)

@@ -48,11 +48,11 @@ func (rw *RWMutex) runChecks(g *group) {
 	}
 }
 
-// leave waits for c, the check that proves a leaving reader held until it left: the
+// leave waits for c, the check that proves a leaving reader (taken, if an RDo's) held until it left: the
 // group's key existed from its creation until after the reader's RUnlock was called. When
 // that cannot be known before ctx ends, the reader still holds and may RUnlock again. A
 // key found gone is a loss for every reader still in the handle (see RWMutex).
-func (rw *RWMutex) leave(ctx context.Context, g *group, c *check) error {
+func (rw *RWMutex) leave(ctx context.Context, g *group, c *check, taken *scopedReader) error {
 	select {
 	case <-c.done:
 		switch {
@@ -82,7 +82,7 @@ func (rw *RWMutex) leave(ctx context.Context, g *group, c *check) error {
 		rw.mu.Unlock()
 		return rw.left(g.hold.Err())
 	}
-	g.members++
+	g.rejoin(taken)
 	rw.mu.Unlock()
 	err := ctx.Err()
 	select {

@@ -18,6 +18,7 @@ type group struct {
 	hold    *core.Hold         // the read hold, once granted
 	err     error              // why the acquisition failed
 	members int                // readers holding through the group
+	scoped  []*scopedReader    // the RDos among the members that have not left
 	waiting int                // readers waiting for its acquisition
 	closed  bool               // it takes no more members
 	sentry  *core.Sentry       // tells when a writer queued behind it; started by the first joiner
@@ -72,9 +73,15 @@ func (rw *RWMutex) endReadLoss() {
 // client is closed.
 //
 // Cost: one Txn for a reader that starts a group; none for one that joins.
-func (rw *RWMutex) RLock(ctx context.Context) (err error) {
+func (rw *RWMutex) RLock(ctx context.Context) error {
+	_, err := rw.rlock(ctx)
+	return err
+}
+
+// rlock is RLock, returning the group it holds through.
+func (rw *RWMutex) rlock(ctx context.Context) (_ *group, err error) {
 	if err := rw.queue().Unusable(); err != nil {
-		return rw.errorf("rlock", err)
+		return nil, rw.errorf("rlock", err)
 	}
 	ctx, a := rw.rtel.BeginWait(ctx, "etcdsync.rwmutex.RLock")
 	defer func() { a.End(err) }()
@@ -86,7 +93,7 @@ func (rw *RWMutex) RLock(ctx context.Context) (err error) {
 			case <-loss.drained:
 				continue
 			case <-ctx.Done():
-				return rw.errorf("rlock", ctx.Err())
+				return nil, rw.errorf("rlock", ctx.Err())
 			}
 		}
 		if wp := rw.wpending; wp != nil {
@@ -100,12 +107,12 @@ func (rw *RWMutex) RLock(ctx context.Context) (err error) {
 			rw.mu.Lock()
 			if g := wp.next; g != nil {
 				rw.mu.Unlock()
-				return rw.await(ctx, g) // counted among its waiting readers
+				return g, rw.await(ctx, g) // counted among its waiting readers
 			}
 			wp.blocked--
 			rw.mu.Unlock()
 			if err := ctx.Err(); err != nil {
-				return rw.errorf("rlock", err)
+				return nil, rw.errorf("rlock", err)
 			}
 			continue
 		}
@@ -117,17 +124,17 @@ func (rw *RWMutex) RLock(ctx context.Context) (err error) {
 		case g != nil && g.hold != nil:
 			g.members++
 			rw.mu.Unlock()
-			return nil
+			return g, nil
 		case g == nil:
 			if err := ctx.Err(); err != nil {
 				rw.mu.Unlock()
-				return rw.errorf("rlock", err)
+				return nil, rw.errorf("rlock", err)
 			}
 			g = rw.startGroup()
 		}
 		g.waiting++
 		rw.mu.Unlock()
-		return rw.await(ctx, g)
+		return g, rw.await(ctx, g)
 	}
 }
 
@@ -291,15 +298,25 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (err error) {
 //
 // Cost: one Txn for the last reader; one read, shared by the readers leaving at once, for
 // the others.
-func (rw *RWMutex) RUnlock(ctx context.Context) (err error) {
+func (rw *RWMutex) RUnlock(ctx context.Context) error {
 	if rw.queue() == nil {
 		return rw.errorf("runlock", core.Unheld(rw.queue().Unusable()))
 	}
+	return rw.runlock(ctx, nil)
+}
+
+// runlock is RUnlock of any reader (r nil), or of RDo's reader r, which leaves its own group
+// unless it has left already (ErrNotLocked).
+func (rw *RWMutex) runlock(ctx context.Context, r *scopedReader) (err error) {
 	ctx, a := rw.rtel.BeginRelease(ctx, "etcdsync.rwmutex.RUnlock")
 	defer func() { a.End(err) }()
 	rw.mu.Lock()
 	i := slices.IndexFunc(rw.groups, func(g *group) bool { return g.members > 0 })
-	if i < 0 {
+	if r != nil {
+		if i, err = rw.awaitScoped(ctx, r); err != nil {
+			return err // under no lock
+		}
+	} else if i < 0 {
 		j := slices.IndexFunc(rw.groups, func(g *group) bool { return g.releasing != nil })
 		if j < 0 {
 			rw.mu.Unlock()
@@ -329,6 +346,7 @@ func (rw *RWMutex) RUnlock(ctx context.Context) (err error) {
 		rw.noteReadLoss(loss) // no read of the key can prove anything now
 	}
 	g.members--
+	taken := g.takeScoped(r)
 	if g.members > 0 {
 		if loss := rw.readLoss; loss != nil {
 			rw.endReadLoss()
@@ -337,7 +355,7 @@ func (rw *RWMutex) RUnlock(ctx context.Context) (err error) {
 		}
 		c := rw.checkLater(g)
 		rw.mu.Unlock()
-		return rw.leave(ctx, g, c)
+		return rw.leave(ctx, g, c, taken)
 	}
 	g.closed = true
 	g.releasing = make(chan struct{})
@@ -358,7 +376,7 @@ func (rw *RWMutex) RUnlock(ctx context.Context) (err error) {
 		}
 		rw.endReadLoss()
 	} else {
-		g.members++ // still held: the next RUnlock tries again
+		g.rejoin(taken) // still held: the next RUnlock tries again
 	}
 	close(g.releasing)
 	g.releasing = nil

@@ -27,16 +27,22 @@ type pendingWrite struct {
 // new one. [ErrInvalidOption]: rw was not made by [New], or its client is closed.
 //
 // Cost: one Txn uncontended, and one lease grant on the client's first use.
-func (rw *RWMutex) Lock(ctx context.Context) (err error) {
+func (rw *RWMutex) Lock(ctx context.Context) error {
+	_, err := rw.lock(ctx)
+	return err
+}
+
+// lock is Lock, returning the write hold it took.
+func (rw *RWMutex) lock(ctx context.Context) (_ *core.Hold, err error) {
 	if err := rw.queue().Unusable(); err != nil {
-		return rw.errorf("lock", err)
+		return nil, rw.errorf("lock", err)
 	}
 	ctx, a := rw.wtel.BeginWait(ctx, "etcdsync.rwmutex.Lock")
 	defer func() { a.End(err) }()
 	select {
 	case rw.turn <- struct{}{}:
 	case <-ctx.Done():
-		return rw.errorf("lock", ctx.Err())
+		return nil, rw.errorf("lock", ctx.Err())
 	}
 	wp := &pendingWrite{done: make(chan struct{})}
 	rw.mu.Lock()
@@ -72,9 +78,9 @@ func (rw *RWMutex) Lock(ctx context.Context) (err error) {
 	close(wp.done)
 	if err != nil {
 		<-rw.turn
-		return rw.errorf("lock", err)
+		return nil, rw.errorf("lock", err)
 	}
-	return nil
+	return h, nil
 }
 
 // TryLock takes the write lock only if nobody holds the lock or waits for it, reader or
@@ -126,13 +132,18 @@ func (rw *RWMutex) TryLock(ctx context.Context) (err error) {
 // error matching [ErrInvalidOption] and ErrNotLocked.
 //
 // Cost: one Txn.
-func (rw *RWMutex) Unlock(ctx context.Context) (err error) {
+func (rw *RWMutex) Unlock(ctx context.Context) error {
 	if rw.queue() == nil {
 		return rw.errorf("unlock", core.Unheld(rw.queue().Unusable()))
 	}
+	return rw.unlock(ctx, rw.writeHold())
+}
+
+// unlock releases h if it is still the handle's write hold; ErrNotLocked if it is not (nil,
+// or released already), so that Do never frees a later write hold of the handle.
+func (rw *RWMutex) unlock(ctx context.Context, h *core.Hold) (err error) {
 	ctx, a := rw.wtel.BeginRelease(ctx, "etcdsync.rwmutex.Unlock")
 	defer func() { a.End(err) }()
-	h := rw.writeHold()
 	if h == nil {
 		return rw.errorf("unlock", ErrNotLocked)
 	}
@@ -141,7 +152,7 @@ func (rw *RWMutex) Unlock(ctx context.Context) (err error) {
 	}
 	defer func() { <-rw.unlocking }()
 	if rw.writeHold() != h {
-		return rw.errorf("unlock", ErrNotLocked) // the Unlock before this one released it
+		return rw.errorf("unlock", ErrNotLocked) // released before: by an Unlock, or fn in Do
 	}
 	_ = h.EndIfClientClosed()
 	ended, err := h.Release(ctx)

@@ -44,7 +44,8 @@
 // Err and OnEnd start its watch (holdmonitor.go: on the client's keyWatch, or a goroutine
 // of its own on a client whose KV or Watcher is wrapped); holdrelease.go is the fenced
 // delete that ends it (Release, Abandon); holdmetrics.go records its life; scope.go runs
-// work scoped to it or to a Group (Do); unusable.go answers for handles that New did not make.
+// work scoped to it or to a Group (Do), whose release frees that hold and no later one of the
+// handle; unusable.go answers for handles that New did not make.
 //
 // Around them: retry.go (what is transient, retries, backoff), outlive.go (contexts that
 // outlive their caller's), turn.go (a handle's one-at-a-time turn), record.go (a value

@@ -11,6 +11,10 @@ import (
 // ErrNilFunc is the detail of the ErrInvalidOption a Do returns for a nil fn.
 var ErrNilFunc = fmt.Errorf("%w: fn is nil", ErrInvalidOption)
 
+// ErrReleasedEarly is the cause of fn's ctx when its hold was released before fn returned,
+// by fn or by another call on the handle: it matches ErrNotLocked.
+var ErrReleasedEarly = fmt.Errorf("%w: the hold was released before fn returned", ErrNotLocked)
+
 // Scoper is a hold that work can be scoped to: a Hold, or a Group of several names.
 type Scoper interface {
 	OnEnd(f func(error))
@@ -21,8 +25,11 @@ type Scoper interface {
 func (h *Hold) client() *clientv3.Client { return h.cli }
 
 // Scoped runs fn while h is held, and then releases it with release: the body of every Do.
-// fn's ctx derives from ctx and also ends when the hold is lost, with the loss (an ErrLost)
-// as its cause; watching for that starts the hold's watch. The release happens once fn has
+// release must release h and no other hold of the handle (a later hold, after fn released h
+// and the handle was locked again), and say ErrNotLocked when h has ended already.
+// fn's ctx derives from ctx and also ends when the hold ends: lost, with the loss (an
+// ErrLost) as its cause, or released before fn returned (ErrReleasedEarly); watching for that
+// starts the hold's watch. The release happens once fn has
 // returned, on a context that outlives ctx by up to 5 s (Detached), also when fn panics or
 // calls runtime.Goexit: the panic then goes on after the release.
 //
@@ -37,9 +44,10 @@ func Scoped(ctx context.Context, h Scoper, fn func(context.Context) error, relea
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	h.OnEnd(func(end error) {
-		if end != nil {
-			cancel(end)
+		if end == nil {
+			end = ErrReleasedEarly // after fn returned, by release itself: cancel is moot then
 		}
+		cancel(end)
 	})
 	returned := false
 	defer func() {

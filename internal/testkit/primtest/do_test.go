@@ -163,3 +163,41 @@ func TestDoReleasesWhenCtxEndsDuringFn(t *testing.T) {
 		assert.Zero(t, dc.keys(t), "the hold was not released after ctx ended")
 	})
 }
+
+// TestDoReleasesOnlyItsOwnHold: fn unlocks its hold, and another goroutine then locks the
+// same handle before fn returns: Do's release leaves that later hold alone (it stays live,
+// its key in etcd) and Do says ErrNotLocked, not ErrLost.
+func TestDoReleasesOnlyItsOwnHold(t *testing.T) {
+	forEachDoer(t, cluster, "do-own", func(t *testing.T, dc doCase) {
+		ctx := etcdtest.Context(t)
+		err := dc.d.Do(ctx, func(fctx context.Context) error {
+			assert.NoError(t, dc.l.Unlock(fctx))
+			locked := etcdtest.Async(func() error { return dc.l.Lock(ctx) })
+			assert.NoError(t, etcdtest.Within(t, locked, 20*time.Second, "the later Lock"))
+			return nil
+		})
+		assert.ErrorIs(t, err, core.ErrNotLocked)
+		assert.NotErrorIs(t, err, core.ErrLost)
+		assert.NoError(t, dc.l.Err(), "Do's release ended the later hold")
+		assert.Equal(t, int64(1), dc.keys(t), "Do's release deleted the later hold's key")
+		require.NoError(t, dc.l.Unlock(ctx))
+		assert.Zero(t, dc.keys(t))
+	})
+}
+
+// TestDoEndsFnsContextWhenFnReleases: fn unlocks its hold: fn's ctx ends, as the work is no
+// longer scoped to a hold, and not with a loss (reentrant's owning context ends with
+// context.Canceled on its last Unlock, the others' with ErrNotLocked).
+func TestDoEndsFnsContextWhenFnReleases(t *testing.T) {
+	forEachDoer(t, cluster, "do-early", func(t *testing.T, dc doCase) {
+		ctx := etcdtest.Context(t)
+		err := dc.d.Do(ctx, func(fctx context.Context) error {
+			assert.NoError(t, dc.l.Unlock(fctx))
+			etcdtest.Within(t, fctx.Done(), 20*time.Second, "the end of fn's ctx after its release")
+			assert.NotErrorIs(t, context.Cause(fctx), core.ErrLost)
+			return nil
+		})
+		assert.ErrorIs(t, err, core.ErrNotLocked)
+		assert.Zero(t, dc.keys(t))
+	})
+}
