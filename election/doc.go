@@ -30,7 +30,7 @@
 // turns. A Run's term keeps the handle's turn until its lead has returned, also after a
 // loss, so no other Run or Campaign of the handle leads while a lead of it may still act;
 // Run then resigns its own term's leadership only, never a later one of the handle. A
-// Resign by another call ends lead's ctx as a loss does.
+// Resign by another call also ends lead's ctx (its cause matches [ErrNotLocked]).
 //
 // Leadership is not a fence: a leader that pauses (GC, swap, a stopped VM) may wake after its
 // lease expired and another candidate took over, with nothing to tell it in time. Guard every
