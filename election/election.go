@@ -132,7 +132,8 @@ func (e *Election) campaign(ctx context.Context, value string, run bool) (_ *cor
 
 // takeTurn takes the handle's turn to campaign: at once if it is free, else once the
 // leadership or the Campaign that has it ends. A leadership found lost is forgotten here,
-// which gives the turn back: nobody else would.
+// which gives the turn back (nobody else would), unless it is a Run's term: that Run gives
+// it back once its lead has returned.
 func (e *Election) takeTurn(ctx context.Context) error {
 	var forgotten *core.Hold
 	for {
