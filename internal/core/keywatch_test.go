@@ -43,17 +43,20 @@ func (s setup) client(t *testing.T) *clientv3.Client {
 // when there is one (etcdtest.ServerBinary), with holds watched either way: these tests
 // compact, restart and change the auth store, which a shared or external cluster must not
 // see.
-func onEachSetup(t *testing.T, test func(t *testing.T, s setup)) {
+func onEachSetup(t *testing.T, test func(t *testing.T, s setup)) { onEachSetupOf(t, nil, test) }
+
+// onEachSetupOf is onEachSetup on members started with opts.
+func onEachSetupOf(t *testing.T, opts []etcdtest.Option, test func(t *testing.T, s setup)) {
 	servers := []struct {
 		name  string
 		start func() (*etcdtest.Cluster, error)
 	}{
-		{"embedded", func() (*etcdtest.Cluster, error) { return etcdtest.NewEmbedded(1) }},
+		{"embedded", func() (*etcdtest.Cluster, error) { return etcdtest.NewEmbedded(1, opts...) }},
 		{"process", func() (*etcdtest.Cluster, error) {
 			if etcdtest.ServerBinary() == "" {
 				return nil, nil
 			}
-			return etcdtest.NewProcesses(1, etcdtest.ServerBinary())
+			return etcdtest.NewProcesses(1, etcdtest.ServerBinary(), opts...)
 		}},
 	}
 	for _, srv := range servers {
@@ -147,23 +150,18 @@ func TestHoldsWatchedAcrossARestartAfterACompactionAreToldOfTheirDelete(t *testi
 	})
 }
 
-// onEachJWTSetup runs test on an embedded member of its own whose auth tokens are JWTs, with
-// auth on, with holds watched either way (see setup); it passes a client of a user who may
-// write every key and one of root.
+// onEachJWTSetup runs test on a member of its own whose auth tokens are JWTs, with auth on,
+// embedded and as an etcd server process when there is one, with holds watched either way
+// (see setup); it passes a client of a user who may write every key and one of root.
 func onEachJWTSetup(t *testing.T, test func(t *testing.T, s setup, cli, admin *clientv3.Client)) {
-	for _, confine := range []bool{false, true} {
-		t.Run(map[bool]string{false: "keywatch", true: "confined"}[confine], func(t *testing.T) {
-			c, err := etcdtest.NewEmbedded(1, etcdtest.WithJWT())
-			require.NoError(t, err)
-			t.Cleanup(c.Close)
-			require.NoError(t, c.EnableAuth(testContext(t), etcdtest.Grants{"app": {""}}))
-			cli := c.ClientWithPassword(t, "app")
-			if confine {
-				etcdtest.Confine(cli, confinement)
-			}
-			test(t, setup{c: c, confine: confine}, cli, c.Client(t))
-		})
-	}
+	onEachSetupOf(t, []etcdtest.Option{etcdtest.WithJWT()}, func(t *testing.T, s setup) {
+		require.NoError(t, s.c.EnableAuth(testContext(t), etcdtest.Grants{"app": {""}}))
+		cli := s.c.ClientWithPassword(t, "app")
+		if s.confine {
+			etcdtest.Confine(cli, confinement)
+		}
+		test(t, s, cli, s.c.Client(t))
+	})
 }
 
 // changeAuth adds a user: a change to etcd's auth store, which makes every JWT issued

@@ -101,13 +101,24 @@ func grantPrefixes(ctx context.Context, cli *clientv3.Client, user string, prefi
 // password (a WithTLS cluster: see ClientAs) or the client cannot be opened.
 func (c *Cluster) ClientWithPassword(tb testing.TB, user string) *clientv3.Client {
 	tb.Helper()
+	cfg, err := c.ConfigFor(user)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return clientOfConfig(tb, cfg)
+}
+
+// ConfigFor is ClientConfig for a client that logs in as user with the password EnableAuth
+// gave it, on a cluster without TLS; an error if the user has no password (a WithTLS
+// cluster: see ClientAs).
+func (c *Cluster) ConfigFor(user string) (clientv3.Config, error) {
 	c.auth.Lock()
 	pw, ok := c.passwords[user]
 	c.auth.Unlock()
 	if !ok {
-		tb.Fatalf("etcdtest: user %q has no password: EnableAuth gives passwords on a cluster without TLS only", user)
+		return clientv3.Config{}, fmt.Errorf("etcdtest: user %q has no password: EnableAuth gives passwords on a cluster without TLS only", user)
 	}
 	cfg := c.ClientConfig()
 	cfg.Username, cfg.Password = user, pw
-	return clientOfConfig(tb, cfg)
+	return cfg, nil
 }

@@ -62,6 +62,7 @@ type member struct {
 	closed bool // by Cluster.Close; under life
 	joined bool // has started once, so its data dir holds the cluster; under life
 	etcd   atomic.Pointer[embed.Etcd]
+	gate   *gate // in front of the running embedded member's handlers; under life
 
 	// A member of NewProcesses: the server binary, its log, the cluster token, and the
 	// running process (nil while stopped; under life).
@@ -295,7 +296,10 @@ func (m *member) start() error {
 	case m.bin != "":
 		return m.startProcess()
 	}
-	e, err := embed.StartEtcd(m.config())
+	cfg := m.config()
+	m.gate = newGate()
+	cfg.GRPCAdditionalServerOptions = append(cfg.GRPCAdditionalServerOptions, m.gate.serverOptions()...)
+	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return fmt.Errorf("etcdtest: start %s: %w", m.name, err)
 	}
@@ -321,6 +325,9 @@ func (m *member) stop(hard bool) {
 	m.life.Lock()
 	defer m.life.Unlock()
 	if e := m.etcd.Swap(nil); e != nil {
+		if hard {
+			m.gate.close() // see gate
+		}
 		shutdown(e, hard)
 	}
 	if p := m.proc; p != nil {

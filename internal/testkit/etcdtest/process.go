@@ -32,7 +32,7 @@ func ServerBinary() string {
 // leader. Stop sends a member SIGTERM (etcd hands leadership over first, as under systemd),
 // Kill sends SIGKILL, Restart starts it again on its data; Backup and RestoreBackup work on
 // a stopped member's data dir. Partitions are for embedded members only. On error nothing is
-// left running. Of opts, only WithAuthTokenTTL applies.
+// left running. Of opts, only WithAuthTokenTTL and WithJWT apply.
 func NewProcesses(size int, bin string, opts ...Option) (*Cluster, error) {
 	if size < 1 || bin == "" {
 		return nil, fmt.Errorf("etcdtest: %d members of %q", size, bin)
@@ -57,6 +57,13 @@ func newProcesses(size int, bin string, o options) (*Cluster, error) {
 	token := make([]byte, 6)
 	_, _ = rand.Read(token)
 	c := &Cluster{members: make([]*member, size), processes: true}
+	authToken := ""
+	if o.jwt {
+		if authToken, err = c.makeJWTKey(); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	initial := make([]string, size)
 	for i := range c.members {
 		dir, err := os.MkdirTemp("", fmt.Sprintf("etcdtest-p%d-", i))
@@ -73,6 +80,7 @@ func newProcesses(size int, bin string, o options) (*Cluster, error) {
 			clientURL:     url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i])},
 			peerListenURL: url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])},
 			authTokenTTL:  o.authTokenTTL,
+			authToken:     authToken,
 		}
 		m.peerURL = m.peerListenURL
 		c.members[i] = m
@@ -110,6 +118,9 @@ func (m *member) startProcess() error {
 		"--listen-peer-urls", m.peerListenURL.String(), "--initial-advertise-peer-urls", m.peerURL.String(),
 		"--initial-cluster", m.initialCluster, "--initial-cluster-state", state,
 		"--initial-cluster-token", m.token)
+	if m.authToken != "" {
+		cmd.Args = append(cmd.Args, "--auth-token", m.authToken)
+	}
 	if m.authTokenTTL > 0 {
 		cmd.Args = append(cmd.Args, "--auth-token-ttl", strconv.FormatUint(uint64(m.authTokenTTL), 10))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +20,13 @@ import (
 type Env struct {
 	Cluster *etcdtest.Cluster
 	Admin   *clientv3.Client
+	// auth: the cluster runs with auth on and JWTs (NewAuthEnv), its clients as workerUser.
+	auth  bool
+	users atomic.Int64 // added by changeAuth
 }
+
+// workerUser is the user of the clients an Env with auth hands out.
+const workerUser = "worker"
 
 // NewEnv starts the cluster and closes it, and every client it hands out, in t.Cleanup.
 func NewEnv(t testing.TB) *Env {
@@ -30,6 +37,39 @@ func NewEnv(t testing.TB) *Env {
 	}
 	t.Cleanup(c.Close)
 	return &Env{Cluster: c, Admin: c.Client(t)}
+}
+
+// NewAuthEnv is NewEnv with auth on and JWTs (etcdtest.WithJWT): the clients it hands out
+// log in as workerUser, who may read and write every key, so that a change to the auth
+// store (see changeAuth) makes their tokens old, as in a cluster with auth; Admin is root.
+//
+// No fault may stop a member of it: an embedded etcd (3.7.3) that is stopping while it
+// checks a watch's permission reads its closed backend and crashes the test process, and
+// only with auth on does the check read the backend.
+func NewAuthEnv(t testing.TB) *Env {
+	t.Helper()
+	c, err := etcdtest.NewEmbedded(3, etcdtest.WithPeerProxies(), etcdtest.WithJWT())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.EnableAuth(ctx, etcdtest.Grants{workerUser: {""}}); err != nil {
+		t.Fatal(err)
+	}
+	return &Env{Cluster: c, Admin: c.Client(t), auth: true}
+}
+
+// changeAuth adds a user: a change to etcd's auth store, after which etcd refuses every
+// token issued before it (clientv3 logs in again when a request is refused so), and every
+// watch create on a stream opened with one. It returns the user's name.
+func (e *Env) changeAuth(ctx context.Context) (string, error) {
+	user := fmt.Sprintf("user-%d", e.users.Add(1))
+	if _, err := e.Admin.UserAdd(ctx, user, "pw"); err != nil {
+		return user, fmt.Errorf("faulttest: add user %s: %w", user, err)
+	}
+	return user, nil
 }
 
 // Client is an etcd client of the cluster through proxies of its own, so that its traffic
@@ -74,6 +114,13 @@ func (e *Env) client(t testing.TB, member int, members []int) *Client {
 		}
 	}
 	cfg := e.Cluster.ClientConfig()
+	if e.auth {
+		var err error
+		if cfg, err = e.Cluster.ConfigFor(workerUser); err != nil {
+			closeProxies()
+			t.Fatal(err)
+		}
+	}
 	cfg.Endpoints = nil
 	for _, m := range members {
 		target, err := urlOf(e.Cluster.MemberEndpoint(m))

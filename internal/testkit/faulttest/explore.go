@@ -62,23 +62,30 @@ func Explore(t *testing.T, w Workload) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := NewEnv(t)
+	envs := []struct {
+		suffix string
+		env    *Env
+	}{{"", NewEnv(t)}, {"-auth", NewAuthEnv(t)}}
 	var total exploreStats
 	for seed := range seeds {
-		var st exploreStats
-		ok := t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
-			t.Cleanup(func() {
-				if t.Failed() {
-					t.Logf("replay with %s=%d", SeedEnv, seed)
-				}
+		failed := false
+		for _, e := range envs {
+			var st exploreStats
+			ok := t.Run(fmt.Sprintf("seed-%d%s", seed, e.suffix), func(t *testing.T) {
+				t.Cleanup(func() {
+					if t.Failed() {
+						t.Logf("replay with %s=%d", SeedEnv, seed)
+					}
+				})
+				st = exploreSeed(t, e.env, w, seed)
 			})
-			st = exploreSeed(t, env, w, seed)
-		})
-		if leaked := ownGoroutines(10 * time.Second); leaked != "" {
-			t.Errorf("seed %d: goroutines of the primitives outlived its clients:\n%s", seed, leaked)
+			if leaked := ownGoroutines(10 * time.Second); leaked != "" {
+				t.Errorf("seed %d%s: goroutines of the primitives outlived its clients:\n%s", seed, e.suffix, leaked)
+			}
+			total.add(st)
+			failed = failed || !ok
 		}
-		total.add(st)
-		if !ok && os.Getenv(ExploreEnv) == "" {
+		if failed && os.Getenv(ExploreEnv) == "" {
 			break // the fixed seeds: one failure is enough to look at
 		}
 	}

@@ -20,34 +20,61 @@ type exploreFault struct {
 	name   string
 	weight int
 	apply  func(ctx context.Context, x *exploration) (detail string, err error)
+	env    faultEnv // the Envs it is drawn on
+}
+
+// faultEnv says on which Envs an exploreFault is drawn.
+type faultEnv int
+
+const (
+	anyEnv   faultEnv = iota
+	plainEnv          // it stops members: never on an Env with auth (see NewAuthEnv)
+	authEnv           // it changes the auth store: only on an Env with auth
+)
+
+// drawnOn reports whether f is drawn on env.
+func (f exploreFault) drawnOn(env *Env) bool {
+	switch f.env {
+	case plainEnv:
+		return !env.auth
+	case authEnv:
+		return env.auth
+	}
+	return true
 }
 
 // exploreFaults are the faults the explorer draws from, with their weights.
 var exploreFaults = []exploreFault{
-	{"lease revoked", 3, revokeALease},
-	{"keys deleted", 2, deleteTheKeys},
-	{"client cut off", 3, cutOffAClient},
-	{"late deletes", 2, injectOn("Txn", matchDeletes, etcdtest.Late, 2)},
-	{"late writes", 2, injectOn("Txn", matchPuts, etcdtest.Late, 1)},
-	{"lost requests", 2, injectOn("Txn", matchBoth, etcdtest.Lose, 1)},
-	{"dropped answers", 1, injectOn("Txn", matchPuts, etcdtest.Drop, 1)},
-	{"delayed answers", 2, injectOn("Txn", matchBoth, etcdtest.Delay, 3)},
-	{"silent renewals", 2, injectOn("LeaseKeepAlive", matchStream, etcdtest.Lose, 2)},
-	{"shutdown", 1, shutDownAClient},
-	{"compaction", 1, compactNow},
-	{"compaction, then a member restarted", 1, compactThenRestart},
-	{"member partitioned", 1, partitionAMember},
-	{"leader stopped", 1, stopTheLeader},
-	{"majority down", 1, stopAMajority},
+	{"lease revoked", 3, revokeALease, anyEnv},
+	{"keys deleted", 2, deleteTheKeys, anyEnv},
+	{"client cut off", 3, cutOffAClient, anyEnv},
+	{"late deletes", 2, injectOn("Txn", matchDeletes, etcdtest.Late, 2), anyEnv},
+	{"late writes", 2, injectOn("Txn", matchPuts, etcdtest.Late, 1), anyEnv},
+	{"lost requests", 2, injectOn("Txn", matchBoth, etcdtest.Lose, 1), anyEnv},
+	{"dropped answers", 1, injectOn("Txn", matchPuts, etcdtest.Drop, 1), anyEnv},
+	{"delayed answers", 2, injectOn("Txn", matchBoth, etcdtest.Delay, 3), anyEnv},
+	{"silent renewals", 2, injectOn("LeaseKeepAlive", matchStream, etcdtest.Lose, 2), anyEnv},
+	{"shutdown", 1, shutDownAClient, anyEnv},
+	{"compaction", 1, compactNow, anyEnv},
+	{"compaction, then a member restarted", 1, compactThenRestart, plainEnv},
+	{"auth store changed", 3, changeTheAuthStore, authEnv},
+	{"member partitioned", 1, partitionAMember, anyEnv},
+	{"leader stopped", 1, stopTheLeader, plainEnv},
+	{"majority down", 1, stopAMajority, plainEnv},
 }
 
 func (x *exploration) drawFault() exploreFault {
 	total := 0
 	for _, f := range exploreFaults {
-		total += f.weight
+		if f.drawnOn(x.r.env) {
+			total += f.weight
+		}
 	}
 	n := x.rng.IntN(total)
 	for _, f := range exploreFaults {
+		if !f.drawnOn(x.r.env) {
+			continue
+		}
 		if n < f.weight {
 			return f
 		}
@@ -201,6 +228,12 @@ func compactThenRestart(ctx context.Context, x *exploration) (string, error) {
 	}
 	_, err = x.r.env.leader(ctx)
 	return detail, err
+}
+
+// changeTheAuthStore adds a user: every client's token is old from then on (see
+// Env.changeAuth).
+func changeTheAuthStore(ctx context.Context, x *exploration) (string, error) {
+	return x.r.env.changeAuth(ctx)
 }
 
 // partitionAMember cuts a member drawn at random off from its peers for one to three

@@ -46,6 +46,14 @@ func Faults() []Fault {
 	}
 }
 
+// AuthFaults returns the faults that need an Env with auth (NewAuthEnv), each healed before
+// it returns. None stops a member (see NewAuthEnv).
+func AuthFaults() []Fault {
+	return []Fault{
+		{"a hold's key deleted after an auth change", deletedAfterAuthChange},
+	}
+}
+
 // majorityDown stops the leader and one other member during a hold (gracefully, so the
 // leader hands over first, or killed) for ttls TTLs, then starts both again. The member left
 // has no leader: nothing is served and no renewal gets through. A struck holder of an
@@ -296,18 +304,13 @@ const reconnectGrace = 3 * time.Second
 func deletedAfterCompaction(ctx context.Context, t testing.TB, r *Run) time.Duration {
 	var deleted time.Duration
 	h := r.strikeHold(ctx, t, func(h held) error {
-		resp, err := r.env.Admin.Get(ctx, r.w.Prefix(r.name), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		key, err := r.heldKey(ctx, h)
 		if err != nil {
-			return fmt.Errorf("find the held key: %w", err)
+			return err
 		}
-		key := ""
-		for _, kv := range resp.Kvs {
-			if kv.CreateRevision == h.token {
-				key = string(kv.Key)
-			}
-		}
-		if key == "" {
-			return fmt.Errorf("%w: no key of token %d under %q", errHoldGone, h.token, r.w.Prefix(r.name))
+		resp, err := r.env.Admin.Get(ctx, "\x00")
+		if err != nil {
+			return err
 		}
 		if _, err := r.env.Admin.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
 			return fmt.Errorf("compact to %d: %w", resp.Header.Revision, err)
@@ -328,6 +331,68 @@ func deletedAfterCompaction(ctx context.Context, t testing.TB, r *Run) time.Dura
 	})
 	r.awaitLostHold(ctx, t, h, "deleted")
 	return deleted
+}
+
+// deletedAfterAuthChange takes a hold of its own on a worker's client, with its watch
+// placed (so the client's watch stream is open), changes the auth store, takes another hold
+// and asks for its Done (its watch is created on a stream opened with a token the change
+// made old), and deletes that hold's key, as an operator would, a moment later: the hold
+// must be told within toldWithin. Its two names are the run's name with "-auth-a" and
+// "-auth-b"; the workers go on meanwhile.
+func deletedAfterAuthChange(ctx context.Context, t testing.TB, r *Run) time.Duration {
+	cli := r.workers[0].cli.Client
+	lock := func(suffix string) (Locker, doner, string) {
+		name := r.name + suffix
+		lk, err := r.w.Open(cli, name)
+		if err != nil {
+			t.Fatalf("faulttest: open %s: %v", name, err)
+		}
+		if err := lk.Lock(ctx); err != nil {
+			t.Fatalf("faulttest: lock %s: %v", name, err)
+		}
+		d, ok := lk.(doner)
+		if !ok {
+			t.Skip("faulttest: the workload's holds have no Done")
+		}
+		_ = d.Done()
+		return lk, d, r.w.Prefix(name)
+	}
+	first, _, _ := lock("-auth-a")
+	r.wait(time.Second) // for the first hold's watch to be placed
+	if _, err := r.env.changeAuth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	later, told, prefix := lock("-auth-b")
+	r.wait(reconnectGrace)
+	if _, err := r.env.Admin.Delete(ctx, prefix, clientv3.WithPrefix()); err != nil {
+		t.Fatalf("faulttest: delete %q: %v", prefix, err)
+	}
+	deleted := r.hist.Now()
+	select {
+	case <-told.Done():
+	case <-time.After(toldWithin):
+		t.Errorf("a hold taken after an auth change, its key deleted, still not told %v later", toldWithin)
+	}
+	for _, lk := range []Locker{first, later} {
+		uctx, cancel := context.WithTimeout(ctx, opTimeout)
+		_ = lk.Unlock(uctx) // later's says it was lost
+		cancel()
+	}
+	return deleted
+}
+
+// heldKey returns the key of h's hold, or an error matching errHoldGone if it has none.
+func (r *Run) heldKey(ctx context.Context, h held) (string, error) {
+	resp, err := r.env.Admin.Get(ctx, r.w.Prefix(r.name), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return "", fmt.Errorf("find the held key: %w", err)
+	}
+	for _, kv := range resp.Kvs {
+		if kv.CreateRevision == h.token {
+			return string(kv.Key), nil
+		}
+	}
+	return "", fmt.Errorf("%w: no key of token %d under %q", errHoldGone, h.token, r.w.Prefix(r.name))
 }
 
 // clusterRestarted kills every member during a hold, while others wait, and restarts them

@@ -19,7 +19,8 @@ const (
 // ("10m") for which it runs the faults in turn.
 const SoakEnv = "ETCDSYNC_SOAK"
 
-// Suite runs w through every Fault, in turn on one Env, one subtest each. With SoakEnv set
+// Suite runs w through every Fault, in turn on one Env, and then every AuthFault on an Env
+// with auth, one subtest each. With SoakEnv set
 // to a duration, it runs them over and over, with more workload after each, until that
 // duration has passed, going on after failures. It skips in -short mode.
 func Suite(t *testing.T, w Workload) {
@@ -30,20 +31,37 @@ func Suite(t *testing.T, w Workload) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := NewEnv(t)
+	env, authEnv := NewEnv(t), NewAuthEnv(t)
+	faults := func(yield func(*Env, Fault) bool) {
+		for _, f := range Faults() {
+			if !yield(env, f) {
+				return
+			}
+		}
+		for _, f := range AuthFaults() {
+			if !yield(authEnv, f) {
+				return
+			}
+		}
+	}
 	if soak == 0 {
-		for i, f := range Faults() {
-			t.Run(f.Name, func(t *testing.T) { RunFault(t, env, w, fmt.Sprintf("fault-%d", i), f, settleShort) })
+		i := 0
+		for env, f := range faults {
+			name := fmt.Sprintf("fault-%d", i)
+			t.Run(f.Name, func(t *testing.T) { RunFault(t, env, w, name, f, settleShort) })
+			i++
 		}
 		return
 	}
 	deadline := time.Now().Add(soak)
 	for round := 0; time.Now().Before(deadline); round++ {
-		for i, f := range Faults() {
+		i := 0
+		for env, f := range faults {
 			name := fmt.Sprintf("soak-%d-%d", round, i)
 			// On after a failure too: each run has a name of its own, and healAll leaves
 			// the cluster whole, so the soak reports every kind of violation it meets.
 			t.Run(fmt.Sprintf("%d/%s", round, f.Name), func(t *testing.T) { RunFault(t, env, w, name, f, settleSoak) })
+			i++
 		}
 	}
 }
