@@ -127,13 +127,18 @@ func manyNames(n int) []string {
 }
 
 // testTwoClustersIsExit69: endpoints of two different clusters are exit 69, one line that
-// names both clusters' IDs, before any lease is taken on either.
+// names both clusters' IDs, before any lease is taken on either. Both clusters are its own:
+// the package's cluster has the leases of the tests that run beside it.
 func testTwoClustersIsExit69(t *testing.T, h *harness) {
-	other, err := etcdtest.NewEmbedded(1)
-	require.NoError(t, err)
-	t.Cleanup(other.Close)
-	clis := []*clientv3.Client{cluster.Client(t), other.Client(t)}
-	endpoints := []string{cluster.Endpoints()[0], other.Endpoints()[0]}
+	var clis []*clientv3.Client
+	var endpoints []string
+	for range 2 {
+		c, err := etcdtest.NewEmbedded(1)
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		clis = append(clis, c.Client(t))
+		endpoints = append(endpoints, c.Endpoints()[0])
+	}
 	p := h.run(t, environ(), "lock", "--endpoints", strings.Join(endpoints, ","), "cmd-two-clusters", "--", "true")
 	assert.Equal(t, exitEtcd, p.code, p.stderr.text())
 	assertOneLine(t, p.stderr.text(), "etcdsync lock: ")
