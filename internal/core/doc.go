@@ -21,10 +21,12 @@
 //   - its hubs (hub.go: one watch per name and mode, shared by every waiter, sentry,
 //     release watch and observer of the client on the name; registry.go: join, leave,
 //     linger; dispatch.go: events in revision order, once; subscriber.go: what a hub feeds);
-//   - its keyWatch (keywatch.go: one gRPC watch stream for the keys of every watched hold);
+//   - its keyWatch (keywatch.go: one gRPC watch stream for the keys of every watched hold,
+//     each create under a fresh ID; a watch cancelled or refused has its key read first);
 //   - its janitor (janitor.go: cleanups that outlive the call that needed them);
 //   - its clock (clock.go: the highest revision seen, and the rewind of everything when
-//     the cluster went back in time).
+//     the cluster went back in time; clusters.go: answers from more than one cluster,
+//     ErrMixedClusters).
 //
 // The queue (queue.go): Queue is a name's keys under one prefix, Spec what an acquisition
 // asks (the kind of key, which kinds are ahead of it, how many slots). Acquire writes the key

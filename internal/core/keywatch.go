@@ -68,11 +68,14 @@ type keyEntry struct {
 
 // keyCheck is a key to read before its hold is watched again: etcd cancelled its watch
 // (compaction) or refused to create it on stream. A refusal for the stream's credentials
-// (auth) calls for another stream, whose token the read has had clientv3 refresh.
+// (auth) calls for another stream, whose token the read has had clientv3 refresh. A hold
+// refused too often is lost without a read (loss), off the stream's goroutine: observe
+// takes the hold's lock, which comes before k.mu.
 type keyCheck struct {
 	e      *keyEntry
 	stream *keyStream
 	auth   bool
+	loss   error // set: the hold is lost, with no read (see maxRefusals)
 }
 
 // maxRefusals is how many creates of one hold's watch etcd may refuse in a row, each after
@@ -380,11 +383,8 @@ func (k *keyWatch) created(ks *keyStream, resp *pb.WatchResponse) {
 	e.id = 0
 	e.refused++
 	if e.refused > maxRefusals {
-		loss := fmt.Errorf("%w: etcd refused %d times to watch key %s: %s", ErrLost, e.refused, e.h.key, resp.CancelReason)
-		go func() { // observe takes h.mu, which comes before k.mu
-			e.h.observe(loss)
-			k.settle(e.h)
-		}()
+		k.check(keyCheck{e: e, loss: fmt.Errorf("%w: etcd refused %d times to watch key %s: %s",
+			ErrLost, e.refused, e.h.key, resp.CancelReason)})
 		return
 	}
 	k.check(keyCheck{e: e, stream: ks, auth: authRefusal(resp.CancelReason)})
@@ -480,7 +480,12 @@ func (k *keyWatch) recheck(c keyCheck) bool {
 	k.mu.Lock()
 	watched := k.holds[h] == e
 	k.mu.Unlock()
-	if !watched {
+	switch {
+	case !watched:
+		return true
+	case c.loss != nil:
+		h.observe(c.loss)
+		h.settleLoss()
 		return true
 	}
 	ctx, cancel := context.WithTimeout(k.cli.Ctx(), tryTimeout)
