@@ -39,6 +39,34 @@ func NewEnv(t testing.TB) *Env {
 	return &Env{Cluster: c, Admin: c.Client(t)}
 }
 
+// Close closes the admin client and the cluster before t's cleanup would.
+func (e *Env) Close() {
+	e.Admin.Close()
+	e.Cluster.Close()
+}
+
+// envs hands out one Env at a time, plain or with auth: asked for the other kind, it closes
+// the one it has first, so that a run puts three members on the machine, not six.
+type envs struct {
+	t   testing.TB
+	cur *Env
+}
+
+func (es *envs) get(auth bool) *Env {
+	if es.cur != nil && es.cur.auth == auth {
+		return es.cur
+	}
+	if es.cur != nil {
+		es.cur.Close()
+	}
+	if auth {
+		es.cur = NewAuthEnv(es.t)
+	} else {
+		es.cur = NewEnv(es.t)
+	}
+	return es.cur
+}
+
 // NewAuthEnv is NewEnv with auth on and JWTs (etcdtest.WithJWT): the clients it hands out
 // log in as workerUser, who may read and write every key, so that a change to the auth
 // store (see changeAuth) makes their tokens old, as in a cluster with auth; Admin is root.

@@ -62,14 +62,16 @@ func Explore(t *testing.T, w Workload) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	envs := []struct {
+	es := &envs{t: t}
+	kinds := []struct {
 		suffix string
-		env    *Env
-	}{{"", NewEnv(t)}, {"-auth", NewAuthEnv(t)}}
+		auth   bool
+	}{{"", false}, {"-auth", true}}
 	var total exploreStats
 	for seed := range seeds {
 		failed := false
-		for _, e := range envs {
+		for _, e := range kinds {
+			env := es.get(e.auth)
 			var st exploreStats
 			ok := t.Run(fmt.Sprintf("seed-%d%s", seed, e.suffix), func(t *testing.T) {
 				t.Cleanup(func() {
@@ -77,7 +79,7 @@ func Explore(t *testing.T, w Workload) {
 						t.Logf("replay with %s=%d", SeedEnv, seed)
 					}
 				})
-				st = exploreSeed(t, e.env, w, seed)
+				st = exploreSeed(t, env, w, seed)
 			})
 			if leaked := ownGoroutines(10 * time.Second); leaked != "" {
 				t.Errorf("seed %d%s: goroutines of the primitives outlived its clients:\n%s", seed, e.suffix, leaked)

@@ -20,7 +20,7 @@ const (
 const SoakEnv = "ETCDSYNC_SOAK"
 
 // Suite runs w through every Fault, in turn on one Env, and then every AuthFault on an Env
-// with auth, one subtest each. With SoakEnv set
+// with auth (started once the first is closed), one subtest each. With SoakEnv set
 // to a duration, it runs them over and over, with more workload after each, until that
 // duration has passed, going on after failures. It skips in -short mode.
 func Suite(t *testing.T, w Workload) {
@@ -31,15 +31,15 @@ func Suite(t *testing.T, w Workload) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, authEnv := NewEnv(t), NewAuthEnv(t)
+	es := &envs{t: t}
 	faults := func(yield func(*Env, Fault) bool) {
 		for _, f := range Faults() {
-			if !yield(env, f) {
+			if !yield(es.get(false), f) {
 				return
 			}
 		}
 		for _, f := range AuthFaults() {
-			if !yield(authEnv, f) {
+			if !yield(es.get(true), f) {
 				return
 			}
 		}
