@@ -38,6 +38,7 @@ func newGroup(cli *clientv3.Client, sess *Session, slots []*slot, rev int64) *Gr
 	g := &Group{cli: cli, sess: sess, rev: rev, members: make([]*Hold, len(slots)), done: make(chan struct{})}
 	for i, sl := range slots {
 		g.members[i] = newHold(cli, sess, sl, rev)
+		g.members[i].group = g
 	}
 	return g
 }
@@ -180,67 +181,14 @@ func (g *Group) Release(ctx context.Context) (ended bool, err error) {
 		g.mu.Unlock()
 	}()
 
-	var live []*Hold
-	var loss error
-	for _, h := range g.members {
-		h.mu.Lock()
-		switch h.state {
-		case held:
-			h.state, h.seen = releasing, nil
-			live = append(live, h)
-		case lost:
-			h.state = over
-			fallthrough
-		default: // over: lost, and seen by a Release that could not finish
-			if loss == nil {
-				loss = h.err
-			}
-		}
-		h.mu.Unlock()
-	}
-
-	deleted, err := deleteAllFenced(ctx, g.cli, g.sess, live)
-	switch {
-	case deleted != nil:
-		for i, h := range live {
-			var final error
-			if !deleted[i] {
-				final = errKeyGone(h.key)
-			}
-			loss = firstErr(loss, final)
-			h.mu.Lock()
-			h.end(over, final)
-			h.mu.Unlock()
-		}
-	case g.sess.ended():
-		// See Hold.Release: the keys go with the lease.
-		final := g.sess.lostErr()
-		loss = firstErr(loss, final)
-		for _, h := range live {
-			h.mu.Lock()
-			h.end(over, final)
-			h.mu.Unlock()
-		}
-	default:
-		for _, h := range live {
-			h.mu.Lock()
-			if h.seen != nil {
-				loss = firstErr(loss, h.seen) // its key went while the delete got no answer
-				h.end(over, h.seen)
-			} else {
-				h.state = held
-			}
-			h.mu.Unlock()
-		}
+	ended, loss, err := release(ctx, g.cli, g.sess, g.members)
+	if !ended {
 		if loss != nil {
 			g.mu.Lock()
 			g.lose(loss)
 			g.mu.Unlock()
 		}
 		return false, fmt.Errorf("release %s: %w", describeHolds(g.members), err)
-	}
-	for _, h := range g.members {
-		h.waitMonitor()
 	}
 	g.mu.Lock()
 	if loss != nil && g.err == nil {
@@ -254,65 +202,11 @@ func (g *Group) Release(ctx context.Context) (ended bool, err error) {
 	return true, final
 }
 
-func firstErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
 func describeHolds(hs []*Hold) string {
 	if len(hs) == 1 {
 		return hs[0].key
 	}
 	return fmt.Sprintf("%s and %d more", hs[0].key, len(hs)-1)
-}
-
-// deleteAllFenced deletes each key of holds that is still its hold's, in one Txn, and says
-// which it deleted; nil, with the error, if no try could tell. Its retries are
-// Hold.deleteFenced's.
-func deleteAllFenced(ctx context.Context, cli *clientv3.Client, sess *Session, holds []*Hold) ([]bool, error) {
-	if len(holds) == 0 {
-		return []bool{}, nil
-	}
-	ops := make([]clientv3.Op, len(holds))
-	for i, h := range holds {
-		ops[i] = fencedDelete(h.key, h.rev)
-	}
-	var b backoff
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(sess.ctx, cancel)()
-	for {
-		if err := sess.lostErr(); err != nil {
-			return nil, err
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		tctx, cancelTry := tryContext(ctx)
-		sent := clockOf(cli).now()
-		resp, err := cli.Txn(clientv3.WithRequireLeader(tctx)).Then(ops...).Commit()
-		tryEnded := tctx.Err() != nil
-		cancelTry()
-		if err == nil {
-			if rw := clockOf(cli).linear(resp.Header, sent); rw != nil {
-				rewind(cli, rw)
-				return nil, fmt.Errorf("%w: %w", ErrLost, rw)
-			}
-			deleted := make([]bool, len(holds))
-			for i := range holds {
-				deleted[i] = resp.Responses[i].GetResponseTxn().GetSucceeded()
-			}
-			return deleted, nil
-		}
-		if ctx.Err() != nil || !transient(err) && !tryEnded {
-			return nil, err
-		}
-		if err := b.wait(ctx); err != nil {
-			return nil, err
-		}
-	}
 }
 
 // client is the client the Group was acquired through (see Scoper).
@@ -353,38 +247,16 @@ func (a *Attempt) HeldGroup(g *Group) {
 }
 
 // recordEnd is Hold.recordEnd for the Group. Under g.mu, once. A loss whose cause only etcd
-// can tell (a key deleted while the session lived) is counted by settleLoss, which it
-// starts off the caller's goroutine: the caller may be a member's watch.
-func (g *Group) recordEnd(err error) {
-	if m := g.metrics; m.end(err, g.sess) {
-		m.settled = make(chan struct{})
-		go g.countLoss(m)
-	}
-}
+// can tell is counted by settleLoss, which the member that saw its key go calls.
+func (g *Group) recordEnd(err error) { g.metrics.end(err, g.sess) }
 
-// countLoss counts the loss of a Group whose key went while its session lived: revoked if
-// the lease is gone too, else deleted (see Hold.settleLoss). One TimeToLive, bounded by a
-// second.
-func (g *Group) countLoss(m *holdMetrics) {
-	defer close(m.settled)
-	c := causeDeleted
-	if g.members[0].leaseGone() {
-		c = causeRevoked
-	}
-	if sc, known := lossCause(errKeyDeleted, g.sess); known {
-		c = sc
-	}
-	m.t.ins.lost.Add(context.Background(), 1, m.t.byCause[c]...)
-}
+// settleLoss is Hold.settleLoss for the Group: a Release returns once the loss is counted.
+func (g *Group) settleLoss() { settle(&g.mu, &g.metrics, g.cli, g.sess) }
 
-// settleLoss waits until the Group's loss, if any, is counted: a Release returns with it.
-func (g *Group) settleLoss() {
+func (g *Group) unsettled() bool {
 	g.mu.Lock()
-	m := g.metrics
-	g.mu.Unlock()
-	if m != nil && m.settled != nil {
-		<-m.settled
-	}
+	defer g.mu.Unlock()
+	return g.metrics != nil && g.metrics.unsettled
 }
 
 // EndIfClientClosed is Hold.EndIfClientClosed for every member: the Group is then lost, and

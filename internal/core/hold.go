@@ -50,6 +50,7 @@ type Hold struct {
 	mon     *monitor // the watch of a hold on a client with a wrapped KV or Watcher
 	onEnd   []func(error)
 	metrics *holdMetrics // nil unless counted: see Telemetry.Held
+	group   *Group       // the Group it is a member of, which is what is counted; nil for none
 }
 
 func newHold(cli *clientv3.Client, sess *Session, slot *slot, rev int64) *Hold {

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -87,45 +88,66 @@ func (m *holdMetrics) end(err error, sess *Session) (unsettled bool) {
 
 // settleLoss counts the loss of a hold whose key went while its session lived: revoked if
 // its lease is gone too (a lease revoked, or expired at etcd before its local deadline,
-// takes its keys with it), else deleted. One TimeToLive, bounded by a second; called,
-// outside h.mu, by whoever saw the key go (the monitor, Check, Release), after the hold
-// ended, so that Done is not held up by it.
+// takes its keys with it), else deleted. One TimeToLive, bounded by cleanupWait; called,
+// outside h.mu, by whoever saw the key go (the keyWatch, the monitor, Check, Release),
+// after the hold ended, so that Done is not held up by it. A Group's member settles the
+// Group's loss: the Group is what is counted.
 func (h *Hold) settleLoss() {
+	if h.group != nil {
+		h.group.settleLoss()
+		return
+	}
+	settle(&h.mu, &h.metrics, h.cli, h.sess)
+}
+
+// unsettled reports whether the hold's loss is still to be counted (see settleLoss).
+func (h *Hold) unsettled() bool {
+	if h.group != nil {
+		return h.group.unsettled()
+	}
 	h.mu.Lock()
-	m := h.metrics
+	defer h.mu.Unlock()
+	return h.metrics != nil && h.metrics.unsettled
+}
+
+// settle is settleLoss for the metrics *mp of a hold or Group, guarded by mu: the first
+// call counts the loss, any other waits until it is counted.
+func settle(mu *sync.Mutex, mp **holdMetrics, cli *clientv3.Client, sess *Session) {
+	mu.Lock()
+	m := *mp
 	switch {
 	case m == nil:
-		h.mu.Unlock()
+		mu.Unlock()
 		return
-	case m.settled != nil: // settled, or being settled by the keyWatch: wait for it
+	case m.settled != nil: // settled, or being settled by another: wait for it
 		settled := m.settled
-		h.mu.Unlock()
+		mu.Unlock()
 		<-settled
 		return
 	case !m.unsettled:
-		h.mu.Unlock()
+		mu.Unlock()
 		return
 	}
 	m.unsettled = false
 	settled := make(chan struct{})
 	m.settled = settled
-	h.mu.Unlock()
+	mu.Unlock()
 	defer close(settled)
 	c := causeDeleted
-	if h.leaseGone() {
+	if leaseGone(cli, sess) {
 		c = causeRevoked
 	}
-	if sc, known := lossCause(errKeyDeleted, h.sess); known {
+	if sc, known := lossCause(errKeyDeleted, sess); known {
 		c = sc // the session has ended meanwhile, and knows why
 	}
 	m.t.ins.lost.Add(context.Background(), 1, m.t.byCause[c]...)
 }
 
-// leaseGone reports whether etcd says the hold's lease is gone; false when it cannot tell.
-func (h *Hold) leaseGone() bool {
-	ctx, cancel := context.WithTimeout(h.cli.Ctx(), cleanupWait)
+// leaseGone reports whether etcd says sess's lease is gone; false when it cannot tell.
+func leaseGone(cli *clientv3.Client, sess *Session) bool {
+	ctx, cancel := context.WithTimeout(cli.Ctx(), cleanupWait)
 	defer cancel()
-	resp, err := h.cli.TimeToLive(clientv3.WithRequireLeader(ctx), h.sess.id)
+	resp, err := cli.TimeToLive(clientv3.WithRequireLeader(ctx), sess.id)
 	return errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil && resp.TTL < 0
 }
 

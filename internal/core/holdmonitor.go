@@ -39,13 +39,6 @@ func (h *Hold) unwatch() {
 	}
 }
 
-// unsettled reports whether the hold's loss is still to be counted (see settleLoss).
-func (h *Hold) unsettled() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.metrics != nil && h.metrics.unsettled
-}
-
 // A monitor is the goroutine that watches the key of a hold on a client whose KV or
 // Watcher is wrapped, through that Watcher: the keyWatch's raw stream would watch keys
 // other than those the client wrote.

@@ -72,52 +72,74 @@ func (j *janitor) run() {
 	}
 }
 
-// keyCleanup is the chore of removing the key of an acquisition that did not become a hold.
-// Its slot stays claimed until the key is known to be gone.
-type keyCleanup struct {
-	cli  *clientv3.Client
-	slot *slot
-	key  string
-	rev  int64 // the key's create revision; 0 when it is not known whether the key was written
+// keysCleanup is the chore of removing the keys of an acquisition that did not become a
+// hold. Their slots stay claimed until the keys are known to be gone, so that a delete
+// etcd applies late can never take the key of a slot's next acquisition.
+type keysCleanup struct {
+	cli   *clientv3.Client
+	slots []*slot
+	revs  []int64 // each key's create revision; 0 for a key known to be absent
+	known bool    // revs are known; else they are read first
 }
 
-// attempt deletes the key, fenced on its create revision (read first if not known), so that
-// the delete can never take a later key of the same slot, however late etcd applies it.
+// attempt deletes the keys in one Txn, each fenced on its create revision (read first in
+// one Txn if not known), so that it never takes a later key of the same slots.
 //
 // It deletes also on a session that ended: a session that ends at its local deadline has its
 // lease revoked, but etcd may have kept the lease (a new leader extends leases), and the
 // revoke may not get through for a while.
-func (c *keyCleanup) attempt(ctx context.Context) bool {
-	if c.rev == 0 {
-		resp, err := c.cli.Get(clientv3.WithRequireLeader(ctx), c.key)
-		switch {
-		case err != nil:
-			return c.refused(err)
-		case len(resp.Kvs) == 0:
-			c.slot.free()
-			return true
+func (c *keysCleanup) attempt(ctx context.Context) bool {
+	if !c.known {
+		reads := make([]clientv3.Op, len(c.slots))
+		for i, sl := range c.slots {
+			reads[i] = clientv3.OpGet(sl.key(), clientv3.WithKeysOnly())
 		}
-		c.rev = resp.Kvs[0].CreateRevision
+		resp, err := c.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(reads...).Commit()
+		if err != nil {
+			return c.refused(err)
+		}
+		for i := range c.slots {
+			if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) == 1 {
+				c.revs[i] = kvs[0].CreateRevision
+			}
+		}
+		c.known = true
 	}
-	_, err := c.cli.Txn(clientv3.WithRequireLeader(ctx)).
-		If(clientv3.Compare(clientv3.CreateRevision(c.key), "=", c.rev)).
-		Then(clientv3.OpDelete(c.key)).
-		Commit()
-	if err != nil {
-		return c.refused(err)
+	var deletes []clientv3.Op
+	for i, sl := range c.slots {
+		if c.revs[i] != 0 {
+			deletes = append(deletes, fencedDelete(sl.key(), c.revs[i]))
+		}
 	}
-	c.slot.free() // deleted now, or gone before
+	if len(deletes) > 0 {
+		if _, err := c.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(deletes...).Commit(); err != nil {
+			return c.refused(err)
+		}
+	}
+	c.drop() // deleted now, or gone before
 	return true
 }
 
-// refused ends the chore if etcd refused it for good (permission revoked): the key then goes
-// with its lease, and the slot's next acquisition, finding it, takes it over.
-func (c *keyCleanup) refused(err error) bool {
+// refused ends the chore if etcd refused it for good (permission revoked): the keys then go
+// with their lease, and a slot's next acquisition, finding its key, takes it over.
+func (c *keysCleanup) refused(err error) bool {
 	if refused(err) {
-		c.slot.free()
+		c.drop()
 		return true
 	}
 	return false
 }
 
-func (c *keyCleanup) drop() { c.slot.free() }
+func (c *keysCleanup) drop() {
+	for _, sl := range c.slots {
+		sl.free()
+	}
+}
+
+// fencedDelete is an op that deletes key only if its create revision is rev: a nested Txn,
+// so that one Txn can release several keys and say which of them it deleted.
+func fencedDelete(key string, rev int64) clientv3.Op {
+	return clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", rev)},
+		[]clientv3.Op{clientv3.OpDelete(key)}, nil)
+}
+

@@ -93,6 +93,14 @@ func (w weigher) reads(aheadRange string) []clientv3.Op {
 	return []clientv3.Op{count, clientv3.OpGet(string(w), clientv3.WithPrefix(), clientv3.WithKeysOnly())}
 }
 
+// nreads is how many ops reads makes.
+func (w weigher) nreads() int {
+	if w == "" {
+		return 1
+	}
+	return 2
+}
+
 // weight is the weight of the range that the first ops of resps read (see reads).
 func (w weigher) weight(resps []*etcdserverpb.ResponseOp) int {
 	n := int(resps[0].GetResponseRange().Count)
