@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -244,5 +245,303 @@ func (h *hub) failAll(err error) {
 	defer h.mu.Unlock()
 	for s := range h.subs {
 		s.fail(err)
+	}
+}
+
+// hubLinger is how long a hub keeps its watch after its last subscriber leaves, so that a
+// client that waits again soon (a contended lock taken in a loop) finds the watch in place
+// and needs no read to cover the gap before a new watch starts.
+const hubLinger = 2 * time.Second
+
+// watchMode is what a hub's watch delivers, for the subscribers of its kind.
+type watchMode int
+
+const (
+	// deletesOnly: every delete, with the key's create revision (waiters, release watches).
+	deletesOnly watchMode = iota
+	// arrivals: deletes, and the creation of every key (a queue that WatchArrivals: its
+	// waiters and its sentries).
+	arrivals
+	// values: every put with its value, and every delete (observers).
+	values
+)
+
+type hubKey struct {
+	cli    *clientv3.Client
+	prefix string
+	mode   watchMode
+}
+
+// The hubs of a client are in its state (one per name and mode), under the state's lock,
+// which is never held while a hub's lock is awaited for long: a hub's lock guards only what
+// is in memory, and no RPC or watch creation runs under it.
+
+// join registers s with the hub of k, starting the hub (its goroutine and its watch) if
+// there is none. It never blocks on etcd.
+func join(k hubKey, s subscriber) *hub {
+	st := stateOf(k.cli)
+	st.mu.Lock()
+	h, ok := st.hubs[k]
+	if !ok {
+		h = newHub(k)
+		st.hubs[k] = h
+	}
+	h.mu.Lock()
+	st.mu.Unlock()
+	h.subs[s] = struct{}{}
+	h.idleGen++ // a pending idle close no longer applies
+	if h.started {
+		h.catchUp(s)
+	}
+	read := s.stale() || len(h.subs) == 1 // the first may find the pump awaiting a subscriber
+	h.mu.Unlock()
+	if read {
+		h.pokePump()
+	}
+	return h
+}
+
+// leave unregisters s. Once the last subscriber has left, the hub lingers, then closes.
+func (h *hub) leave(s subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.subs, s)
+	if len(h.subs) > 0 || h.closed {
+		return
+	}
+	h.idleGen++
+	gen := h.idleGen
+	time.AfterFunc(hubLinger, func() { h.closeIfIdle(gen) })
+}
+
+// closeIfIdle closes the hub unless a subscriber came since idle close gen was armed.
+func (h *hub) closeIfIdle(gen uint64) {
+	st := stateOf(h.k.cli)
+	st.mu.Lock()
+	h.mu.Lock()
+	idle := len(h.subs) == 0 && h.idleGen == gen && !h.closed
+	if idle {
+		h.unregister(st)
+	}
+	h.mu.Unlock()
+	st.mu.Unlock()
+	if idle {
+		h.cancel() // the goroutine ends, and with it the watch
+	}
+}
+
+// unregister marks the hub closed and drops it from its client's state st, so that the next
+// join starts a new one. Under st.mu and h.mu.
+func (h *hub) unregister(st *clientState) {
+	h.closed = true
+	if st.hubs[h.k] == h {
+		delete(st.hubs, h.k)
+	}
+}
+
+// shut closes the hub from its own goroutine (the client closed).
+func (h *hub) shut() {
+	st := stateOf(h.k.cli)
+	st.mu.Lock()
+	h.mu.Lock()
+	h.unregister(st)
+	h.mu.Unlock()
+	st.mu.Unlock()
+}
+
+// closeHubs closes every hub of cli and fails its subscribers with err: the next join starts
+// a new hub, with a new watch from the present and a new read.
+func closeHubs(cli *clientv3.Client, err error) {
+	st := stateOf(cli)
+	st.mu.Lock()
+	mine := make([]*hub, 0, len(st.hubs))
+	for _, h := range st.hubs {
+		mine = append(mine, h)
+	}
+	for _, h := range mine {
+		h.mu.Lock()
+		h.unregister(st)
+		h.mu.Unlock()
+	}
+	st.mu.Unlock()
+	for _, h := range mine {
+		h.failAll(err)
+		h.cancel()
+	}
+}
+
+func newHub(k hubKey) *hub {
+	ctx, cancel := context.WithCancel(k.cli.Ctx())
+	h := &hub{k: k, ctx: ctx, cancel: cancel, exited: make(chan struct{}), poke: make(chan struct{}, 1),
+		subs: map[subscriber]struct{}{}}
+	go h.pump()
+	return h
+}
+
+// pokePump tells the hub's goroutine that a subscriber waits for a read.
+func (h *hub) pokePump() { signal(h.poke) }
+
+// ringSize is how many recent events a hub remembers at least (at most twice that), so
+// that a subscriber whose snapshot is older than the last event dispatched can catch up
+// without a read.
+const ringSize = 512
+
+// dispatch hands each new event of wr to every subscriber, once, in revision order, the
+// events of one revision together.
+func (h *hub) dispatch(wr clientv3.WatchResponse) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if wr.Created && !h.started {
+		h.started, h.pos, h.whole, h.atPos = true, wr.Header.Revision, true, nil
+		h.ring, h.floor = h.ring[:0], wr.Header.Revision
+		for s := range h.subs {
+			h.catchUp(s)
+		}
+	}
+	var batch []event
+	for _, ev := range wr.Events {
+		e, ok := h.newEvent(ev)
+		if !ok {
+			continue
+		}
+		if len(batch) > 0 && batch[0].rev != e.rev {
+			h.deliver(batch)
+			batch = batch[len(batch):]
+		}
+		batch = append(batch, e)
+	}
+	if len(batch) > 0 {
+		h.deliver(batch)
+	}
+}
+
+// newEvent turns ev into the event subscribers see, unless it is not for them (a put that
+// is not an arrival) or was dispatched already.
+func (h *hub) newEvent(ev *clientv3.Event) (event, bool) {
+	put := ev.Type == mvccpb.PUT
+	switch {
+	case put && h.k.mode == deletesOnly, put && h.k.mode == arrivals && ev.Kv.Version != 1:
+		return event{}, false
+	case !h.fresh(ev.Kv):
+		return event{}, false
+	}
+	e := event{key: string(ev.Kv.Key), put: put, rev: ev.Kv.ModRevision}
+	switch {
+	case put:
+		e.created = ev.Kv.CreateRevision
+		if h.k.mode == values {
+			e.value = string(ev.Kv.Value)
+		}
+	case ev.PrevKv != nil:
+		e.created = ev.PrevKv.CreateRevision
+	}
+	return e, true
+}
+
+// deliver remembers the events of one revision and hands them to every subscriber.
+func (h *hub) deliver(batch []event) {
+	if len(h.ring) >= 2*ringSize { // drop the older half: amortized O(1) per event
+		h.floor = h.ring[len(h.ring)/2-1].rev
+		h.ring = append(h.ring[:0], h.ring[len(h.ring)/2:]...)
+		for len(h.ring) > 0 && h.ring[0].rev <= h.floor { // keep a revision whole or not at all
+			h.ring = h.ring[1:]
+		}
+	}
+	h.ring = append(h.ring, batch...)
+	for s := range h.subs {
+		if batch[0].rev > s.since() {
+			s.apply(batch[0].rev, batch)
+		}
+	}
+}
+
+// fresh reports whether kv's event has not been dispatched yet, and records it. A key has
+// at most one event per revision (a Txn may not touch a key twice).
+func (h *hub) fresh(kv *mvccpb.KeyValue) bool {
+	rev, key := kv.ModRevision, string(kv.Key)
+	switch {
+	case rev < h.pos || (rev == h.pos && (h.whole || h.atPos[key])):
+		return false
+	case rev == h.pos:
+		h.atPos[key] = true
+	default:
+		h.pos, h.whole, h.atPos = rev, false, map[string]bool{key: true}
+	}
+	return true
+}
+
+// catchUp brings a subscriber whose snapshot is older than the last dispatched event up to
+// date from the ring, or tells it that it missed events. Under h.mu, with the watch started.
+func (h *hub) catchUp(s subscriber) {
+	since := s.since()
+	if since >= h.pos {
+		return // every event after its snapshot is still to come
+	}
+	if since < h.floor {
+		s.missed()
+		return
+	}
+	for i := 0; i < len(h.ring); {
+		j := i + 1
+		for j < len(h.ring) && h.ring[j].rev == h.ring[i].rev {
+			j++
+		}
+		if rev := h.ring[i].rev; rev > s.since() {
+			s.apply(rev, h.ring[i:j])
+		}
+		i = j
+	}
+}
+
+// dispatched is the revision up to which every event has been dispatched, so that a
+// registration counting from it misses none that comes later; 0 until the watch has said
+// where it starts. It is never ahead of etcd: every later request sees at least it. Under
+// h.mu.
+func (h *hub) dispatched() int64 {
+	switch {
+	case !h.started:
+		return 0
+	case h.whole:
+		return h.pos
+	default:
+		return h.pos - 1 // more events at pos may come; those dispatched are dropped as repeats
+	}
+}
+
+// A subscriber is what a hub dispatches a name's events to: a queue waiter, a sentry, a
+// release watch or an observer, each a small type of its own. Its methods run under the
+// hub's mutex, in revision order, and must not block; a subscriber tells its owner that
+// something changed through a channel of its own.
+type subscriber interface {
+	// since is the revision its view reflects: events at or below it are no news to it.
+	since() int64
+	// apply takes every event of revision rev, after since, at once: one revision can carry
+	// many deletes (a lease's keys, an operator's delete of a range), and what they mean
+	// together is not what each means alone.
+	apply(rev int64, evs []event)
+	// missed says that the events after since can no longer all be delivered.
+	missed()
+	// stale reports whether it waits for a read of the name (recount).
+	stale() bool
+	// recount renews its view from every key of the name, read at revision rev.
+	recount(kvs []*mvccpb.KeyValue, rev int64)
+	// fail ends it with err: the client closed, or etcd refused to read the name.
+	fail(err error)
+}
+
+// event is one change of a key of the name, as the hub dispatches it.
+type event struct {
+	key     string
+	put     bool   // a put (an arrival on a hub that delivers them, any put on a hub with values), else a delete
+	created int64  // create revision of the key; 0 for a delete whose previous value etcd did not give
+	rev     int64  // revision of the event
+	value   string // the value put, on a hub with values
+}
+
+// signal wakes whoever waits on wake, without blocking: wake has room for one.
+func signal(wake chan struct{}) {
+	select {
+	case wake <- struct{}{}:
+	default:
 	}
 }

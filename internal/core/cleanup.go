@@ -142,4 +142,3 @@ func fencedDelete(key string, rev int64) clientv3.Op {
 	return clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", rev)},
 		[]clientv3.Op{clientv3.OpDelete(key)}, nil)
 }
-

@@ -1,0 +1,505 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// A queueWaiter is one queued acquisition as its hub sees it: how many keys are ahead of it
+// (or how many units, when keys have weights), as of which revision. Keys created later are
+// behind it, so that number only falls: by a key's weight for each delete, after the
+// snapshot, of a key created before the waiter's own. A delete's
+// create revision comes with the event (its previous value), so a waiter needs no list of
+// the keys ahead, only their number.
+//
+// Its fields are guarded by the hub's mutex; wake tells the waiting goroutine to look.
+type queueWaiter struct {
+	key    string  // its own key
+	rev    int64   // its key's create revision: its place in line
+	prefix string  // where the keys that count against it live (the name prefix + Spec.Ahead)
+	slots  int     // it is served once fewer than slots keys are ahead
+	weigh  weigher // with units: what each key ahead weighs, counted instead of keys
+	wake   chan struct{}
+
+	snap  int64 // the revision its count reflects
+	ahead int   // keys in prefix created before rev and alive at snap
+	state waitState
+	err   error // its key went (or the name could not be read): the wait is over, unserved
+}
+
+type waitState int
+
+const (
+	counting  waitState = iota // the deletes it is dispatched keep its count
+	rereading                  // the events cannot keep its count: the hub reads the name
+	served                     // fewer than slots keys are ahead
+)
+
+func newQueueWaiter(key string, rev, snap int64, ahead int, prefix string, slots int) *queueWaiter {
+	w := &queueWaiter{key: key, rev: rev, prefix: prefix, slots: slots, wake: make(chan struct{}, 1), snap: snap, ahead: ahead}
+	if ahead < slots {
+		w.state = served
+	}
+	return w
+}
+
+func (w *queueWaiter) since() int64 { return w.snap }
+
+func (w *queueWaiter) stale() bool { return w.state == rereading && w.err == nil }
+
+// apply counts the deletes of one revision. Its own key's delete is a loss whatever else
+// went at the same revision (a lease that ends takes a client's holder and its waiters
+// together): the waiter is not served on a key that is already gone. A waiter that is
+// re-reading still heeds its own key's delete, which needs no count.
+func (w *queueWaiter) apply(_ int64, evs []event) {
+	if w.err != nil {
+		return
+	}
+	gone, unknown := 0, false
+	for _, e := range evs {
+		switch {
+		case e.put:
+		case e.key == w.key:
+			w.fail(fmt.Errorf("%w: key %s deleted while waiting", ErrLost, w.key))
+			return
+		case !strings.HasPrefix(e.key, w.prefix):
+		case e.created == 0:
+			unknown = true // etcd could not say when the key was created
+		case e.created < w.rev:
+			gone += w.weigh.of(e.key)
+		}
+	}
+	switch {
+	case w.state != counting:
+	case unknown:
+		w.state = rereading
+	default:
+		w.ahead -= gone
+		if w.ahead < w.slots {
+			w.state = served
+			signal(w.wake)
+		}
+	}
+}
+
+// missed has the waiter's count read again, unless it is served already.
+func (w *queueWaiter) missed() {
+	if w.state == counting {
+		w.state = rereading
+	}
+}
+
+func (w *queueWaiter) fail(err error) {
+	if w.err == nil {
+		w.err = err
+		signal(w.wake)
+	}
+}
+
+// recount renews a stale count from kvs, every key of the name read at revision rev. A read
+// older than the waiter's snapshot cannot: the waiter stays stale for the next read.
+func (w *queueWaiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
+	if !w.stale() || rev < w.snap {
+		return
+	}
+	own, n := false, 0
+	for _, kv := range kvs {
+		k := string(kv.Key)
+		switch {
+		case k == w.key:
+			own = kv.CreateRevision == w.rev
+		case strings.HasPrefix(k, w.prefix) && kv.CreateRevision < w.rev:
+			n += w.weigh.of(k)
+		}
+	}
+	if !own {
+		w.fail(fmt.Errorf("%w: key %s deleted while waiting", ErrLost, w.key))
+		return
+	}
+	w.snap, w.ahead, w.state = rev, n, counting
+	if n < w.slots {
+		w.state = served
+		signal(w.wake)
+	}
+}
+
+// outcome is how the wait ended: served (nil), failed (its error), or not yet (done false).
+// The error comes first: a waiter whose key went is not served, even if it was counted
+// served a moment before.
+func (w *queueWaiter) outcome() (done bool, err error) {
+	switch {
+	case w.err != nil:
+		return true, w.err
+	case w.state == served:
+		return true, nil
+	}
+	return false, nil
+}
+
+// A Sentry tells a hold whether a key of some kind has queued behind it since it was
+// granted: a reader that lets more readers share its hold stops doing so once a writer
+// waits, so that writers never starve. It is a registration with the client's watch on the
+// name (the queue must watch arrivals, see Queue.WatchArrivals) and sends no RPC of its
+// own, except one read when it registers after the events it needs have left the watch's
+// memory.
+type Sentry struct {
+	h    *hub
+	s    *sentry
+	once sync.Once
+}
+
+// WatchBehind starts a sentry for hold, a hold of q, watching for keys created after it in
+// the sub-range kind of the name ("" for every kind). Stop it before the hold is released.
+func (q *Queue) WatchBehind(hold *Hold, kind string) *Sentry {
+	if !q.arrivals {
+		panic("core: WatchBehind on a queue that does not watch arrivals")
+	}
+	s := &sentry{key: hold.key, rev: hold.rev, prefix: q.prefix + kind, snap: hold.rev}
+	return &Sentry{h: join(q.hubKey(), s), s: s}
+}
+
+// Behind reports whether a key of the sentry's kind was created after the hold, or the
+// hold's key is gone. Until the watch has caught up with the hold's revision (a read after
+// a compaction, say) it reports what it knows: false.
+func (s *Sentry) Behind() bool {
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	return s.s.behind || s.s.err != nil
+}
+
+// Lost reports whether the hold's key was seen to go: the hold is lost.
+func (s *Sentry) Lost() bool {
+	s.h.mu.Lock()
+	defer s.h.mu.Unlock()
+	return s.s.err != nil
+}
+
+// Stop ends the registration; only the first call counts.
+func (s *Sentry) Stop() { s.once.Do(func() { s.h.leave(s.s) }) }
+
+// sentry is a Sentry as its hub sees it. Its fields are guarded by the hub's mutex.
+type sentry struct {
+	key    string // the hold's key
+	rev    int64  // the hold's create revision
+	prefix string // where the keys it looks out for live
+	snap   int64  // the revision its view reflects
+
+	behind    bool  // a key in prefix was created after rev
+	rereading bool  // the events cannot tell: the hub reads the name
+	err       error // the hold's key went
+}
+
+func (s *sentry) since() int64 { return s.snap }
+
+func (s *sentry) stale() bool { return s.rereading && !s.behind && s.err == nil }
+
+func (s *sentry) apply(_ int64, evs []event) {
+	for _, e := range evs {
+		switch {
+		case !e.put && e.key == s.key:
+			s.fail(fmt.Errorf("%w: key %s deleted", ErrLost, s.key))
+		case e.put && e.created > s.rev && strings.HasPrefix(e.key, s.prefix):
+			s.behind = true
+		}
+	}
+}
+
+func (s *sentry) missed() { s.rereading = true }
+
+func (s *sentry) fail(err error) {
+	if s.err == nil {
+		s.err = err
+	}
+}
+
+func (s *sentry) recount(kvs []*mvccpb.KeyValue, rev int64) {
+	if !s.stale() || rev < s.snap {
+		return
+	}
+	own := false
+	for _, kv := range kvs {
+		k := string(kv.Key)
+		switch {
+		case k == s.key:
+			own = kv.CreateRevision == s.rev
+		case strings.HasPrefix(k, s.prefix) && kv.CreateRevision > s.rev:
+			s.behind = true
+		}
+	}
+	if !own {
+		s.fail(fmt.Errorf("%w: key %s deleted", ErrLost, s.key))
+	}
+	s.snap, s.rereading = rev, false
+}
+
+// A ReleaseWatch tells a caller that retries a failed try when a key of the name has been
+// deleted: a holder or a waiter let go, so the next try may succeed. It is a registration
+// with the client's watch on the name, like a waiter's, and sends no RPC of its own.
+//
+// It is armed before each try and then waited on: Arm counts from every delete the watch
+// has dispatched, which is never ahead of the revision at which the try that follows runs,
+// so a release between the try and the wait is not missed. A delete the try already saw may
+// wake it too; so may a watch that cannot tell what it missed (it just started, or etcd
+// compacted its history): a spurious wake costs one more try, never a lost one.
+//
+// It is for one goroutine at a time. Registering never blocks: the watch is opened by the
+// hub's own goroutine.
+type ReleaseWatch struct {
+	h    *hub
+	w    *releaseWatch
+	once sync.Once
+}
+
+// WatchReleases registers a release watch for the deletes of keys in the sub-range kind of
+// the name ("" for every kind). It is disarmed until Arm. Stop it when done.
+func (q *Queue) WatchReleases(kind string) *ReleaseWatch {
+	w := &releaseWatch{prefix: q.prefix + kind, wake: make(chan struct{}, 1)}
+	return &ReleaseWatch{h: join(q.hubKey(), w), w: w}
+}
+
+// WatchRelease is WatchReleases in the shape of package trylock's ReleaseWatcher: arm is
+// Arm, stop is Stop.
+func (q *Queue) WatchRelease(kind string) (arm func() <-chan struct{}, stop func()) {
+	r := q.WatchReleases(kind)
+	return r.Arm, r.Stop
+}
+
+// Arm starts a new round: the returned channel yields once a key of the watch's kind is
+// deleted at a revision after every delete dispatched so far (or when the watch cannot tell,
+// see ReleaseWatch). It forgets the rounds before; the channel is the same every round and
+// yields at most once per round.
+func (r *ReleaseWatch) Arm() <-chan struct{} {
+	h, w := r.h, r.w
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	select {
+	case <-w.wake:
+	default:
+	}
+	// 0 before the watch has started: its start then counts as a release (catchUp), since
+	// it may start after the try and so after a release that the try did not see.
+	w.armed, w.snap = true, h.dispatched()
+	return w.wake
+}
+
+// Stop ends the registration; only the first call counts.
+func (r *ReleaseWatch) Stop() { r.once.Do(func() { r.h.leave(r.w) }) }
+
+// releaseWatch is a ReleaseWatch as its hub sees it. Its fields are guarded by the hub's
+// mutex.
+type releaseWatch struct {
+	prefix string
+	wake   chan struct{}
+	armed  bool
+	snap   int64
+}
+
+// since is the armed round's start; a disarmed watch wants no event, and no replay.
+func (w *releaseWatch) since() int64 {
+	if !w.armed {
+		return math.MaxInt64
+	}
+	return w.snap
+}
+
+func (w *releaseWatch) apply(_ int64, evs []event) {
+	for _, e := range evs {
+		if !e.put && strings.HasPrefix(e.key, w.prefix) {
+			w.fire()
+			return
+		}
+	}
+}
+
+// missed counts as a release: the watch cannot know whether one went by.
+func (w *releaseWatch) missed() { w.fire() }
+
+func (w *releaseWatch) stale() bool { return false }
+
+func (w *releaseWatch) recount([]*mvccpb.KeyValue, int64) {}
+
+// fail wakes the caller, whose next try then meets what failed.
+func (w *releaseWatch) fail(error) { w.fire() }
+
+func (w *releaseWatch) fire() {
+	if w.armed {
+		w.armed = false
+		signal(w.wake)
+	}
+}
+
+// Head is the oldest live key of a name: an election's leader. The zero Head says the name
+// has no key.
+type Head struct {
+	Key   string
+	Value string
+	Token int64 // the key's create revision
+}
+
+// pendingLimit bounds the heads an observer keeps for a reader that lags: past it the
+// oldest are dropped, so the reader skips some but still gets the latest, in order.
+const pendingLimit = 128
+
+// An Observer follows the head of a name: it queues every change of the oldest live key
+// or of its value, in revision order, for Next. It is a registration with the client's
+// watch on the name in a mode that delivers every put with its value (one watch per
+// client and name for all its observers, apart from its waiters' watch); the watch's hub
+// reads the name once when the observer joins and again whenever the events cannot say
+// what happened (a compaction took them), and the observer sends no RPC of its own.
+//
+// The view is exact at each revision it reflects: one linearizable read (at revision R)
+// and then the events after R, in order, once each and a whole revision at a time, so that
+// a head that went at the same revision as its successor is never reported.
+type Observer struct {
+	h    *hub
+	o    *observer
+	once sync.Once
+}
+
+// WatchHead starts an observer of the name's head. Stop it when done.
+func (q *Queue) WatchHead() *Observer {
+	o := &observer{wake: make(chan struct{}, 1), rereading: true, live: map[string]liveKey{}}
+	return &Observer{h: join(hubKey{cli: q.cli, prefix: q.prefix, mode: values}, o), o: o}
+}
+
+// Next returns the next head: the first call the head at the observer's first read, later
+// calls each change after the last one returned (never the same head twice in a row). It
+// blocks until there is one or ctx ends (ctx.Err()); another error (the client closed, a
+// read of the name refused) ends the observer.
+func (o *Observer) Next(ctx context.Context) (Head, error) {
+	for {
+		o.h.mu.Lock()
+		s := o.o
+		if len(s.pending) > 0 {
+			hd := s.pending[0]
+			s.pending = s.pending[1:]
+			s.taken, s.took = hd, true
+			o.h.mu.Unlock()
+			return hd, nil
+		}
+		err := s.err
+		o.h.mu.Unlock()
+		if err != nil {
+			return Head{}, err
+		}
+		select {
+		case <-s.wake:
+		case <-ctx.Done():
+			return Head{}, ctx.Err()
+		}
+	}
+}
+
+// Stop ends the registration; only the first call counts.
+func (o *Observer) Stop() { o.once.Do(func() { o.h.leave(o.o) }) }
+
+type liveKey struct {
+	created int64
+	value   string
+}
+
+// observer is an Observer as its hub sees it: every live key of the name, and the heads not
+// yet taken by Next. Its fields are guarded by the hub's mutex.
+type observer struct {
+	wake      chan struct{}
+	snap      int64 // the revision of its last read: events at or below it are in the view
+	applied   int64 // the revision of the last event applied: a read older than it is stale
+	rereading bool
+	err       error
+
+	live    map[string]liveKey
+	last    Head // the head queued last
+	queued  bool // a head was queued: last is set
+	pending []Head
+	taken   Head // the head Next returned last
+	took    bool
+}
+
+func (o *observer) since() int64 { return o.snap }
+
+func (o *observer) stale() bool { return o.rereading && o.err == nil }
+
+// apply takes one revision's puts and deletes, then looks at the head once: what the
+// revision changed together is one change.
+func (o *observer) apply(rev int64, evs []event) {
+	if o.rereading || o.err != nil {
+		return
+	}
+	for _, e := range evs {
+		if e.put {
+			o.live[e.key] = liveKey{created: e.created, value: e.value}
+		} else {
+			delete(o.live, e.key)
+		}
+	}
+	o.applied = rev
+	o.update()
+}
+
+func (o *observer) missed() { o.rereading = true }
+
+func (o *observer) fail(err error) {
+	if o.err == nil {
+		o.err = err
+		signal(o.wake)
+	}
+}
+
+func (o *observer) recount(kvs []*mvccpb.KeyValue, rev int64) {
+	if !o.stale() || rev < o.applied {
+		return
+	}
+	clear(o.live)
+	for _, kv := range kvs {
+		o.live[string(kv.Key)] = liveKey{created: kv.CreateRevision, value: string(kv.Value)}
+	}
+	o.snap, o.applied, o.rereading = rev, rev, false
+	o.update()
+}
+
+// head is the live key created first. Linear in the keys, which are the candidates.
+func (o *observer) head() Head {
+	var hd Head
+	for k, v := range o.live {
+		if hd.Token == 0 || v.created < hd.Token {
+			hd = Head{Key: k, Value: v.value, Token: v.created}
+		}
+	}
+	return hd
+}
+
+// update queues the head if it changed.
+func (o *observer) update() {
+	hd := o.head()
+	if o.queued && hd == o.last {
+		return
+	}
+	o.last, o.queued = hd, true
+	o.pending = append(o.pending, hd)
+	for len(o.pending) > pendingLimit || len(o.pending) > 0 && o.took && o.pending[0] == o.taken {
+		o.pending = o.pending[1:] // dropping the oldest must not make the reader see one twice
+	}
+	signal(o.wake)
+}
+
+// Head reads the name's head, linearizably: the zero Head when the name has no key. One
+// Range, retried through leader changes until ctx ends.
+func (q *Queue) Head(ctx context.Context) (Head, error) {
+	resp, err := retry(ctx, func() (*clientv3.GetResponse, error) {
+		return q.cli.Get(clientv3.WithRequireLeader(ctx), q.prefix, clientv3.WithFirstCreate()...)
+	})
+	if err != nil {
+		return Head{}, fmt.Errorf("read the first key of %s: %w", q.prefix, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Head{}, nil
+	}
+	kv := resp.Kvs[0]
+	return Head{Key: string(kv.Key), Value: string(kv.Value), Token: kv.CreateRevision}, nil
+}
