@@ -11,47 +11,64 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// view is what every subscriber that keeps a view of the name embeds: the revision the view
+// reflects, whether it waits for a read of the name (the events could not keep it), and
+// the error that ended it. wake, if not nil, tells its owner to look. Its fields are
+// guarded by the hub's mutex, as the subscriber's own.
+type view struct {
+	snap      int64 // the revision the view reflects: events at or below it are no news
+	rereading bool  // the events cannot keep the view: the hub reads the name
+	err       error // the subscriber ended: its key went, or the name could not be read
+	wake      chan struct{}
+}
+
+func (v *view) since() int64 { return v.snap }
+
+func (v *view) stale() bool { return v.rereading && v.err == nil }
+
+func (v *view) missed() { v.rereading = true }
+
+func (v *view) fail(err error) {
+	if v.err == nil {
+		v.err = err
+		if v.wake != nil {
+			signal(v.wake)
+		}
+	}
+}
+
+// reread takes a read of the name at rev as the view's new base, unless the view is not
+// stale or the read is older than what it reflects (then it stays stale for the next read).
+func (v *view) reread(rev int64) bool {
+	if !v.stale() || rev < v.snap {
+		return false
+	}
+	v.snap, v.rereading = rev, false
+	return true
+}
+
 // A queueWaiter is one queued acquisition as its hub sees it: how many keys are ahead of it
 // (or how many units, when keys have weights), as of which revision. Keys created later are
 // behind it, so that number only falls: by a key's weight for each delete, after the
-// snapshot, of a key created before the waiter's own. A delete's
-// create revision comes with the event (its previous value), so a waiter needs no list of
-// the keys ahead, only their number.
-//
-// Its fields are guarded by the hub's mutex; wake tells the waiting goroutine to look.
+// snapshot, of a key created before the waiter's own. A delete's create revision comes with
+// the event (its previous value), so a waiter needs no list of the keys ahead, only their
+// number.
 type queueWaiter struct {
+	view
 	key    string  // its own key
 	rev    int64   // its key's create revision: its place in line
 	prefix string  // where the keys that count against it live (the name prefix + Spec.Ahead)
 	slots  int     // it is served once fewer than slots keys are ahead
 	weigh  weigher // with units: what each key ahead weighs, counted instead of keys
-	wake   chan struct{}
 
-	snap  int64 // the revision its count reflects
-	ahead int   // keys in prefix created before rev and alive at snap
-	state waitState
-	err   error // its key went (or the name could not be read): the wait is over, unserved
+	ahead  int  // keys in prefix created before rev and alive at snap
+	served bool // fewer than slots keys are ahead
 }
-
-type waitState int
-
-const (
-	counting  waitState = iota // the deletes it is dispatched keep its count
-	rereading                  // the events cannot keep its count: the hub reads the name
-	served                     // fewer than slots keys are ahead
-)
 
 func newQueueWaiter(key string, rev, snap int64, ahead int, prefix string, slots int) *queueWaiter {
-	w := &queueWaiter{key: key, rev: rev, prefix: prefix, slots: slots, wake: make(chan struct{}, 1), snap: snap, ahead: ahead}
-	if ahead < slots {
-		w.state = served
-	}
-	return w
+	return &queueWaiter{view: view{snap: snap, wake: make(chan struct{}, 1)}, key: key, rev: rev,
+		prefix: prefix, slots: slots, ahead: ahead, served: ahead < slots}
 }
-
-func (w *queueWaiter) since() int64 { return w.snap }
-
-func (w *queueWaiter) stale() bool { return w.state == rereading && w.err == nil }
 
 // apply counts the deletes of one revision. Its own key's delete is a loss whatever else
 // went at the same revision (a lease that ends takes a client's holder and its waiters
@@ -76,36 +93,33 @@ func (w *queueWaiter) apply(_ int64, evs []event) {
 		}
 	}
 	switch {
-	case w.state != counting:
+	case w.served || w.rereading:
 	case unknown:
-		w.state = rereading
+		w.rereading = true
 	default:
-		w.ahead -= gone
-		if w.ahead < w.slots {
-			w.state = served
-			signal(w.wake)
-		}
+		w.count(w.ahead - gone)
+	}
+}
+
+// count sets what is ahead, and is served once it is little enough.
+func (w *queueWaiter) count(ahead int) {
+	w.ahead = ahead
+	if ahead < w.slots {
+		w.served = true
+		signal(w.wake)
 	}
 }
 
 // missed has the waiter's count read again, unless it is served already.
 func (w *queueWaiter) missed() {
-	if w.state == counting {
-		w.state = rereading
+	if !w.served {
+		w.rereading = true
 	}
 }
 
-func (w *queueWaiter) fail(err error) {
-	if w.err == nil {
-		w.err = err
-		signal(w.wake)
-	}
-}
-
-// recount renews a stale count from kvs, every key of the name read at revision rev. A read
-// older than the waiter's snapshot cannot: the waiter stays stale for the next read.
+// recount renews a stale count from kvs, every key of the name read at revision rev.
 func (w *queueWaiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
-	if !w.stale() || rev < w.snap {
+	if !w.reread(rev) {
 		return
 	}
 	own, n := false, 0
@@ -122,11 +136,7 @@ func (w *queueWaiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
 		w.fail(fmt.Errorf("%w: key %s deleted while waiting", ErrLost, w.key))
 		return
 	}
-	w.snap, w.ahead, w.state = rev, n, counting
-	if n < w.slots {
-		w.state = served
-		signal(w.wake)
-	}
+	w.count(n)
 }
 
 // outcome is how the wait ended: served (nil), failed (its error), or not yet (done false).
@@ -136,7 +146,7 @@ func (w *queueWaiter) outcome() (done bool, err error) {
 	switch {
 	case w.err != nil:
 		return true, w.err
-	case w.state == served:
+	case w.served:
 		return true, nil
 	}
 	return false, nil
@@ -160,7 +170,7 @@ func (q *Queue) WatchBehind(hold *Hold, kind string) *Sentry {
 	if !q.arrivals {
 		panic("core: WatchBehind on a queue that does not watch arrivals")
 	}
-	s := &sentry{key: hold.key, rev: hold.rev, prefix: q.prefix + kind, snap: hold.rev}
+	s := &sentry{view: view{snap: hold.rev}, key: hold.key, rev: hold.rev, prefix: q.prefix + kind}
 	return &Sentry{h: join(q.hubKey(), s), s: s}
 }
 
@@ -183,21 +193,18 @@ func (s *Sentry) Lost() bool {
 // Stop ends the registration; only the first call counts.
 func (s *Sentry) Stop() { s.once.Do(func() { s.h.leave(s.s) }) }
 
-// sentry is a Sentry as its hub sees it. Its fields are guarded by the hub's mutex.
+// sentry is a Sentry as its hub sees it. Its fields are guarded by the hub's mutex; its
+// view's err says the hold's key went.
 type sentry struct {
+	view
 	key    string // the hold's key
 	rev    int64  // the hold's create revision
 	prefix string // where the keys it looks out for live
-	snap   int64  // the revision its view reflects
 
-	behind    bool  // a key in prefix was created after rev
-	rereading bool  // the events cannot tell: the hub reads the name
-	err       error // the hold's key went
+	behind bool // a key in prefix was created after rev
 }
 
-func (s *sentry) since() int64 { return s.snap }
-
-func (s *sentry) stale() bool { return s.rereading && !s.behind && s.err == nil }
+func (s *sentry) stale() bool { return s.view.stale() && !s.behind }
 
 func (s *sentry) apply(_ int64, evs []event) {
 	for _, e := range evs {
@@ -210,16 +217,8 @@ func (s *sentry) apply(_ int64, evs []event) {
 	}
 }
 
-func (s *sentry) missed() { s.rereading = true }
-
-func (s *sentry) fail(err error) {
-	if s.err == nil {
-		s.err = err
-	}
-}
-
 func (s *sentry) recount(kvs []*mvccpb.KeyValue, rev int64) {
-	if !s.stale() || rev < s.snap {
+	if !s.stale() || !s.reread(rev) {
 		return
 	}
 	own := false
@@ -235,7 +234,6 @@ func (s *sentry) recount(kvs []*mvccpb.KeyValue, rev int64) {
 	if !own {
 		s.fail(fmt.Errorf("%w: key %s deleted", ErrLost, s.key))
 	}
-	s.snap, s.rereading = rev, false
 }
 
 // A ReleaseWatch tells a caller that retries a failed try when a key of the name has been
@@ -364,7 +362,7 @@ type Observer struct {
 
 // WatchHead starts an observer of the name's head. Stop it when done.
 func (q *Queue) WatchHead() *Observer {
-	o := &observer{wake: make(chan struct{}, 1), rereading: true, live: map[string]liveKey{}}
+	o := &observer{view: view{rereading: true, wake: make(chan struct{}, 1)}, live: map[string]liveKey{}}
 	return &Observer{h: join(hubKey{cli: q.cli, prefix: q.prefix, mode: values}, o), o: o}
 }
 
@@ -407,11 +405,8 @@ type liveKey struct {
 // observer is an Observer as its hub sees it: every live key of the name, and the heads not
 // yet taken by Next. Its fields are guarded by the hub's mutex.
 type observer struct {
-	wake      chan struct{}
-	snap      int64 // the revision of its last read: events at or below it are in the view
-	applied   int64 // the revision of the last event applied: a read older than it is stale
-	rereading bool
-	err       error
+	view          // snap: the revision of its last read: events at or below it are in the view
+	applied int64 // the revision of the last event applied: a read older than it is stale
 
 	live    map[string]liveKey
 	last    Head // the head queued last
@@ -420,10 +415,6 @@ type observer struct {
 	taken   Head // the head Next returned last
 	took    bool
 }
-
-func (o *observer) since() int64 { return o.snap }
-
-func (o *observer) stale() bool { return o.rereading && o.err == nil }
 
 // apply takes one revision's puts and deletes, then looks at the head once: what the
 // revision changed together is one change.
@@ -442,24 +433,15 @@ func (o *observer) apply(rev int64, evs []event) {
 	o.update()
 }
 
-func (o *observer) missed() { o.rereading = true }
-
-func (o *observer) fail(err error) {
-	if o.err == nil {
-		o.err = err
-		signal(o.wake)
-	}
-}
-
 func (o *observer) recount(kvs []*mvccpb.KeyValue, rev int64) {
-	if !o.stale() || rev < o.applied {
+	if rev < o.applied || !o.reread(rev) {
 		return
 	}
 	clear(o.live)
 	for _, kv := range kvs {
 		o.live[string(kv.Key)] = liveKey{created: kv.CreateRevision, value: string(kv.Value)}
 	}
-	o.snap, o.applied, o.rereading = rev, rev, false
+	o.applied = rev
 	o.update()
 }
 
