@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/etcdsync/etcdsync"
 	"github.com/etcdsync/etcdsync/internal/core"
 )
 
@@ -29,12 +30,12 @@ type ReleaseWatcher interface {
 	WatchRelease() (arm func() <-chan struct{}, stop func())
 }
 
-// The errors of this package, shared with every etcdsync package; compare with errors.Is.
+// The errors this package returns, those of package etcdsync; compare with errors.Is.
 var (
-	ErrTimeout       = core.ErrTimeout       // Timeout: the lock stayed busy for the whole duration
-	ErrLocked        = core.ErrLocked        // a try found a lock held or waited for
-	ErrNoPermits     = core.ErrNoPermits     // a try found every permit of a semaphore held
-	ErrInvalidOption = core.ErrInvalidOption // Retry: a bad option; any call: a nil Locker, or a primitive not made by New
+	ErrTimeout       = etcdsync.ErrTimeout
+	ErrLocked        = etcdsync.ErrLocked
+	ErrNoPermits     = etcdsync.ErrNoPermits
+	ErrInvalidOption = etcdsync.ErrInvalidOption
 )
 
 // Once tries l once: l.TryLock(ctx), for symmetry with [Retry] and [Timeout].
