@@ -127,6 +127,7 @@ func multiCalls(m *mutex.Multi, admin *clientv3.Client) []call {
 			}
 			return nil
 		}},
+		{name: "WatchRelease", kind: reports, run: watch(m.WatchRelease)},
 	}
 }
 
