@@ -31,21 +31,21 @@
 // # Cancellation
 //
 // Every call that may block takes a [context.Context] first and returns promptly once it
-// ends, with its error wrapped; with a ctx done already, a call sends nothing. A call that
+// ends, with ctx's error wrapped; with a ctx done already, a call sends nothing. A call that
 // writes a key (Lock, TryLock, RLock, Acquire, Campaign and their kin) and whose ctx ends
 // while its Txn is in flight awaits etcd's answer up to 1 s more, which says whether and at
 // which create revision its key was written, then deletes that key, fenced on its create
-// revision, for up to 1 s: it returns within about 2 s of ctx's end whatever etcd does, and
-// leaves no key behind. A delete that etcd has not answered by then is finished in the
-// background.
+// revision, for up to 1 s: it returns within about 2 s of ctx's end whatever etcd does,
+// and leaves no key behind (a delete that etcd has not answered by then is finished in the
+// background).
 //
-// A release (Unlock, RUnlock, Release, Resign) honours its ctx: if etcd cannot be reached
-// before ctx ends, or ctx is done already, the hold stays and the release may be called
-// again, so release with a ctx that outlives the work the hold guards (reentrant's last
-// Unlock is the exception: see reentrant.Mutex.Unlock). The release that a
-// Do makes once fn has returned has a context of its own, of 5 s, also when Do's ctx has
-// ended; one that does not get through by then is retried in the background until etcd
-// answers.
+// A release (Unlock, RUnlock, Release, Resign) honours its ctx: a delete in flight when ctx
+// ends is awaited up to 1 s more; if etcd cannot be reached before then, or ctx is done
+// already, the hold stays and the release may be called again, so release with a ctx that
+// outlives the work the hold guards (reentrant's last Unlock is the exception: see
+// reentrant.Mutex.Unlock). The release that a Do makes once fn has returned runs on a
+// context of its own, of 5 s, also when Do's ctx has ended; one that does not get through
+// by then is retried in the background until etcd answers.
 //
 // # Errors
 //

@@ -16,8 +16,8 @@ import (
 // wrapped with the detail, for an invalid one.
 type Option = core.Option
 
-// DefaultTTL is the lease TTL without [WithTTL]: a holder that dies frees what it held
-// after it.
+// DefaultTTL is the lease TTL without [WithTTL], 60 s: a holder that dies frees what it
+// held after it.
 const DefaultTTL = core.DefaultTTL
 
 // WithTTL sets the TTL of the lease that the primitive's keys are bound to (see Leases in

@@ -87,10 +87,8 @@ func (e *Election) queue() *core.Queue {
 // that a Run's lead runs on is the Run's until lead has returned, lost or not.
 //
 // Errors: [ErrLost] for a leadership lost while being won. ctx's error, wrapped, when ctx
-// ends; with ctx done already, having sent nothing; otherwise after deleting its key, so that
-// a failed Campaign leaves no key (with a Txn in flight it awaits the answer up to 1 s more,
-// then the delete up to 1 s; a delete etcd has not answered by then finishes in the
-// background). [ErrInvalidOption]: e was not made by [New], or its client is closed.
+// ends, having left no key (see [etcdsync] for how long that may take). [ErrInvalidOption]:
+// e was not made by [New], or its client is closed.
 //
 // Cost: one Txn uncontended, and one lease grant on the client's first use.
 func (e *Election) Campaign(ctx context.Context, value string) error {

@@ -96,9 +96,8 @@ func (m *Multi) unusable() error {
 // every other waiter on it; m holds when no name has a key ahead of its own. The handle
 // stays taken until [Multi.Unlock], also once the hold is lost.
 //
-// Errors: as [Mutex.Lock]; a cancelled or failed Lock deletes all its keys, in one Txn
-// fenced on their create revision, before it returns (or in the background if etcd does
-// not answer within about 2 s).
+// Errors: as [Mutex.Lock]; a cancelled or failed Lock deletes all its keys in one Txn,
+// fenced on their create revision.
 //
 // Cost: one Txn uncontended, whatever the number of names; a waiter shares the client's
 // watch of each name it waits on.

@@ -70,10 +70,9 @@ func (m *Mutex) queue() *core.Queue {
 // Errors on re-entry, without waiting: [ErrLost] if the hold was lost (also once the client
 // is closed); ctx's error if it was released, or [ErrNotLocked] for a
 // [context.WithoutCancel] copy that the release could not cancel; ctx's error if ctx is done.
-// Errors of a new owner: ctx's error, wrapped, when ctx ends; with ctx done already, having
-// sent nothing; otherwise after deleting its key (with a Txn in flight it awaits the answer
-// up to 1 s more, then the delete up to 1 s; a delete etcd has not answered by then finishes
-// in the background). [ErrInvalidOption]: m was not made by [New], or its client is closed.
+// Errors of a new owner: ctx's error, wrapped, when ctx ends, having left no key (see
+// [etcdsync] for how long that may take). [ErrInvalidOption]: m was not made by [New], or
+// its client is closed.
 //
 // Cost: re-entry, no RPC. A new owner, one Txn uncontended (and one lease grant on the
 // client's first use), and a watch of its key.
