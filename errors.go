@@ -18,7 +18,7 @@ var (
 	// ErrNotLocked: a release, or Err, without a hold, also once the hold was released.
 	ErrNotLocked = core.ErrNotLocked
 	// ErrLost: a hold, or a wait, ended without its release: its key was deleted, or its
-	// lease expired, was revoked, or passed its local deadline (see Leases above).
+	// lease expired, was revoked, or passed its local deadline (see Leases in the package doc).
 	ErrLost = core.ErrLost
 	// ErrLimitMismatch: a semaphore's limit differs from the one recorded in etcd for its
 	// name; the acquisition wrote nothing.
