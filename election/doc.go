@@ -2,29 +2,22 @@
 // campaigned first among those alive leads, and observers follow who leads and what the
 // leader proclaims.
 //
-// A campaign writes one key "<name>/<lease hex>_<n>" holding the candidate's value, bound to
-// a lease that every primitive on the same client and TTL shares; the leader is the live key
-// with the lowest create revision. For a name without '/' and '%' that is how etcd's
-// concurrency.Election and `etcdctl elect` lay out and choose the leader, so they and this
-// package see the same leader on the same name and wait for one another; other names are
-// escaped, so that "a", "a/b" and "ab" never meet.
+// A campaign writes one key "<name>/<lease hex>_<n>" holding the candidate's value, bound
+// to the lease that the primitives on the client share (see package etcdsync, which also
+// holds the options and errors); the leader is the live key with the lowest create
+// revision. For a name without '/' and '%' that is how etcd's concurrency.Election and
+// `etcdctl elect` lay out and choose the leader, so they and this package see the same
+// leader on the same name and wait for one another; other names are escaped, so that "a",
+// "a/b" and "ab" never meet.
 //
-// Fixes over concurrency.Election: [Election.Campaign] never reports a leadership whose lease
-// lapsed or whose key went meanwhile; a cancelled or failed Campaign leaves no key; a
-// [Election.Resign] that fails keeps the leadership so that it can be retried
-// (etcd-io/etcd#22123); a leader learns of its loss at once ([Election.Done],
-// [Election.Err]); [Election.Observe] says when nobody leads, rides out compaction and member
-// failover, and never repeats or reorders what it sends.
-//
-// [Election.Run] is the leader loop that client-go's LeaderElector and Curator's
-// LeaderSelector (with autoRequeue) give their users, built on the leadership's own Done:
-// lead's ctx ends the moment the leadership is lost (context.Cause matches [ErrLost]), or a
-// [WithHealthCheck] check fails; Run resigns only after lead has returned, so leadership is
-// never given up under lead and never kept without it for longer than the Resign takes. It
-// campaigns again after a loss, a failed check (once the check passes again), or a lead that
-// returned nil; a lead that returns an error stops it, after resigning; a campaign that
-// fails with ErrLost (an outage) is tried again after half a second, with a new lease. Every
-// term is a hold in the metrics, and its end counts in etcdsync.leader.stepdowns by cause.
+// [Election.Run] is the leader loop: lead's ctx ends the moment the leadership is lost
+// (context.Cause matches [ErrLost]), or a [WithHealthCheck] check fails; Run resigns only
+// after lead has returned, so leadership is never given up under lead and never kept
+// without it for longer than the Resign takes. It campaigns again after a loss, a failed
+// check (once the check passes again), or a lead that returned nil; a lead that returns an
+// error stops it, after resigning; a campaign that fails with ErrLost (an outage) is tried
+// again after half a second, with a new lease. Every term is a hold in the metrics, and its
+// end counts in etcdsync.leader.stepdowns by cause.
 //
 // One handle is one candidate: several Runs, or Runs and Campaigns, on one [Election] take
 // turns. A Run's term keeps the handle's turn until its lead has returned, also after a

@@ -87,10 +87,8 @@ func (e *Election) queue() *core.Queue {
 // that a Run's lead runs on is the Run's until lead has returned, lost or not.
 //
 // Errors: [ErrLost] for a leadership lost while being won. ctx's error, wrapped, when ctx
-// ends; with ctx done already, having sent nothing; otherwise after deleting its key, so that
-// a failed Campaign leaves no key (with a Txn in flight it awaits the answer up to 1 s more,
-// then the delete up to 1 s; a delete etcd has not answered by then finishes in the
-// background). [ErrInvalidOption]: e was not made by [New], or its client is closed.
+// ends, having left no key (see [etcdsync] for how long that may take). [ErrInvalidOption]:
+// e was not made by [New], or its client is closed.
 //
 // Cost: one Txn uncontended, and one lease grant on the client's first use.
 func (e *Election) Campaign(ctx context.Context, value string) error {
@@ -337,17 +335,4 @@ func (e *Election) Key() string {
 		return h.Key()
 	}
 	return ""
-}
-
-// Shutdown revokes the leases that the primitives of every etcdsync package share on cli
-// (one per TTL in use), for a process about to exit: every hold and waiting acquisition on
-// them ends at once (Done closes, Err returns [ErrLost]) and their keys go, so other
-// processes need not wait a TTL; without it, a closed client's keys go when its lease
-// expires. An acquisition after Shutdown grants a new lease. Sessions given with
-// [WithSession] are the caller's to close. A nil cli returns [ErrInvalidOption].
-func Shutdown(ctx context.Context, cli *clientv3.Client) error {
-	if cli == nil {
-		return fmt.Errorf("election: shutdown: %w: nil client", ErrInvalidOption)
-	}
-	return core.Shutdown(ctx, cli)
 }

@@ -8,9 +8,9 @@ import (
 
 // Do takes the lock as [Mutex.Lock] does, runs fn while it is held, and releases it once fn
 // has returned: also when fn panics (the panic goes on after the release) and when ctx has
-// ended meanwhile (the release then has up to 5 s of its own). fn's ctx derives from ctx and
-// also ends as soon as the hold ends: lost, with the loss as its cause (context.Cause matches
-// [ErrLost]), or unlocked ([ErrNotLocked]); stop the work then.
+// ended meanwhile (the release has a context of its own: see [etcdsync]). fn's ctx derives
+// from ctx and also ends as soon as the hold ends: lost, with the loss as its cause
+// (context.Cause matches [ErrLost]), or unlocked ([ErrNotLocked]); stop the work then.
 //
 // Do releases only the hold it took: if fn unlocked it, Do's release does nothing and says
 // [ErrNotLocked], also when another Lock of the handle holds by then.

@@ -1,10 +1,11 @@
 // Package mutex is a distributed mutual-exclusion lock on etcd, granted first come, first
 // served in the order of the keys' create revisions.
 //
-// Each [Mutex.Lock] writes one key "<name>/<lease hex>_<n>", bound to a lease that every
-// primitive on the same client and TTL shares. For a name without '/' and '%' that is the
-// layout of etcd's concurrency.Mutex and of `etcdctl lock`, so all three exclude one another
-// on the same name; other names are escaped, so that "a", "a/b" and "ab" never meet.
+// Each [Mutex.Lock] writes one key "<name>/<lease hex>_<n>", bound to the lease that the
+// primitives on the client share (see package etcdsync, which also holds the options and
+// errors). For a name without '/' and '%' that is the layout of etcd's concurrency.Mutex and
+// of `etcdctl lock`, so all three exclude one another on the same name; other names are
+// escaped, so that "a", "a/b" and "ab" never meet.
 //
 // A lock is not a fence: a process that pauses (GC, swap, a stopped VM) may wake after its
 // lease expired and another holder came in, with nothing to tell it in time. Guard every

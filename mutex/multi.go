@@ -3,6 +3,7 @@ package mutex
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -95,9 +96,8 @@ func (m *Multi) unusable() error {
 // every other waiter on it; m holds when no name has a key ahead of its own. The handle
 // stays taken until [Multi.Unlock], also once the hold is lost.
 //
-// Errors: as [Mutex.Lock]; a cancelled or failed Lock deletes all its keys, in one Txn
-// fenced on their create revision, before it returns (or in the background if etcd does
-// not answer within about 2 s).
+// Errors: as [Mutex.Lock]; a cancelled or failed Lock deletes all its keys in one Txn,
+// fenced on their create revision.
 //
 // Cost: one Txn uncontended, whatever the number of names; a waiter shares the client's
 // watch of each name it waits on.
@@ -281,6 +281,113 @@ func quoteNames(names []string) string {
 		return fmt.Sprintf("%q", names)
 	}
 	return fmt.Sprintf("%q and %d more", names[:3], len(names)-3)
+}
+
+// WatchRelease is [Mutex.WatchRelease] for all of m's names at once: arm's channel yields
+// once a key of any of them is deleted after arm was called (an Unlock, a waiter giving up,
+// a lost lease), or when the watch of one cannot tell whether one was, so a wake may be
+// spurious. trylock's Retry and Timeout over a Multi use it to try again when a name ahead
+// comes free. Call stop once done, from any goroutine; arm is for one goroutine at a time.
+// On a Multi not made by [NewMulti], arm's channel never yields.
+//
+// Cost: no RPC of its own: it shares the client's watch of each name with every waiter
+// there. For more than one name, one goroutine from the first arm until stop.
+func (m *Multi) WatchRelease() (arm func() <-chan struct{}, stop func()) {
+	qs := m.queues()
+	switch len(qs) {
+	case 0:
+		return core.NoReleases()
+	case 1:
+		return qs[0].WatchRelease("")
+	}
+	r := &anyRelease{
+		watches: make([]*core.ReleaseWatch, len(qs)),
+		wake:    make(chan struct{}, 1),
+		stopped: make(chan struct{}),
+		exited:  make(chan struct{}),
+	}
+	for i, q := range qs {
+		r.watches[i] = q.WatchReleases("")
+	}
+	return r.arm, r.stop
+}
+
+// anyRelease is the release watch of several names: core's watch of each name wakes a
+// channel of its own, and a goroutine forwards every wake to the one channel that arm
+// returns. A wake forwarded late, from a round before, may end a round early: a spurious
+// wake, which costs the caller one more try; no release after arm is ever missed, since arm
+// empties that channel before it arms the names' watches, never after.
+type anyRelease struct {
+	watches []*core.ReleaseWatch
+	wake    chan struct{} // what arm returns; holds one wake at most
+	stopped chan struct{} // closed by stop
+	exited  chan struct{} // closed when forward returns
+
+	mu      sync.Mutex
+	started bool // forward runs, or has run
+	ended   bool // stop was called
+}
+
+func (r *anyRelease) arm() <-chan struct{} {
+	select {
+	case <-r.wake:
+	default:
+	}
+	r.mu.Lock()
+	first := !r.started && !r.ended
+	r.started = r.started || first
+	r.mu.Unlock()
+	var cases []reflect.SelectCase // forward's, made on the first arm
+	if first {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.stopped)})
+	}
+	for _, w := range r.watches {
+		wake := w.Arm() // the same channel in every round
+		if first {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(wake)})
+		}
+	}
+	if first {
+		go r.forward(cases)
+	}
+	return r.wake
+}
+
+// forward passes each wake of a name's watch on to r.wake until stop.
+func (r *anyRelease) forward(cases []reflect.SelectCase) {
+	defer close(r.exited)
+	for {
+		chosen, _, ok := reflect.Select(cases)
+		switch {
+		case chosen == 0:
+			return
+		case !ok:
+			cases[chosen].Chan = reflect.Value{} // closed: no wake will come; ignore it
+			continue
+		}
+		select {
+		case r.wake <- struct{}{}:
+		default: // a wake is pending already
+		}
+	}
+}
+
+// stop ends forward, waiting for it, then the names' watches; only the first call counts.
+func (r *anyRelease) stop() {
+	r.mu.Lock()
+	first, started := !r.ended, r.started
+	r.ended = true
+	r.mu.Unlock()
+	if !first {
+		return
+	}
+	close(r.stopped)
+	if started {
+		<-r.exited
+	}
+	for _, w := range r.watches {
+		w.Stop()
+	}
 }
 
 // Do takes every name as [Multi.Lock] does, runs fn while they are held, and releases them

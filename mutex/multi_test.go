@@ -19,6 +19,7 @@ import (
 	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
 	"github.com/etcdsync/etcdsync/internal/testkit/rpcstat"
 	"github.com/etcdsync/etcdsync/mutex"
+	"github.com/etcdsync/etcdsync/trylock"
 )
 
 // multiWithin bounds what should happen at once, on a busy machine.
@@ -172,6 +173,40 @@ func TestMultiTryLockWritesNothingWhenANameIsTaken(t *testing.T) {
 	require.NoError(t, single.Unlock(ctx))
 	require.NoError(t, m.TryLock(ctx))
 	require.NoError(t, m.Unlock(ctx))
+}
+
+// TestRetryOverAMultiWakesWhenAnyNameIsReleased: trylock.Retry over a Multi, with a backoff
+// far longer than the test, takes the names soon after the holder of any one of them lets
+// go: its WatchRelease woke it.
+func TestRetryOverAMultiWakesWhenAnyNameIsReleased(t *testing.T) {
+	for i, held := range []string{"first", "middle", "last"} {
+		t.Run(held, func(t *testing.T) {
+			ctx := etcdtest.Context(t)
+			names := []string{"wake-multi-" + held + "-a", "wake-multi-" + held + "-b", "wake-multi-" + held + "-c"}
+			holder := newMutex(t, cluster.Client(t), names[i])
+			require.NoError(t, holder.Lock(ctx))
+			m := &triedMulti{newMulti(t, cluster.Client(t), names), make(chan error, 100)}
+			// Each wait of Retry is at least 30 s unless a release ends it.
+			retried := etcdtest.Async(func() error { return trylock.Retry(ctx, m, trylock.Backoff(time.Minute, time.Minute)) })
+			require.ErrorIs(t, etcdtest.Within(t, m.tried, multiWithin, "the first try"), mutex.ErrLocked)
+			require.NoError(t, holder.Unlock(ctx))
+			require.NoError(t, etcdtest.Within(t, retried, multiWithin, "Retry after the release"))
+			assert.NotZero(t, m.Token())
+			require.NoError(t, m.Unlock(ctx))
+		})
+	}
+}
+
+// triedMulti is a Multi whose tries are reported on tried.
+type triedMulti struct {
+	*mutex.Multi
+	tried chan error
+}
+
+func (m *triedMulti) TryLock(ctx context.Context) error {
+	err := m.Multi.TryLock(ctx)
+	m.tried <- err
+	return err
 }
 
 // TestCancelledMultiLockLeavesNoKey: a Lock that waits behind a holder of one name and is

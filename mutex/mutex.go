@@ -63,11 +63,9 @@ func (m *Mutex) queue() *core.Queue {
 // handle stays taken until [Mutex.Unlock], also once its hold is lost: Unlock (which then
 // returns [ErrLost]) before m can Lock again.
 //
-// Errors: ctx's error, wrapped, when ctx ends; with ctx done already, having sent nothing;
-// otherwise after deleting its key (with a Txn in flight it awaits the answer up to 1 s more,
-// then the delete up to 1 s; a delete etcd has not answered by then finishes in the
-// background). [ErrLost]: the session's lease expired while waiting; the next Lock takes a
-// new one. [ErrInvalidOption]: m was not made by [New], or its client is closed.
+// Errors: ctx's error, wrapped, when ctx ends, having left no key (see [etcdsync] for how
+// long that may take). [ErrLost]: the session's lease expired while waiting; the next Lock
+// takes a new one. [ErrInvalidOption]: m was not made by [New], or its client is closed.
 //
 // Cost: one Txn uncontended, and one lease grant on the client's first use.
 func (m *Mutex) Lock(ctx context.Context) error {
@@ -100,9 +98,8 @@ func (m *Mutex) lock(ctx context.Context) (_ *core.Hold, err error) {
 // TryLock takes the lock only if nobody holds it or waits for it, and m neither holds nor
 // waits.
 //
-// Errors: [ErrLocked] otherwise, having written nothing. ctx's error, having sent nothing,
-// with ctx done already; within about 2 s if ctx ends while its Txn is in flight (see
-// [Mutex.Lock]). [ErrInvalidOption] as for Lock.
+// Errors: [ErrLocked] otherwise, having written nothing. ctx's error and [ErrInvalidOption]
+// as for [Mutex.Lock].
 //
 // Cost: one Txn.
 func (m *Mutex) TryLock(ctx context.Context) (err error) {
@@ -129,9 +126,8 @@ func (m *Mutex) TryLock(ctx context.Context) (err error) {
 // Unlock releases the lock, with a delete fenced on the key's create revision: a late or
 // repeated Unlock never frees a newer holder. If etcd cannot be reached before ctx ends, or
 // ctx is done already (then nothing is sent), the lock stays held and Unlock may be called
-// again: give it a ctx that outlives the work it guards, such as [context.Background]. An
-// Unlock during another one waits for its outcome, then returns [ErrNotLocked] if that
-// released the lock, and otherwise tries itself.
+// again. An Unlock during another one waits for its outcome, then returns [ErrNotLocked] if
+// that released the lock, and otherwise tries itself.
 //
 // Errors: [ErrNotLocked] without a hold. [ErrLost] if the hold was lost before, or the client
 // is closed; the hold has ended all the same (the key goes with its lease). On a Mutex not
@@ -257,17 +253,4 @@ func (m *Mutex) WatchRelease() (arm func() <-chan struct{}, stop func()) {
 		return core.NoReleases()
 	}
 	return m.q.WatchRelease("")
-}
-
-// Shutdown revokes the leases that the primitives of every etcdsync package share on cli
-// (one per TTL in use), for a process about to exit: every hold and waiting acquisition on
-// them ends at once (Done closes, Err returns [ErrLost]) and their keys go, so other
-// processes need not wait a TTL; without it, a closed client's keys go when its lease
-// expires. An acquisition after Shutdown grants a new lease. Sessions given with
-// [WithSession] are the caller's to close. A nil cli returns [ErrInvalidOption].
-func Shutdown(ctx context.Context, cli *clientv3.Client) error {
-	if cli == nil {
-		return fmt.Errorf("mutex: shutdown: %w: nil client", ErrInvalidOption)
-	}
-	return core.Shutdown(ctx, cli)
 }

@@ -16,9 +16,10 @@
 // owning context whose hold was lost fails with ErrLost and does not queue again: a nested
 // step never silently runs under a new hold that the outer steps know nothing of.
 //
-// Each owner writes one key "<name>/<lease hex>_<n>", bound to a lease that every primitive
-// on the same client and TTL shares, with a value that names it for operators (`etcdctl get
-// --prefix <name>/`): "host=<hostname> pid=<pid> owner=<random UUID>". The layout is package
+// Each owner writes one key "<name>/<lease hex>_<n>", bound to the lease that the
+// primitives on the client share (see package etcdsync, which also holds the options and
+// errors), with a value that names it for operators (`etcdctl get --prefix <name>/`):
+// "host=<hostname> pid=<pid> owner=<random UUID>". The layout is package
 // mutex's, so a reentrant.Mutex and a mutex.Mutex on the same name exclude one another; for a
 // name without '/' and '%' so do etcd's concurrency.Mutex and `etcdctl lock`.
 //

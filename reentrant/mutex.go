@@ -70,10 +70,9 @@ func (m *Mutex) queue() *core.Queue {
 // Errors on re-entry, without waiting: [ErrLost] if the hold was lost (also once the client
 // is closed); ctx's error if it was released, or [ErrNotLocked] for a
 // [context.WithoutCancel] copy that the release could not cancel; ctx's error if ctx is done.
-// Errors of a new owner: ctx's error, wrapped, when ctx ends; with ctx done already, having
-// sent nothing; otherwise after deleting its key (with a Txn in flight it awaits the answer
-// up to 1 s more, then the delete up to 1 s; a delete etcd has not answered by then finishes
-// in the background). [ErrInvalidOption]: m was not made by [New], or its client is closed.
+// Errors of a new owner: ctx's error, wrapped, when ctx ends, having left no key (see
+// [etcdsync] for how long that may take). [ErrInvalidOption]: m was not made by [New], or
+// its client is closed.
 //
 // Cost: re-entry, no RPC. A new owner, one Txn uncontended (and one lease grant on the
 // client's first use), and a watch of its key.
@@ -285,17 +284,4 @@ func (m *Mutex) WatchRelease() (arm func() <-chan struct{}, stop func()) {
 		return core.NoReleases()
 	}
 	return m.q.WatchRelease("")
-}
-
-// Shutdown revokes the leases that the primitives of every etcdsync package share on cli
-// (one per TTL in use), for a process about to exit: every hold and waiting acquisition on
-// them ends at once (Done closes, Err returns [ErrLost]) and their keys go, so other
-// processes need not wait a TTL; without it, a closed client's keys go when its lease
-// expires. An acquisition after Shutdown grants a new lease. Sessions given with
-// [WithSession] are the caller's to close. A nil cli returns [ErrInvalidOption].
-func Shutdown(ctx context.Context, cli *clientv3.Client) error {
-	if cli == nil {
-		return fmt.Errorf("reentrant: shutdown: %w: nil client", ErrInvalidOption)
-	}
-	return core.Shutdown(ctx, cli)
 }

@@ -1,57 +1,48 @@
 package reentrant
 
 import (
+	"context"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync"
 )
 
-// Option configures a Mutex. Options of every etcdsync package are interchangeable.
-type Option = core.Option
+// What every etcdsync package shares is defined and documented in package etcdsync; these
+// are its names, so that code using this package needs no second import.
 
-// DefaultTTL is the lease TTL without WithTTL, 60 s (as etcd's concurrency.Session): a
-// holder that dies frees the lock after it.
-const DefaultTTL = core.DefaultTTL
+// Option is [etcdsync.Option].
+type Option = etcdsync.Option
 
-// WithTTL sets the TTL of the lease the lock's keys are bound to, from one second
-// (rounded up to whole seconds) to etcd's limit of 9,000,000,000 s; New refuses others with
-// ErrInvalidOption. Locks on one client with one TTL share a lease.
-// When no renewal of the shared lease gets through for the TTL less a margin (1% of it
-// plus 100 ms), its holds end locally with ErrLost, before etcd can let it expire.
-func WithTTL(ttl time.Duration) Option { return core.WithTTL(ttl) }
+// DefaultTTL is [etcdsync.DefaultTTL].
+const DefaultTTL = etcdsync.DefaultTTL
 
-// WithSession makes the Mutex use s, the caller's session, as it is: its lease and its
-// lifetime. It is never closed or replaced; once it has expired, Lock returns ErrLost.
-// It cannot be combined with WithTTL.
-// Its end is known when its own keep-alive or the hold's watch notices, with no local
-// deadline (see WithTTL): a holder cut off from etcd may learn of its loss late.
-func WithSession(s *concurrency.Session) Option { return core.WithSession(s) }
+// WithTTL is [etcdsync.WithTTL].
+func WithTTL(ttl time.Duration) Option { return etcdsync.WithTTL(ttl) }
 
-// WithPrefix puts the Mutex's keys under prefix, which must end with '/': the keys of
-// name then live under prefix + name + "/", with any '/' in name escaped as %2F and '%'
-// as %25. An etcd role granting READWRITE on prefix, or a namespace of it, covers every
-// name; names stay independent of each other ("a" and "a/b" never share a key).
-func WithPrefix(prefix string) Option { return core.WithPrefix(prefix) }
+// WithSession is [etcdsync.WithSession].
+func WithSession(s *concurrency.Session) Option { return etcdsync.WithSession(s) }
 
-// WithMeterProvider makes the Mutex record its metrics (see docs/metrics.md)
-// through mp instead of the global MeterProvider, which is the default: one set with
-// otel.SetMeterProvider after New is used as well. A nil mp makes New return
-// ErrInvalidOption.
-func WithMeterProvider(mp metric.MeterProvider) Option { return core.WithMeterProvider(mp) }
+// WithPrefix is [etcdsync.WithPrefix].
+func WithPrefix(prefix string) Option { return etcdsync.WithPrefix(prefix) }
 
-// WithNameAttribute adds the Mutex's name to its measurements and spans as the attribute
-// etcdsync.name. Without it they carry none, so that the number of series stays bounded
-// however many names are used.
-func WithNameAttribute() Option { return core.WithNameAttribute() }
+// WithMeterProvider is [etcdsync.WithMeterProvider].
+func WithMeterProvider(mp metric.MeterProvider) Option { return etcdsync.WithMeterProvider(mp) }
 
-// The errors of this package, shared with every etcdsync package; compare with errors.Is.
+// WithNameAttribute is [etcdsync.WithNameAttribute].
+func WithNameAttribute() Option { return etcdsync.WithNameAttribute() }
+
+// Shutdown is [etcdsync.Shutdown].
+func Shutdown(ctx context.Context, cli *clientv3.Client) error { return etcdsync.Shutdown(ctx, cli) }
+
+// The errors this package returns, those of package etcdsync; compare with errors.Is.
 var (
-	ErrInvalidName   = core.ErrInvalidName   // New: empty, over 512 bytes, NUL, not UTF-8
-	ErrInvalidOption = core.ErrInvalidOption // New: a bad option or a nil client; any call: a handle not made by New, a closed client
-	ErrLocked        = core.ErrLocked        // TryLock: another owner holds or waits
-	ErrNotLocked     = core.ErrNotLocked     // Unlock: the context owns no hold; Err: no hold
-	ErrLost          = core.ErrLost          // the hold ended without its last Unlock
+	ErrInvalidName   = etcdsync.ErrInvalidName
+	ErrInvalidOption = etcdsync.ErrInvalidOption
+	ErrLocked        = etcdsync.ErrLocked
+	ErrNotLocked     = etcdsync.ErrNotLocked
+	ErrLost          = etcdsync.ErrLost
 )

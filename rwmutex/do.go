@@ -9,9 +9,10 @@ import (
 
 // Do takes the write lock as [RWMutex.Lock] does, runs fn while it is held, and releases it
 // once fn has returned: also when fn panics (the panic goes on after the release) and when
-// ctx has ended meanwhile (the release then has up to 5 s of its own). fn's ctx derives from
-// ctx and also ends as soon as the hold ends before fn returns: lost, with the loss as its
-// cause (context.Cause matches [ErrLost]), or released by an Unlock ([ErrNotLocked]).
+// ctx has ended meanwhile (the release has a context of its own: see [etcdsync]). fn's ctx
+// derives from ctx and also ends as soon as the hold ends before fn returns: lost, with the
+// loss as its cause (context.Cause matches [ErrLost]), or released by an Unlock
+// ([ErrNotLocked]).
 //
 // Do releases only the write hold it took: if fn unlocked it, Do's release does nothing and
 // says [ErrNotLocked], also when another Lock of the handle holds by then.

@@ -3,10 +3,11 @@
 // after a waiting writer waits behind it and writers never starve.
 //
 // Readers write keys "<name>/read/<lease hex>_<n>" and writers "<name>/write/<lease hex>_<n>",
-// bound to a lease that every primitive on the same client and TTL shares. For a name without
-// '/' and '%' that is the layout of etcd's recipe.RWMutex
-// (go.etcd.io/etcd/client/v3/experimental/recipes), so its readers and writers and ours take
-// turns on the same name; other names are escaped, so that "a", "a/b" and "ab" never meet.
+// bound to the lease that the primitives on the client share (see package etcdsync, which
+// also holds the options and errors). For a name without '/' and '%' that is the layout of
+// etcd's recipe.RWMutex (go.etcd.io/etcd/client/v3/experimental/recipes), so its readers and
+// writers and ours take turns on the same name; other names are escaped, so that "a", "a/b"
+// and "ab" never meet.
 //
 // The readers of one [RWMutex] share a single read key: one etcd write to enter and one to
 // leave for the whole group, however many join it. A group takes no new members once a

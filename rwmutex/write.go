@@ -20,11 +20,9 @@ type pendingWrite struct {
 // side stays taken until [RWMutex.Unlock], also once its hold is lost: Unlock (which then
 // returns [ErrLost]) before Lock again.
 //
-// Errors: ctx's error, wrapped, when ctx ends; with ctx done already, having sent nothing;
-// otherwise after deleting its key (with a Txn in flight it awaits the answer up to 1 s more,
-// then the delete up to 1 s; a delete etcd has not answered by then finishes in the
-// background). [ErrLost]: the session's lease expired while waiting; the next Lock takes a
-// new one. [ErrInvalidOption]: rw was not made by [New], or its client is closed.
+// Errors: ctx's error, wrapped, when ctx ends, having left no key (see [etcdsync] for how
+// long that may take). [ErrLost]: the session's lease expired while waiting; the next Lock
+// takes a new one. [ErrInvalidOption]: rw was not made by [New], or its client is closed.
 //
 // Cost: one Txn uncontended, and one lease grant on the client's first use.
 func (rw *RWMutex) Lock(ctx context.Context) error {
@@ -86,9 +84,8 @@ func (rw *RWMutex) lock(ctx context.Context) (_ *core.Hold, err error) {
 // TryLock takes the write lock only if nobody holds the lock or waits for it, reader or
 // writer, and this handle neither holds nor waits.
 //
-// Errors: [ErrLocked] otherwise, having written nothing. ctx's error, having sent nothing,
-// with ctx done already; within about 2 s if ctx ends while its Txn is in flight.
-// [ErrInvalidOption] as for [RWMutex.Lock].
+// Errors: [ErrLocked] otherwise, having written nothing. ctx's error and [ErrInvalidOption]
+// as for [RWMutex.Lock].
 //
 // Cost: one Txn; none when this handle's own readers are in the way.
 func (rw *RWMutex) TryLock(ctx context.Context) (err error) {

@@ -8,11 +8,11 @@ import (
 
 // Do takes a permit of n units as [Semaphore.AcquireN] does, runs fn while it is held, and
 // releases it once fn has returned: also when fn panics (the panic goes on after the
-// release) and when ctx has ended meanwhile (the release then has up to 5 s of its own).
-// fn's ctx derives from ctx and also ends as soon as the permit is lost, with the loss as its
-// cause (context.Cause matches [ErrLost]), or once fn releases it; [Semaphore.PermitOf] of
-// it is the permit, for fenced writes. Do releases that permit only: if fn released it, Do's
-// release says [ErrNotLocked].
+// release) and when ctx has ended meanwhile (the release has a context of its own: see
+// [etcdsync]). fn's ctx derives from ctx and also ends as soon as the permit is lost, with
+// the loss as its cause (context.Cause matches [ErrLost]), or once fn releases it;
+// [Semaphore.PermitOf] of it is the permit, for fenced writes. Do releases that permit
+// only: if fn released it, Do's release says [ErrNotLocked].
 //
 // Errors: AcquireN's error (n out of range is [ErrInvalidOption]), without calling fn. An
 // error matching [ErrLost] if the permit was lost before it was released (joined with fn's

@@ -10,14 +10,14 @@ import (
 	"github.com/etcdsync/etcdsync/internal/core"
 )
 
-// Permit is one permit of a Semaphore, of one unit or several, from its acquisition until
-// Release. Its methods are safe
-// for use by several goroutines.
+// Permit is one permit of a [Semaphore], of one unit or several, from its acquisition until
+// [Permit.Release]. Its methods are safe for use by several goroutines.
 //
-// Only Acquire, AcquireN, TryAcquire and TryAcquireN make a Permit that holds. A nil *Permit (the one a failed
-// Acquire returns) and the zero Permit hold nothing: Release returns an error matching both
-// ErrInvalidOption and ErrNotLocked, and the others report no hold (Token 0, Done closed,
-// Err ErrNotLocked, IsOwner never true, Key ""). None of them blocks or panics.
+// Only Acquire, AcquireN, TryAcquire and TryAcquireN make a Permit that holds. A nil
+// *Permit (the one a failed Acquire returns) and the zero Permit hold nothing: Release
+// returns an error matching both [ErrInvalidOption] and [ErrNotLocked], and the others
+// report no hold (Token 0, Done closed, Err ErrNotLocked, IsOwner never true, Key ""). None
+// of them blocks or panics.
 type Permit struct {
 	s         *Semaphore
 	h         *core.Hold
@@ -42,15 +42,18 @@ func (p *Permit) Units() int {
 // made reports whether p was made by Acquire or TryAcquire.
 func (p *Permit) made() bool { return p != nil && p.h != nil }
 
-// Release gives the permit back, all its units at once: one Txn that deletes its key only
-// while the key's create
-// revision is still this permit's, so a late or repeated Release never frees another
-// permit. A second Release returns ErrNotLocked; one after the permit was lost returns
-// ErrLost (the permit has ended all the same), as does one through a closed client (the
-// key then goes with its lease). If etcd cannot be reached before ctx ends, or ctx is done
-// already (Release then sends nothing), the permit stays held and Release may be called
-// again. A Release that comes while another one runs waits for its outcome: ErrNotLocked if
-// that one released the permit, else it tries itself.
+// Release gives the permit back, all its units at once, with a delete fenced on the key's
+// create revision: a late or repeated Release never frees another permit. If etcd cannot be
+// reached before ctx ends, or ctx is done already (then nothing is sent), the permit stays
+// held and Release may be called again. A Release during another one waits for its
+// outcome, then returns [ErrNotLocked] if that released the permit, and otherwise tries
+// itself.
+//
+// Errors: [ErrNotLocked] once released. [ErrLost] if the permit was lost before, or the
+// client is closed; the permit has ended all the same (the key goes with its lease). On a
+// nil or zero Permit, an error matching [ErrInvalidOption] and ErrNotLocked.
+//
+// Cost: one Txn.
 func (p *Permit) Release(ctx context.Context) (err error) {
 	if !p.made() {
 		return fmt.Errorf("semaphore: release: %w", core.Unheld(fmt.Errorf("%w: no permit (a nil or zero Permit)", ErrInvalidOption)))
@@ -86,16 +89,16 @@ func (p *Permit) hold() *core.Hold {
 }
 
 // Token is the permit's fencing token: its key's create revision, increasing in the order
-// permits of the name are granted. 0 once released. No I/O, as for Done, Err, IsOwner and
-// Key.
+// permits of the name are granted; 0 once released. Like Done, Err, IsOwner and Key, it
+// does no I/O.
 func (p *Permit) Token() int64 {
 	return p.hold().Token()
 }
 
-// Done is closed when the permit ends: by Release, or by loss (then Err is ErrLost).
+// Done is closed when the permit ends: by Release, or by loss (then Err is [ErrLost]).
 //
-// The first call to Done or Err starts a watch of the permit's key and session (from the
-// key's creation on, so a loss that came before is reported at once); a permit that is
+// Cost: the first call to Done or Err starts a watch of the permit's key and session (from
+// the key's creation on, so a loss that came before is reported at once); a permit that is
 // never asked costs no watch. Either way Release reports a loss, and IsOwner fences writes.
 func (p *Permit) Done() <-chan struct{} {
 	if !p.made() {
@@ -104,8 +107,8 @@ func (p *Permit) Done() <-chan struct{} {
 	return p.h.Done()
 }
 
-// Err is nil while the permit is held, ErrLost once it was lost (its key deleted, its
-// lease expired or revoked) until Release, and ErrNotLocked after Release.
+// Err is nil while the permit is held, [ErrLost] once it was lost (its key deleted, its
+// lease expired or revoked) until Release, and [ErrNotLocked] after Release.
 func (p *Permit) Err() error {
 	return p.hold().Err()
 }

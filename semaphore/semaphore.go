@@ -27,8 +27,8 @@ const guardTries = 5
 // once by every client together, in permits of one unit (Acquire) or several (AcquireN).
 // It is safe for use by several goroutines; each acquisition takes a permit of its own.
 //
-// Only New makes a usable Semaphore. On the zero Semaphore and a nil *Semaphore, Acquire,
-// AcquireN, TryAcquire, TryAcquireN and InUse return ErrInvalidOption at once, Limit is 0,
+// Only [New] makes a usable Semaphore. On the zero Semaphore and a nil *Semaphore, Acquire,
+// AcquireN, TryAcquire, TryAcquireN and InUse return [ErrInvalidOption] at once, Limit is 0,
 // and WatchRelease never yields.
 type Semaphore struct {
 	name     string
@@ -40,9 +40,9 @@ type Semaphore struct {
 	tel      *core.Telemetry
 }
 
-// New returns a Semaphore of limit permits on name over cli. It does no I/O. A bad name
-// returns ErrInvalidName; a limit below 1, a bad option or a nil client ErrInvalidOption,
-// both wrapped with the detail.
+// New returns a Semaphore of limit units on name over cli. It does no I/O. Errors, wrapped
+// with the detail: [ErrInvalidName] for a bad name, [ErrInvalidOption] for a limit below 1,
+// a bad option or a nil cli.
 func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semaphore, error) {
 	if err := core.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("semaphore: %w", err)
@@ -102,7 +102,7 @@ func (s *Semaphore) queue() *core.Queue {
 	return s.q
 }
 
-// Limit is the number of units, as given to New; 0 for a Semaphore not made by New.
+// Limit is the number of units, as given to [New]; 0 for a Semaphore not made by New.
 func (s *Semaphore) Limit() int {
 	if s == nil {
 		return 0
@@ -110,7 +110,7 @@ func (s *Semaphore) Limit() int {
 	return s.limit
 }
 
-// Acquire waits for a permit of one unit: AcquireN(ctx, 1).
+// Acquire waits for a permit of one unit: s.AcquireN(ctx, 1).
 func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
 	return s.acquire(ctx, "acquire", "etcdsync.semaphore.Acquire", 1)
 }
@@ -118,18 +118,19 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
 // AcquireN waits for a permit of n units, all or none, in FIFO order with every other
 // waiter on the name: a waiter is served once its n units fit beside those held and asked
 // for ahead of it, so a waiter for many units at the head of the line is not overtaken by
-// smaller ones behind it (as in golang.org/x/sync/semaphore), and two waiters for several
-// units cannot deadlock each other. The permit is one key: it is released, lost and fenced
-// as one.
+// smaller ones behind it, and two waiters for several units cannot deadlock each other. The
+// permit is one key: it is released, lost and fenced as one. The first acquisition on a
+// handle records the limit in etcd if nobody has.
 //
-// n below 1 or above Limit returns ErrInvalidOption having sent nothing. The first
-// acquisition on a handle records the limit in etcd if nobody has (one more Txn), or returns
-// ErrLimitMismatch, having written nothing, if another limit is recorded. Then it costs one
-// Txn uncontended; a waiter adds no RPC once the release that serves it arrives on its
-// client's watch. With ctx done already it returns ctx's error, wrapped, having sent
-// nothing; if ctx ends first it returns ctx's error after deleting its key (see
-// [mutex.Mutex.Lock] for the bounds). ErrLost means the session's lease expired while
-// waiting. ErrInvalidOption: s was not made by New, or its client is closed.
+// Errors: [ErrInvalidOption] for n below 1 or above Limit, having sent nothing, and when s
+// was not made by [New] or its client is closed. [ErrLimitMismatch], having written
+// nothing, when etcd records another limit for the name. ctx's error, wrapped, when ctx
+// ends, having left no key (see [etcdsync] for how long that may take). [ErrLost]: the
+// session's lease expired while waiting.
+//
+// Cost: one Txn uncontended, one more for the handle's first acquisition (the limit), and
+// one lease grant on the client's first use; a waiter adds no RPC once the release that
+// serves it arrives on its client's watch of the name.
 func (s *Semaphore) AcquireN(ctx context.Context, n int) (*Permit, error) {
 	return s.acquire(ctx, "acquire", "etcdsync.semaphore.AcquireN", n)
 }
@@ -153,15 +154,19 @@ func (s *Semaphore) acquire(ctx context.Context, op, span string, n int) (_ *Per
 }
 
 // TryAcquire takes a permit of one unit only if one is free and nobody waits:
-// TryAcquireN(ctx, 1).
+// s.TryAcquireN(ctx, 1).
 func (s *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) {
 	return s.tryAcquire(ctx, "try acquire", "etcdsync.semaphore.TryAcquire", 1)
 }
 
-// TryAcquireN takes a permit of n units only if n are free and nobody waits; otherwise it
-// returns ErrNoPermits having written nothing. It records the limit as AcquireN does. When
-// the units are not free it costs one read-only Txn; when they are, that and the Txn that
-// takes them (one Txn when n is the whole limit). n, a done ctx and ErrInvalidOption as for
+// TryAcquireN takes a permit of n units only if n are free and nobody waits. It records the
+// limit as [Semaphore.AcquireN] does.
+//
+// Errors: [ErrNoPermits] otherwise, having written nothing. ctx's error, [ErrInvalidOption]
+// and [ErrLimitMismatch] as for AcquireN.
+//
+// Cost: one read-only Txn when the units are not free; when they are, that and the Txn that
+// takes them (one Txn in all when n is the whole limit); the limit's record as for
 // AcquireN.
 func (s *Semaphore) TryAcquireN(ctx context.Context, n int) (*Permit, error) {
 	return s.tryAcquire(ctx, "try acquire", "etcdsync.semaphore.TryAcquireN", n)
@@ -225,10 +230,13 @@ func (s *Semaphore) recordLimit(ctx context.Context) error {
 }
 
 // InUse is the number of units held now, by every client: the weight of the permit keys
-// in etcd that hold (the oldest, up to Limit; the rest are waiters). One Range of at most
-// Limit keys without values, linearizable, retried through leader changes of etcd until ctx
-// ends (as election's Leader is); with ctx done already, ctx's error. ErrInvalidOption as
-// for Acquire.
+// in etcd that hold (the oldest, up to Limit; the rest are waiters), read linearizably and
+// retried through leader changes of etcd until ctx ends.
+//
+// Errors: ctx's error, with ctx done already or once it ends. [ErrInvalidOption] as for
+// [Semaphore.AcquireN].
+//
+// Cost: one Range of at most Limit keys, without values.
 func (s *Semaphore) InUse(ctx context.Context) (int, error) {
 	if err := s.queue().Unusable(); err != nil {
 		return 0, s.errorf("in use", err)
@@ -252,25 +260,14 @@ func (s *Semaphore) errorf(op string, err error) error {
 // arm before each TryAcquire: its channel yields once a permit key of the name is deleted
 // after that (a Release, a waiter giving up, a lost lease), or when the watch cannot tell
 // whether one was, so a wake may be spurious. Call stop once done, from any goroutine; arm
-// is for one goroutine at a time. It shares the client's one watch of the name and sends
-// no RPC of its own; neither it nor arm ever blocks. On a Semaphore not made by New, arm's
-// channel never yields.
+// is for one goroutine at a time. On a Semaphore not made by [New], arm's channel never
+// yields.
+//
+// Cost: none of its own. It shares the client's one watch of the name with every waiter
+// there (the first registration on a client opens it); neither it nor arm ever blocks.
 func (s *Semaphore) WatchRelease() (arm func() <-chan struct{}, stop func()) {
 	if s.queue() == nil {
 		return core.NoReleases()
 	}
 	return s.q.WatchRelease(permitKind)
-}
-
-// Shutdown revokes the leases that the primitives of every etcdsync package share on cli
-// (one per TTL in use), for a process that is about to exit: every hold and waiting
-// acquisition on them ends at once (Done closes, Err returns ErrLost) and their keys go,
-// so other processes need not wait a TTL. Without it, the keys of a closed client go when
-// its lease expires. An acquisition after Shutdown grants a new lease. Sessions given with
-// WithSession are the caller's to close. A nil cli returns ErrInvalidOption.
-func Shutdown(ctx context.Context, cli *clientv3.Client) error {
-	if cli == nil {
-		return fmt.Errorf("semaphore: shutdown: %w: nil client", ErrInvalidOption)
-	}
-	return core.Shutdown(ctx, cli)
 }

@@ -6,12 +6,15 @@ import (
 	"sync"
 
 	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/reentrant"
 	"github.com/etcdsync/etcdsync/rwmutex"
 )
 
 // Compile-time checks: the primitives are Lockers that tell releases.
 var (
+	_ ReleaseWatcher = (*mutex.Mutex)(nil)
+	_ ReleaseWatcher = (*mutex.Multi)(nil)
 	_ ReleaseWatcher = (*rwmutex.RWMutex)(nil)
 	_ ReleaseWatcher = readLocker{}
 	_ ReleaseWatcher = (*ReentrantLocker)(nil)

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/etcdsync/etcdsync"
 	"github.com/etcdsync/etcdsync/internal/core"
 )
 
@@ -29,12 +30,12 @@ type ReleaseWatcher interface {
 	WatchRelease() (arm func() <-chan struct{}, stop func())
 }
 
-// The errors of this package, shared with every etcdsync package; compare with errors.Is.
+// The errors this package returns, those of package etcdsync; compare with errors.Is.
 var (
-	ErrTimeout       = core.ErrTimeout       // Timeout: the lock stayed busy for the whole duration
-	ErrLocked        = core.ErrLocked        // a try found a lock held or waited for
-	ErrNoPermits     = core.ErrNoPermits     // a try found every permit of a semaphore held
-	ErrInvalidOption = core.ErrInvalidOption // Retry: a bad option; any call: a nil Locker, or a primitive not made by New
+	ErrTimeout       = etcdsync.ErrTimeout
+	ErrLocked        = etcdsync.ErrLocked
+	ErrNoPermits     = etcdsync.ErrNoPermits
+	ErrInvalidOption = etcdsync.ErrInvalidOption
 )
 
 // Once tries l once: l.TryLock(ctx), for symmetry with [Retry] and [Timeout].
@@ -51,21 +52,20 @@ func Once(ctx context.Context, l Locker) error {
 }
 
 // Retry tries l until it takes the lock, waiting between tries for a jittered delay that
-// doubles from one try to the next (see [Backoff]; by default from 100 ms up to 2 s). If l is
-// a [ReleaseWatcher], a release on the name ends the wait early, though at least
-// min(delay, 10 ms) after the last try, so that a name with many releases is not tried more
-// often; a watch that cannot tell whether it missed a release counts as one, so the first
-// wait on a client with no watch of the name open yet may end after 10 ms too. Without
-// [Attempts], Retry tries until ctx ends, like a Lock: bound it with ctx's deadline, or use
-// [Timeout].
+// doubles from one try to the next (see [Backoff]). If l is a [ReleaseWatcher], a release
+// on the name ends the wait early, though no sooner than 10 ms after the last try (or the
+// delay, if shorter), so that a name with many releases is not tried more often; a watch
+// that cannot tell whether it missed a release counts as one, so the first wait on a client
+// with no watch of the name open yet may end that early too. Without [Attempts],
+// Retry tries until ctx ends, like a Lock: bound it with ctx's deadline, or use [Timeout].
 //
 // Errors: only a busy lock ([ErrLocked], [ErrNoPermits]) is tried again; any other error of a
 // try is returned at once, wrapped. When ctx ends, Retry returns promptly (over an etcdsync
-// Locker within 2 s, whatever etcd does: see Timeout) with an error matching both ctx's error
-// and the last try's ErrLocked (or ErrNoPermits), or ctx's alone if no try found the lock
-// busy; with ctx done already, having sent nothing. After Attempts(n) tries, the last one's
-// error, wrapped. [ErrInvalidOption] before any try for a bad option, or a nil Locker as for
-// [Once].
+// Locker within the bound of a cancelled call: see package etcdsync) with an error matching
+// both ctx's error and the last try's ErrLocked (or ErrNoPermits), or ctx's alone if no try
+// found the lock busy; with ctx done already, having sent nothing. After Attempts(n) tries,
+// the last one's error, wrapped. [ErrInvalidOption] before any try for a bad option, or a
+// nil Locker as for [Once].
 //
 // Cost: each failed try costs what l's TryLock costs (one Txn for every etcdsync primitive)
 // and writes nothing; the wake-up adds no RPC, since it uses the client's watch of the name
@@ -91,12 +91,9 @@ func Retry(ctx context.Context, l Locker, opts ...RetryOption) error {
 // way at d is cut short and leaves nothing behind. If ctx ends first, as Retry (ctx's error,
 // not ErrTimeout). A nil Locker as for [Once].
 //
-// Cost: over every etcdsync Locker, Timeout returns within d + 2 s whatever etcd does, also
-// when it cannot be reached at all: a try under way at d waits up to 1 s more for etcd's
-// answer (which says whether it wrote a key), then up to 1 s for the removal of the key it
-// may have written; a removal not answered by then finishes in the background, and the
-// release watch never blocks. Measured with etcd black-holed: 2.1 s for d = 100 ms, 3.0 s for
-// 1 s, 5.0 s for 3 s (d alone when no try is under way at d).
+// Cost: as Retry's. Over every etcdsync Locker, Timeout returns within d plus the bound of
+// a cancelled call (see package etcdsync) whatever etcd does, also when it cannot be
+// reached at all: a try under way at d is cancelled, and the release watch never blocks.
 func Timeout(ctx context.Context, l Locker, d time.Duration) error {
 	if isNil(l) {
 		return fmt.Errorf("trylock: timeout: %w: nil Locker", ErrInvalidOption)

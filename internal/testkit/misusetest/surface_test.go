@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcdsync/etcdsync"
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
@@ -127,6 +128,7 @@ func multiCalls(m *mutex.Multi, admin *clientv3.Client) []call {
 			}
 			return nil
 		}},
+		{name: "WatchRelease", kind: reports, run: watch(m.WatchRelease)},
 	}
 }
 
@@ -358,6 +360,7 @@ func packageNull(*clientv3.Client) []call {
 	}
 	newWith := func(f func() error) func(context.Context) error { return func(context.Context) error { return f() } }
 	return []call{
+		{name: "etcdsync.Shutdown", kind: takes, run: shutdown(etcdsync.Shutdown)},
 		{name: "mutex.Shutdown", kind: takes, run: shutdown(mutex.Shutdown)},
 		{name: "rwmutex.Shutdown", kind: takes, run: shutdown(rwmutex.Shutdown)},
 		{name: "reentrant.Shutdown", kind: takes, run: shutdown(reentrant.Shutdown)},

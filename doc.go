@@ -1,0 +1,56 @@
+// Package etcdsync holds what every etcdsync primitive shares: the options that configure
+// them, the errors they return, and [Shutdown]. The primitives live in the packages mutex,
+// rwmutex, reentrant, semaphore and election; package trylock retries their tries.
+//
+// Each of those packages re-exports the names here that it uses (mutex.WithTTL is
+// [WithTTL], mutex.ErrLost is [ErrLost]), so that code that uses one package needs no
+// second import. An [Option] made in one package configures a primitive of any other.
+//
+// # Leases
+//
+// Every key a primitive writes is bound to a lease. Without [WithSession], the primitives of
+// every package on one *clientv3.Client with one TTL share one lease and one keep-alive,
+// granted by the first acquisition: when the lease ends, every hold on it is lost at once
+// (Done closes, Err returns [ErrLost]), and the next acquisition grants a new one. The keys
+// of a holder that dies go when its lease expires, a TTL ([DefaultTTL] unless [WithTTL])
+// after its last renewal, or at once with [Shutdown].
+//
+// The shared lease is renewed a third of the TTL after the last renewal was sent, and it
+// has a local deadline: the time the last renewal that etcd answered was sent, plus the
+// TTL, less a margin of 1% of the TTL plus 100 ms. etcd lets a lease expire no earlier than
+// a TTL after it received a renewal, so when the deadline passes with no renewal through,
+// the holds on the lease end with ErrLost before etcd can serve anyone else in their place.
+// This assumes that this process's clock and the etcd leader's run at rates within 1% of
+// each other, and that this process acts on its timer within 100 ms: a process that is
+// paused (GC, a stopped VM) cannot act on any deadline, so fence the writes a hold guards
+// with its IsOwner or Token. If etcd answers again after the deadline, the lease is revoked
+// at once, so that the keys of holds told they lost hold nobody up. A session given with
+// WithSession has no local deadline: its end is known when its own keep-alive or a hold's
+// watch notices it.
+//
+// # Cancellation
+//
+// Every call that may block takes a [context.Context] first and returns promptly once it
+// ends, with ctx's error wrapped; with a ctx done already, a call sends nothing. A call that
+// writes a key (Lock, TryLock, RLock, Acquire, Campaign and their kin) and whose ctx ends
+// while its Txn is in flight awaits etcd's answer up to 1 s more, which says whether and at
+// which create revision its key was written, then deletes that key, fenced on its create
+// revision, for up to 1 s: it returns within about 2 s of ctx's end whatever etcd does,
+// and leaves no key behind (a delete that etcd has not answered by then is finished in the
+// background).
+//
+// A release (Unlock, RUnlock, Release, Resign) honours its ctx: a delete in flight when ctx
+// ends is awaited up to 1 s more; if etcd cannot be reached before then, or ctx is done
+// already, the hold stays and the release may be called again, so release with a ctx that
+// outlives the work the hold guards (reentrant's last Unlock is the exception: see
+// reentrant.Mutex.Unlock). The release that a Do makes once fn has returned runs on a
+// context of its own, of 5 s, also when Do's ctx has ended; one that does not get through
+// by then is retried in the background until etcd answers.
+//
+// # Errors
+//
+// The sentinel errors here are the same values in every package (mutex.ErrLocked ==
+// rwmutex.ErrLocked). Calls wrap them with the name and the operation, and sometimes with a
+// second sentinel (an Unlock on a handle that New did not make matches both
+// [ErrInvalidOption] and [ErrNotLocked]): compare with [errors.Is].
+package etcdsync

@@ -1,0 +1,36 @@
+package etcdsync
+
+import "github.com/etcdsync/etcdsync/internal/core"
+
+// The errors of every etcdsync package, which re-export those they return.
+var (
+	// ErrInvalidName: New was given a name that is empty, over 512 bytes, not valid UTF-8,
+	// or holds a NUL byte.
+	ErrInvalidName = core.ErrInvalidName
+	// ErrInvalidOption: an option or argument out of its documented range, or a nil client.
+	// Every call on a handle that New did not make (a zero value, a nil pointer), and every
+	// call through a closed client, returns it at once.
+	ErrInvalidOption = core.ErrInvalidOption
+	// ErrLocked: a try found the lock held, or a waiter ahead; it wrote nothing.
+	ErrLocked = core.ErrLocked
+	// ErrNoPermits: a try found too few of a semaphore's units free; it wrote nothing.
+	ErrNoPermits = core.ErrNoPermits
+	// ErrNotLocked: a release, or Err, without a hold, also once the hold was released.
+	ErrNotLocked = core.ErrNotLocked
+	// ErrLost: a hold, or a wait, ended without its release: its key was deleted, or its
+	// lease expired, was revoked, or passed its local deadline (see Leases in the package doc).
+	ErrLost = core.ErrLost
+	// ErrLimitMismatch: a semaphore's limit differs from the one recorded in etcd for its
+	// name; the acquisition wrote nothing.
+	ErrLimitMismatch = core.ErrLimitMismatch
+	// ErrTimeout: trylock.Timeout ran out of time with the lock still busy.
+	ErrTimeout = core.ErrTimeout
+	// ErrNotLeader: an election call that needs leadership was made without it.
+	ErrNotLeader = core.ErrNotLeader
+	// ErrNoLeader: nobody leads the election.
+	ErrNoLeader = core.ErrNoLeader
+	// ErrMixedClusters: the client's endpoints are members of different etcd clusters, so
+	// a lock taken on one would exclude nobody on the other; no retry helps. The error
+	// names each cluster's ID in hex.
+	ErrMixedClusters = core.ErrMixedClusters
+)

@@ -1,0 +1,67 @@
+package etcdsync
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// Option configures a primitive of any etcdsync package; New returns [ErrInvalidOption],
+// wrapped with the detail, for an invalid one.
+type Option = core.Option
+
+// DefaultTTL is the lease TTL without [WithTTL], 60 s: a holder that dies frees what it
+// held after it.
+const DefaultTTL = core.DefaultTTL
+
+// WithTTL sets the TTL of the lease that the primitive's keys are bound to (see Leases in
+// the package doc), from 1 s to etcd's limit of 9,000,000,000 s; a fraction of a second is
+// rounded up. It cannot be combined with [WithSession].
+func WithTTL(ttl time.Duration) Option { return core.WithTTL(ttl) }
+
+// WithSession makes the primitive bind its keys to s, the caller's session, as it is: its
+// lease, its keep-alive and its lifetime. It is never closed or replaced, and has no local
+// deadline; once it has ended, acquisitions return [ErrLost]. It cannot be combined with
+// [WithTTL].
+func WithSession(s *concurrency.Session) Option { return core.WithSession(s) }
+
+// WithPrefix puts the primitive's keys under prefix, which must end with '/' and, like a
+// name, be valid UTF-8 without NUL of at most 512 bytes: the keys of name then live under
+// prefix + name + "/", with any '/' in name escaped as %2F and '%' as %25. An etcd role
+// granting READWRITE on prefix, or a namespace of it, covers every name; names stay
+// independent of each other ("a" and "a/b" never share a key).
+func WithPrefix(prefix string) Option { return core.WithPrefix(prefix) }
+
+// WithMeterProvider makes the primitive record its metrics (see docs/metrics.md) through
+// mp instead of the global MeterProvider, which is the default (one set with
+// otel.SetMeterProvider after New is used as well). mp must not be nil.
+func WithMeterProvider(mp metric.MeterProvider) Option { return core.WithMeterProvider(mp) }
+
+// WithNameAttribute adds the primitive's name to its measurements and spans as the
+// attribute etcdsync.name. Without it they carry none, so that the number of series stays
+// bounded however many names are used.
+func WithNameAttribute() Option { return core.WithNameAttribute() }
+
+// Shutdown revokes the leases that the primitives of every package share on cli (one per
+// TTL in use), for a process about to exit: every hold and waiting acquisition on them ends
+// at once (Done closes, Err returns [ErrLost]) and their keys go, so that other processes
+// need not wait a TTL; without it, a closed client's keys go when its lease expires. An
+// acquisition after Shutdown grants a new lease. Sessions given with [WithSession] are the
+// caller's to close.
+//
+// Errors: [ErrInvalidOption] for a nil cli; otherwise the revocations that failed before
+// ctx ended (each is retried through leader changes of etcd until then).
+//
+// Cost: one LeaseRevoke per shared lease.
+func Shutdown(ctx context.Context, cli *clientv3.Client) error {
+	if cli == nil {
+		return fmt.Errorf("etcdsync: shutdown: %w: nil client", ErrInvalidOption)
+	}
+	return core.Shutdown(ctx, cli)
+}
