@@ -24,7 +24,7 @@ type Election struct {
 	name      string
 	q         *core.Queue
 	turn      chan struct{} // full from Campaign until the leadership ends, by Resign or loss
-	resigning chan struct{} // one Resign at a time: full while one runs
+	resigning core.Turn     // one Resign at a time: taken while one runs
 	tel       *core.Telemetry
 
 	mu      sync.Mutex
@@ -60,12 +60,11 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 		return nil, fmt.Errorf("election %q: %w", name, err)
 	}
 	return &Election{
-		name:      name,
-		q:         core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)),
-		turn:      make(chan struct{}, 1),
-		resigning: make(chan struct{}, 1),
-		changed:   make(chan struct{}),
-		tel:       core.NewTelemetry(cfg, core.PrimitiveElection, name),
+		name:    name,
+		q:       core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)),
+		turn:    make(chan struct{}, 1),
+		changed: make(chan struct{}),
+		tel:     core.NewTelemetry(cfg, core.PrimitiveElection, name),
 	}, nil
 }
 
@@ -261,10 +260,10 @@ func (e *Election) resign(ctx context.Context, h *core.Hold) (err error) {
 	if h == nil {
 		return e.errorf("resign", errNoLeadership)
 	}
-	if err := core.TakeTurn(ctx, e.resigning); err != nil {
+	if err := e.resigning.Take(ctx); err != nil {
 		return e.errorf("resign", err)
 	}
-	defer func() { <-e.resigning }()
+	defer e.resigning.Give()
 	if e.current() != h {
 		return e.errorf("resign", errNoLeadership) // ended before: by a Resign, or forgotten lost
 	}

@@ -3,7 +3,6 @@ package mutex
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -291,103 +290,14 @@ func quoteNames(names []string) string {
 // On a Multi not made by [NewMulti], arm's channel never yields.
 //
 // Cost: no RPC of its own: it shares the client's watch of each name with every waiter
-// there. For more than one name, one goroutine from the first arm until stop.
+// there.
 func (m *Multi) WatchRelease() (arm func() <-chan struct{}, stop func()) {
 	qs := m.queues()
-	switch len(qs) {
-	case 0:
+	if len(qs) == 0 {
 		return core.NoReleases()
-	case 1:
-		return qs[0].WatchRelease("")
 	}
-	r := &anyRelease{
-		watches: make([]*core.ReleaseWatch, len(qs)),
-		wake:    make(chan struct{}, 1),
-		stopped: make(chan struct{}),
-		exited:  make(chan struct{}),
-	}
-	for i, q := range qs {
-		r.watches[i] = q.WatchReleases("")
-	}
-	return r.arm, r.stop
-}
-
-// anyRelease is the release watch of several names: core's watch of each name wakes a
-// channel of its own, and a goroutine forwards every wake to the one channel that arm
-// returns. A wake forwarded late, from a round before, may end a round early: a spurious
-// wake, which costs the caller one more try; no release after arm is ever missed, since arm
-// empties that channel before it arms the names' watches, never after.
-type anyRelease struct {
-	watches []*core.ReleaseWatch
-	wake    chan struct{} // what arm returns; holds one wake at most
-	stopped chan struct{} // closed by stop
-	exited  chan struct{} // closed when forward returns
-
-	mu      sync.Mutex
-	started bool // forward runs, or has run
-	ended   bool // stop was called
-}
-
-func (r *anyRelease) arm() <-chan struct{} {
-	select {
-	case <-r.wake:
-	default:
-	}
-	r.mu.Lock()
-	first := !r.started && !r.ended
-	r.started = r.started || first
-	r.mu.Unlock()
-	var cases []reflect.SelectCase // forward's, made on the first arm
-	if first {
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.stopped)})
-	}
-	for _, w := range r.watches {
-		wake := w.Arm() // the same channel in every round
-		if first {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(wake)})
-		}
-	}
-	if first {
-		go r.forward(cases)
-	}
-	return r.wake
-}
-
-// forward passes each wake of a name's watch on to r.wake until stop.
-func (r *anyRelease) forward(cases []reflect.SelectCase) {
-	defer close(r.exited)
-	for {
-		chosen, _, ok := reflect.Select(cases)
-		switch {
-		case chosen == 0:
-			return
-		case !ok:
-			cases[chosen].Chan = reflect.Value{} // closed: no wake will come; ignore it
-			continue
-		}
-		select {
-		case r.wake <- struct{}{}:
-		default: // a wake is pending already
-		}
-	}
-}
-
-// stop ends forward, waiting for it, then the names' watches; only the first call counts.
-func (r *anyRelease) stop() {
-	r.mu.Lock()
-	first, started := !r.ended, r.started
-	r.ended = true
-	r.mu.Unlock()
-	if !first {
-		return
-	}
-	close(r.stopped)
-	if started {
-		<-r.exited
-	}
-	for _, w := range r.watches {
-		w.Stop()
-	}
+	r := core.WatchReleasesAll(qs, "")
+	return r.Arm, r.Stop
 }
 
 // Do takes every name as [Multi.Lock] does, runs fn while they are held, and releases them

@@ -52,7 +52,7 @@ type RWMutex struct {
 	name      string
 	q         *core.Queue
 	turn      chan struct{}   // the writers' one-at-a-time: full while a Lock waits or holds
-	unlocking chan struct{}   // one Unlock at a time: full while one runs
+	unlocking core.Turn       // one Unlock at a time: taken while one runs
 	rtel      *core.Telemetry // of the read side
 	wtel      *core.Telemetry // of the write side
 
@@ -77,12 +77,11 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*RWMutex, error) {
 		return nil, fmt.Errorf("rwmutex %q: %w", name, err)
 	}
 	return &RWMutex{
-		name:      name,
-		q:         core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)).WatchArrivals(),
-		turn:      make(chan struct{}, 1),
-		unlocking: make(chan struct{}, 1),
-		rtel:      core.NewTelemetry(cfg, core.PrimitiveRead, name),
-		wtel:      core.NewTelemetry(cfg, core.PrimitiveWrite, name),
+		name: name,
+		q:    core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)).WatchArrivals(),
+		turn: make(chan struct{}, 1),
+		rtel: core.NewTelemetry(cfg, core.PrimitiveRead, name),
+		wtel: core.NewTelemetry(cfg, core.PrimitiveWrite, name),
 	}, nil
 }
 

@@ -144,10 +144,10 @@ func (rw *RWMutex) unlock(ctx context.Context, h *core.Hold) (err error) {
 	if h == nil {
 		return rw.errorf("unlock", ErrNotLocked)
 	}
-	if err := core.TakeTurn(ctx, rw.unlocking); err != nil {
+	if err := rw.unlocking.Take(ctx); err != nil {
 		return rw.errorf("unlock", err)
 	}
-	defer func() { <-rw.unlocking }()
+	defer rw.unlocking.Give()
 	if rw.writeHold() != h {
 		return rw.errorf("unlock", ErrNotLocked) // released before: by an Unlock, or fn in Do
 	}

@@ -22,12 +22,12 @@ type Permit struct {
 	s         *Semaphore
 	h         *core.Hold
 	units     int
-	releasing chan struct{} // one Release at a time: full while one runs
-	ended     atomic.Bool   // Release has ended it
+	releasing core.Turn   // one Release at a time: taken while one runs
+	ended     atomic.Bool // Release has ended it
 }
 
 func newPermit(s *Semaphore, h *core.Hold, units int) *Permit {
-	return &Permit{s: s, h: h, units: units, releasing: make(chan struct{}, 1)}
+	return &Permit{s: s, h: h, units: units}
 }
 
 // Units is how many units the permit holds: 1 from Acquire and TryAcquire, n from AcquireN
@@ -63,10 +63,10 @@ func (p *Permit) Release(ctx context.Context) (err error) {
 	if p.ended.Load() {
 		return p.s.errorf("release", ErrNotLocked)
 	}
-	if err := core.TakeTurn(ctx, p.releasing); err != nil {
+	if err := p.releasing.Take(ctx); err != nil {
 		return p.s.errorf("release", err)
 	}
-	defer func() { <-p.releasing }()
+	defer p.releasing.Give()
 	if p.ended.Load() {
 		return p.s.errorf("release", ErrNotLocked) // the Release before this one ended it
 	}

@@ -246,9 +246,10 @@ func TestObserverDropsTheOldestForASlowReaderWithoutRepeats(t *testing.T) {
 
 // armed registers a release watch on prefix with h and arms it.
 func armed(h *hub, prefix string) (*ReleaseWatch, <-chan struct{}) {
-	w := &releaseWatch{prefix: prefix, wake: make(chan struct{}, 1)}
+	r := &ReleaseWatch{wake: make(chan struct{}, 1)}
+	w := &releaseWatch{prefix: prefix, wake: r.wake}
 	h.subs[w] = struct{}{}
-	r := &ReleaseWatch{h: h, w: w}
+	r.subs = []releaseSub{{h, w}}
 	return r, r.Arm()
 }
 
@@ -264,7 +265,7 @@ func TestAnArmedReleaseWatchYieldsOnALaterDeleteOfItsKind(t *testing.T) {
 	h.dispatch(events(del("n/a", 5, 12)))
 	r, ch := armed(h, "n/w")
 	// More deletes at 12 may come (a Txn's deletes can span two responses): from 11 on.
-	assert.Equal(t, int64(11), r.w.snap, "counts from the last revision wholly dispatched")
+	assert.Equal(t, int64(11), r.subs[0].w.snap, "counts from the last revision wholly dispatched")
 
 	h.dispatch(events(put("n/wx", 13), del("n/rx", 6, 14)))
 	assert.False(t, yielded(ch), "an arrival, or a delete of another kind")

@@ -2,68 +2,63 @@
 // keys, options, the shared session layer, and a wait-for-predecessor queue ordered by
 // create revision whose holds report their own loss.
 //
-// Public packages adapt it to their vocabulary; no algorithm lives twice.
+// Public packages adapt it to their vocabulary. Each idea lives in one file:
 //
-// # Where things live
+//   - keys.go: what a key is: a name's escaped prefix (ValidateName, NamePrefix), the slot of
+//     an acquisition ("<prefix><kind><lease hex>_<slot>", reused from one acquisition to the
+//     next) and the value written into it (OwnerValue).
+//   - options.go: Option and Config (TTL, session, prefix, meter).
+//   - client.go: a client's state, one per *clientv3.Client, dropped when the client closes:
+//     its shared sessions, its hubs, its keyWatch, its janitor and its clock.
+//   - session.go: the shared sessions (one lease per client and TTL, replaced after it
+//     expired; Shutdown) and their keep-alive with its local deadline.
+//   - queue.go: Queue (a name's keys under one prefix) and Spec (what an acquisition asks:
+//     the kind of key, which kinds are ahead of it, how many units of how many); the weight
+//     of a semaphore's keys; Served, the one rule of who is served; Record.
+//   - acquire.go: the acquisition path, once for one name and for several: claim a slot per
+//     name, write every key in one Txn that reads what is ahead (acquisition.write: every
+//     write of an acquisition, and what each answer means), wait, grant or abandon; the tries.
+//   - hold.go: Hold, a granted key at its create revision (its fencing token), its end, and
+//     its release: one fenced delete for a hold or a Group (release, deleteFenced).
+//   - group.go: Group, the Holds of one acquisition of several names, which end as one.
+//   - keywatch.go: the watch of a hold's key (Done, Err, OnEnd): on the client's one
+//     keyWatch stream, each create under a fresh ID, a watch cancelled or refused has its key
+//     read first; or, on a client whose KV or Watcher is wrapped, a monitor of its own.
+//   - hub.go: one watch per client, name and mode, shared by every subscriber there: join,
+//     leave and linger; events dispatched in revision order, once; a read after any gap.
+//   - watchers.go: the subscribers: the view they share, queueWaiter (an acquisition that
+//     waits), Sentry (WatchBehind), ReleaseWatch (WatchRelease, for one name or several)
+//     and Observer (WatchHead, for elections).
+//   - cleanup.go: the janitor: cleanups that outlive the call that needed them (the keys of
+//     an abandoned acquisition, an abandoned hold's release).
+//   - clock.go: the highest revision seen, and the rewind of every hold when the cluster
+//     went back in time (ErrRewound); answers from more than one cluster (ErrMixedClusters).
+//   - retry.go: what is transient, retries, backoff, commitWrite, and contexts that outlive
+//     their caller's for a bounded time.
+//   - telemetry.go: the instruments, spans and attribute sets of a handle, and the metrics
+//     of a hold's life.
+//   - scope.go: work scoped to a hold or a Group (Do), whose release frees that hold and no
+//     later one of the handle.
+//   - turn.go: a handle's one-at-a-time turn.
+//   - errors.go: the sentinel errors every package re-exports, and handles New did not make.
 //
-// Names, keys and options:
-//   - names.go: ValidateName, NamePrefix (a name's escaped key prefix).
-//   - options.go: Option, Config (TTL, session, prefix); metrics.go and tracing.go: the
-//     Telemetry of a handle (instruments, attribute sets, spans).
-//   - slots.go: the key of an acquisition, "<prefix><kind><lease hex>_<slot>", reused from
-//     one acquisition to the next; owner.go: the value written into it.
-//   - errors.go: the sentinel errors every package re-exports, and Busy.
-//
-// A client's state (client.go): one clientState per *clientv3.Client, the only registry of
-// core, dropped when the client closes. It holds:
-//   - its shared sessions (session.go: one lease per TTL, Shutdown; keepalive.go: the
-//     renewals and the local deadline, one timer per session);
-//   - its hubs (hub.go: one watch per name and mode, shared by every waiter, sentry,
-//     release watch and observer of the client on the name; registry.go: join, leave,
-//     linger; dispatch.go: events in revision order, once; subscriber.go: what a hub feeds);
-//   - its keyWatch (keywatch.go: one gRPC watch stream for the keys of every watched hold,
-//     each create under a fresh ID; a watch cancelled or refused has its key read first);
-//   - its janitor (janitor.go: cleanups that outlive the call that needed them);
-//   - its clock (clock.go: the highest revision seen, and the rewind of everything when
-//     the cluster went back in time; clusters.go: answers from more than one cluster,
-//     ErrMixedClusters).
-//
-// The queue (queue.go): Queue is a name's keys under one prefix, Spec what an acquisition
-// asks (the kind of key, which kinds are ahead of it, how many slots). Acquire writes the key
-// in one Txn that also reads what is ahead (queue.go), then waits as a queueWaiter
-// (waiter.go) subscribed to the client's hub of the name until nothing it must wait for is
-// ahead; try.go is the Txn that writes only when nothing is ahead; units.go weighs the keys
-// of a semaphore's permits. sentry.go (WatchBehind), releasewatch.go (WatchRelease) and
-// observer.go (WatchHead, for elections) are the other subscribers.
-//
-// Several names at once (multi.go): AcquireAll writes a key on each of several queues in
-// one Txn, so that they share one create revision, and waits as a queueWaiter on the hub of
-// each name that has a key ahead; TryAcquireAll is its one-Txn try. What it grants is a
-// Group (group.go): a Hold per name, lost when any is, released by one Txn of fenced
-// deletes.
-//
-// A hold (hold.go): Hold is a granted key at its create revision, its fencing token. Done,
-// Err and OnEnd start its watch (holdmonitor.go: on the client's keyWatch, or a goroutine
-// of its own on a client whose KV or Watcher is wrapped); holdrelease.go is the fenced
-// delete that ends it (Release, Abandon); holdmetrics.go records its life; scope.go runs
-// work scoped to it or to a Group (Do), whose release frees that hold and no later one of the
-// handle; unusable.go answers for handles that New did not make.
-//
-// Around them: retry.go (what is transient, retries, backoff), outlive.go (contexts that
-// outlive their caller's), turn.go (a handle's one-at-a-time turn), record.go (a value
-// recorded once, as the semaphore's limit).
+// Process-wide state: the clients' states (client.go), by client; the slots claimed, by
+// lease (keys.go), which is process-wide because one lease can be used through several
+// handles' sessions (WithSession) and clients; and the instruments of the global
+// MeterProvider, by primitive (telemetry.go), a cache.
 //
 // # The path of an acquisition
 //
-// A public Lock calls Queue.Acquire(ctx, spec). withSlot takes a live session from the
-// client's sharedSession (granting a lease on first use) and claims a slot, which names the
-// key. enqueue sends one Txn: put the key on the session's lease if it is absent, and read
-// the keys ahead of it. If nothing is in the way, grant makes the Hold at once. Otherwise
-// the waiter joins the client's hub of the name, which reads what it missed and feeds it
-// every delete (with the deleted key's create revision) until the keys ahead have gone; a
-// read confirms the waiter's view after any gap. A cancelled or failed acquisition deletes
-// its key, fenced on its create revision, or leaves that to the janitor. Once held, Done
-// adds the key to the client's keyWatch; Unlock calls Hold.Release, one fenced delete,
-// which ends the hold and takes its key off the keyWatch; the next waiter's hub delivers the
-// delete, and so on.
+// A public Lock calls Queue.Acquire(ctx, spec); mutex.Multi calls AcquireAll over several
+// queues, the same path. withAcquisition takes a live session from the client's shared
+// session (granting a lease on first use) and claims a slot per name, which names the key.
+// enqueue sends one Txn: put the keys on the session's lease if they are absent, and read
+// what is ahead of each. If nothing is in the way, grant makes the Hold (or Group) at once.
+// Otherwise wait joins the client's hub of each name with something ahead, which reads what
+// it missed and feeds the waiter every delete (with the deleted key's create revision) until
+// little enough is ahead; a read confirms the waiter's view after any gap. A cancelled or
+// failed acquisition deletes its keys, fenced on their create revision, or leaves that to
+// the janitor. Once held, Done adds the key to the client's keyWatch; Unlock calls
+// Hold.Release, one fenced delete, which ends the hold and takes its key off the keyWatch;
+// the next waiter's hub delivers the delete, and so on.
 package core

@@ -22,20 +22,17 @@ type Group struct {
 	sess    *Session
 	rev     int64
 	members []*Hold
-	done    chan struct{}
 
 	mu        sync.Mutex
-	watched   bool  // every member's end is reported to the Group (OnEnd)
-	releasing bool  // a Release is under way
-	ended     bool  // done is closed
-	over      bool  // released: every member has ended
-	err       error // the first loss of a member; nil while every member holds
-	onEnd     []func(error)
+	watched   bool         // every member's end is reported to the Group (OnEnd)
+	releasing bool         // a Release is under way
+	over      bool         // released: every member has ended
+	ending                 // err: the first loss of a member; nil while every member holds
 	metrics   *holdMetrics // nil unless counted: see Telemetry.HeldGroup
 }
 
 func newGroup(cli *clientv3.Client, sess *Session, slots []*slot, rev int64) *Group {
-	g := &Group{cli: cli, sess: sess, rev: rev, members: make([]*Hold, len(slots)), done: make(chan struct{})}
+	g := &Group{cli: cli, sess: sess, rev: rev, members: make([]*Hold, len(slots)), ending: ending{done: make(chan struct{})}}
 	for i, sl := range slots {
 		g.members[i] = newHold(cli, sess, sl, rev)
 		g.members[i].group = g
@@ -102,11 +99,7 @@ func (g *Group) OnEnd(f func(error)) {
 	g.watch()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.ended {
-		f(g.err)
-		return
-	}
-	g.onEnd = append(g.onEnd, f)
+	g.addOnEnd(f)
 }
 
 // watch has every member report its end to the Group, and reports a session known to have
@@ -152,13 +145,8 @@ func (g *Group) end() {
 	if g.ended {
 		return
 	}
-	g.ended = true
-	close(g.done)
 	g.recordEnd(g.err)
-	for _, f := range g.onEnd {
-		f(g.err)
-	}
-	g.onEnd = nil
+	g.finish(g.err)
 }
 
 // Release deletes the keys still held, in one Txn, each only if it is still the Group's (a

@@ -38,23 +38,21 @@ type Hold struct {
 	slot *slot
 	key  string
 	rev  int64
-	done chan struct{}
 
-	mu    sync.Mutex
-	state holdState
-	err   error // the final error once ended: nil after a clean release, ErrLost after a loss
+	mu     sync.Mutex
+	state  holdState
+	ending // its final error: nil after a clean release, ErrLost after a loss
 	// seen is a loss the monitor saw while a release was under way, for that release to
 	// weigh (the key it saw go may be the release's own); cleared by every release.
 	seen    error
-	keyed   bool     // its key is watched on the client's keyWatch
-	mon     *monitor // the watch of a hold on a client with a wrapped KV or Watcher
-	onEnd   []func(error)
+	keyed   bool         // its key is watched on the client's keyWatch
+	mon     *monitor     // the watch of a hold on a client with a wrapped KV or Watcher
 	metrics *holdMetrics // nil unless counted: see Telemetry.Held
 	group   *Group       // the Group it is a member of, which is what is counted; nil for none
 }
 
 func newHold(cli *clientv3.Client, sess *Session, slot *slot, rev int64) *Hold {
-	return &Hold{cli: cli, sess: sess, slot: slot, key: slot.key(), rev: rev, done: make(chan struct{})}
+	return &Hold{cli: cli, sess: sess, slot: slot, key: slot.key(), rev: rev, ending: ending{done: make(chan struct{})}}
 }
 
 // Key is the hold's key; "" for no hold.
@@ -117,11 +115,7 @@ func (h *Hold) OnEnd(f func(error)) {
 	h.checkSession()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.state == lost || h.state == over {
-		f(h.err)
-		return
-	}
-	h.onEnd = append(h.onEnd, f)
+	h.addOnEnd(f)
 }
 
 // Closed is a closed channel: the Done of no hold.
@@ -159,15 +153,39 @@ func (h *Hold) end(state holdState, err error) {
 		h.state = state
 		return
 	}
-	h.state, h.err = state, err
+	h.state = state
 	h.recordEnd(err)
-	close(h.done)
 	h.slot.free()
-	for _, f := range h.onEnd {
+	h.finish(err)
+	h.unwatch()
+}
+
+// ending is how a hold or a Group ends, once: its Done channel closes, its final error is
+// kept, its OnEnd callbacks run. Guarded by its owner's mutex.
+type ending struct {
+	done  chan struct{}
+	ended bool
+	err   error // the final error once ended (a Group records its first loss before)
+	onEnd []func(error)
+}
+
+// addOnEnd has f called with the final error when it ends; at once if it has.
+func (e *ending) addOnEnd(f func(error)) {
+	if e.ended {
+		f(e.err)
+		return
+	}
+	e.onEnd = append(e.onEnd, f)
+}
+
+// finish ends it with err: closes done and runs the callbacks. Once.
+func (e *ending) finish(err error) {
+	e.ended, e.err = true, err
+	close(e.done)
+	for _, f := range e.onEnd {
 		f(err)
 	}
-	h.onEnd = nil
-	h.unwatch()
+	e.onEnd = nil
 }
 
 // observe records a loss: it ends a hold that is held; during a release, the release weighs

@@ -58,19 +58,3 @@ func (t *Turn) Give() {
 		t.freed = nil
 	}
 }
-
-// TakeTurn is Turn.Take for a turn kept as a channel of capacity 1 (send to take, receive to
-// give back), for a handle that also selects on it beside other channels.
-func TakeTurn(ctx context.Context, turn chan struct{}) error {
-	select {
-	case turn <- struct{}{}:
-		return nil
-	default:
-	}
-	select {
-	case turn <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}

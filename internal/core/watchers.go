@@ -249,16 +249,32 @@ func (s *sentry) recount(kvs []*mvccpb.KeyValue, rev int64) {
 // It is for one goroutine at a time. Registering never blocks: the watch is opened by the
 // hub's own goroutine.
 type ReleaseWatch struct {
-	h    *hub
-	w    *releaseWatch
+	subs []releaseSub
+	wake chan struct{} // every name's: what Arm returns
 	once sync.Once
+}
+
+type releaseSub struct {
+	h *hub
+	w *releaseWatch
 }
 
 // WatchReleases registers a release watch for the deletes of keys in the sub-range kind of
 // the name ("" for every kind). It is disarmed until Arm. Stop it when done.
 func (q *Queue) WatchReleases(kind string) *ReleaseWatch {
-	w := &releaseWatch{prefix: q.prefix + kind, wake: make(chan struct{}, 1)}
-	return &ReleaseWatch{h: join(q.hubKey(), w), w: w}
+	return WatchReleasesAll([]*Queue{q}, kind)
+}
+
+// WatchReleasesAll is WatchReleases for the names of several queues at once: a delete in any
+// of them fires it. It is a registration with the client's watch on each name, all with one
+// wake channel, and starts no goroutine.
+func WatchReleasesAll(qs []*Queue, kind string) *ReleaseWatch {
+	r := &ReleaseWatch{subs: make([]releaseSub, len(qs)), wake: make(chan struct{}, 1)}
+	for i, q := range qs {
+		w := &releaseWatch{prefix: q.prefix + kind, wake: r.wake}
+		r.subs[i] = releaseSub{join(q.hubKey(), w), w}
+	}
+	return r
 }
 
 // WatchRelease is WatchReleases in the shape of package trylock's ReleaseWatcher: arm is
@@ -273,21 +289,28 @@ func (q *Queue) WatchRelease(kind string) (arm func() <-chan struct{}, stop func
 // see ReleaseWatch). It forgets the rounds before; the channel is the same every round and
 // yields at most once per round.
 func (r *ReleaseWatch) Arm() <-chan struct{} {
-	h, w := r.h, r.w
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	select {
-	case <-w.wake:
+	case <-r.wake:
 	default:
 	}
-	// 0 before the watch has started: its start then counts as a release (catchUp), since
-	// it may start after the try and so after a release that the try did not see.
-	w.armed, w.snap = true, h.dispatched()
-	return w.wake
+	for _, s := range r.subs {
+		s.h.mu.Lock()
+		// 0 before the watch has started: its start then counts as a release (catchUp),
+		// since it may start after the try and so after a release that the try did not see.
+		s.w.armed, s.w.snap = true, s.h.dispatched()
+		s.h.mu.Unlock()
+	}
+	return r.wake
 }
 
 // Stop ends the registration; only the first call counts.
-func (r *ReleaseWatch) Stop() { r.once.Do(func() { r.h.leave(r.w) }) }
+func (r *ReleaseWatch) Stop() {
+	r.once.Do(func() {
+		for _, s := range r.subs {
+			s.h.leave(s.w)
+		}
+	})
+}
 
 // releaseWatch is a ReleaseWatch as its hub sees it. Its fields are guarded by the hub's
 // mutex.
