@@ -18,6 +18,7 @@ import (
 // saying it goes on in the background, and once the deletes get through again the key goes
 // and the handle locks again.
 func TestDoWhoseReleaseGetsNoAnswerReleasesInTheBackground(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("waits out the release's 5 s")
 	}

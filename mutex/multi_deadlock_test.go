@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
@@ -21,16 +20,10 @@ import (
 // writes. Taken one by one in the callers' orders, these would deadlock; every worker must
 // finish all its rounds, and no name ever has two holders.
 func TestOverlappingMultisInOppositeOrdersNeverDeadlock(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a 3-member cluster")
-	}
-	c, err := etcdtest.NewEmbedded(3)
-	require.NoError(t, err)
-	defer c.Close()
+	t.Parallel()
+	c := etcdtest.LaggingCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	stop := etcdtest.BackgroundWrites(ctx, t, etcdtest.SpreadClient(t, c, 1), "deadlock-noise/")
-	defer stop()
 
 	const rounds = 15
 	sets := [][]string{

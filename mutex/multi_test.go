@@ -275,6 +275,7 @@ func TestMultiDoEndsTheWorkOnTheLossOfAnyKey(t *testing.T) {
 // never comes, and ctx ends meanwhile: the Lock returns ctx's error having removed the keys
 // it could not know it wrote, under every name.
 func TestMultiLockWhoseAnswerNeverComesLeavesNoKey(t *testing.T) {
+	t.Parallel()
 	ctx := etcdtest.Context(t)
 	admin := cluster.Client(t)
 	names := []string{"dropped-multi-a", "dropped-multi-b"}
@@ -295,6 +296,7 @@ func TestMultiLockWhoseAnswerNeverComesLeavesNoKey(t *testing.T) {
 // after the Lock gave up. The Lock retired its session, whose lease is revoked once no slot
 // is claimed on it: a late try is refused, or its keys go with the lease.
 func TestMultiLockWhoseTxnLandsLateLeavesNoKey(t *testing.T) {
+	t.Parallel()
 	ctx := etcdtest.Context(t)
 	admin := cluster.Client(t)
 	names := []string{"late-multi-a", "late-multi-b"}
@@ -389,6 +391,7 @@ func TestUnlockOfAMultiWhoseKeyWentUnwatchedSaysLost(t *testing.T) {
 // applied but its answer never comes; the retry, once the try's bound has passed, finds
 // the keys written and holds with them, instead of failing while ctx has time.
 func TestMultiLockWhoseFirstAnswerIsLostTakesItsKeysOver(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("waits out one try's 5 s bound")
 	}

@@ -190,6 +190,7 @@ func TestExcludesEtcdConcurrencyMutexBothWays(t *testing.T) {
 }
 
 func TestClosingTheClientEndsAWaitingLock(t *testing.T) {
+	t.Parallel()
 	ctx := etcdtest.Context(t)
 	const name = "client-closed"
 	admin := cluster.Client(t)
@@ -236,6 +237,7 @@ func TestWithSessionUsesTheCallersLease(t *testing.T) {
 // It runs on a 3-member cluster with clients balanced over the members, where a Txn that a
 // follower forwards to the leader is easily overtaken by a delete sent to the leader.
 func TestLocksCancelledAtAnyMomentLeaveNoKey(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a 3-member cluster")
 	}
