@@ -11,7 +11,7 @@ import (
 
 // These tests feed a hub watch responses shaped as etcd sends them, to pin down what each
 // kind of subscriber makes of them, one rule at a time; the tests against real clusters
-// (mutex/lag_test.go, the fault harness) show that the rules hold where members lag.
+// (internal/testkit/primtest/lag_test.go, the fault harness) show that the rules hold where members lag.
 
 func del(key string, created, rev int64) *clientv3.Event {
 	return &clientv3.Event{
