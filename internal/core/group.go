@@ -142,7 +142,7 @@ func (g *Group) lose(err error) {
 // end closes done with the Group's final error (g.err), records it and runs the OnEnd
 // callbacks, once. Under g.mu.
 func (g *Group) end() {
-	if g.ended {
+	if g.ended() {
 		return
 	}
 	g.recordEnd(g.err)
@@ -220,7 +220,7 @@ func (t *Telemetry) HeldGroup(g *Group) {
 		t.ins.holds.Add(bg, 1, t.plain...)
 	}
 	g.metrics = &holdMetrics{t: t, granted: time.Now(), counted: counted}
-	if g.ended {
+	if g.ended() {
 		g.recordEnd(g.err)
 	}
 }

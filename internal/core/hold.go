@@ -41,11 +41,11 @@ type Hold struct {
 
 	mu     sync.Mutex
 	state  holdState
-	ending // its final error: nil after a clean release, ErrLost after a loss
+	keyed  bool // its key is watched on the client's keyWatch
+	ending      // its final error: nil after a clean release, ErrLost after a loss
 	// seen is a loss the monitor saw while a release was under way, for that release to
 	// weigh (the key it saw go may be the release's own); cleared by every release.
 	seen    error
-	keyed   bool         // its key is watched on the client's keyWatch
 	mon     *monitor     // the watch of a hold on a client with a wrapped KV or Watcher
 	metrics *holdMetrics // nil unless counted: see Telemetry.Held
 	group   *Group       // the Group it is a member of, which is what is counted; nil for none
@@ -163,15 +163,24 @@ func (h *Hold) end(state holdState, err error) {
 // ending is how a hold or a Group ends, once: its Done channel closes, its final error is
 // kept, its OnEnd callbacks run. Guarded by its owner's mutex.
 type ending struct {
-	done  chan struct{}
-	ended bool
-	err   error // the final error once ended (a Group records its first loss before)
+	done  chan struct{} // closed once ended
+	err   error         // the final error once ended (a Group records its first loss before)
 	onEnd []func(error)
+}
+
+// ended reports whether it has ended.
+func (e *ending) ended() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // addOnEnd has f called with the final error when it ends; at once if it has.
 func (e *ending) addOnEnd(f func(error)) {
-	if e.ended {
+	if e.ended() {
 		f(e.err)
 		return
 	}
@@ -180,7 +189,7 @@ func (e *ending) addOnEnd(f func(error)) {
 
 // finish ends it with err: closes done and runs the callbacks. Once.
 func (e *ending) finish(err error) {
-	e.ended, e.err = true, err
+	e.err = err
 	close(e.done)
 	for _, f := range e.onEnd {
 		f(err)
