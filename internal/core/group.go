@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -199,31 +198,6 @@ func describeHolds(hs []*Hold) string {
 
 // client is the client the Group was acquired through (see Scoper).
 func (g *Group) client() *clientv3.Client { return g.cli }
-
-// HeldGroup is Held for a Group: it counts as one hold of t's primitive, lost when any of
-// its members is.
-func (t *Telemetry) HeldGroup(g *Group) {
-	if t == nil || g == nil {
-		return
-	}
-	bg := context.Background()
-	counted := t.ins.holds.Enabled(bg)
-	if !counted && !t.ins.hold.Enabled(bg) && !t.ins.lost.Enabled(bg) {
-		return
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.metrics != nil {
-		return
-	}
-	if counted {
-		t.ins.holds.Add(bg, 1, t.plain...)
-	}
-	g.metrics = &holdMetrics{t: t, granted: time.Now(), counted: counted}
-	if g.ended() {
-		g.recordEnd(g.err)
-	}
-}
 
 // HeldGroup is Held for a Group.
 func (a *Attempt) HeldGroup(g *Group) {

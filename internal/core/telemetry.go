@@ -446,25 +446,38 @@ type holdMetrics struct {
 // for a loss, why. Call it once the hold is granted. It does nothing for no hold (nil), or
 // when nothing records t's hold instruments.
 func (t *Telemetry) Held(h *Hold) {
-	if t == nil || h == nil {
-		return
+	if t != nil && h != nil {
+		t.held(&h.mu, &h.metrics, &h.ending, h.sess)
 	}
+}
+
+// HeldGroup is Held for a Group: it counts as one hold of t's primitive, lost when any of
+// its members is.
+func (t *Telemetry) HeldGroup(g *Group) {
+	if t != nil && g != nil {
+		t.held(&g.mu, &g.metrics, &g.ending, g.sess)
+	}
+}
+
+// held is Held for the metrics *mp of a hold or Group on sess that ends with e, all
+// guarded by mu.
+func (t *Telemetry) held(mu *sync.Mutex, mp **holdMetrics, e *ending, sess *Session) {
 	bg := context.Background()
 	counted := t.ins.holds.Enabled(bg)
 	if !counted && !t.ins.hold.Enabled(bg) && !t.ins.lost.Enabled(bg) {
 		return
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.metrics != nil {
+	mu.Lock()
+	defer mu.Unlock()
+	if *mp != nil {
 		return
 	}
 	if counted {
 		t.ins.holds.Add(bg, 1, t.plain...)
 	}
-	h.metrics = &holdMetrics{t: t, granted: time.Now(), counted: counted}
-	if h.state == lost || h.state == over {
-		h.recordEnd(h.err)
+	*mp = &holdMetrics{t: t, granted: time.Now(), counted: counted}
+	if e.ended() {
+		(*mp).end(e.err, sess)
 	}
 }
 
