@@ -16,7 +16,7 @@ import (
 // subscribers of one kind on that name: a release costs one event per client, not per
 // waiter. Its goroutine (the pump) opens the watch, re-opens it when it fails, reads the
 // name when a subscriber's view needs it, and dispatches every event, in revision order and
-// once, a whole revision at a time (see dispatch.go). It does all of that outside every
+// once, a whole revision at a time (see dispatch). It does all of that outside every
 // lock: a watch that is not created (a member cut off) or a read without an answer holds up
 // only the subscribers of this hub, and they still return on their own ctx.
 //

@@ -53,7 +53,7 @@ func (q *Queue) Client() *clientv3.Client { return q.cli }
 // Spec describes one kind of acquisition in the queue's own terms: what kind of key it
 // writes, which keys it waits behind, and how many units it takes of how many the name has.
 // Core derives the rest: the key's sub-prefix (which carries a weight above one, see
-// units.go) and the threshold a waiter is served at.
+// unitsKind) and the threshold a waiter is served at.
 type Spec struct {
 	Kind  string // sub-prefix of the acquisition's key under the name ("" for a mutex)
 	Ahead string // sub-prefix whose earlier keys count against it ("" for every kind)
@@ -66,7 +66,7 @@ type Spec struct {
 	// Tel, if not nil, records where a blocking acquisition joined the line.
 	Tel *Telemetry
 	// Guard, if not empty, is ANDed into the If of every Txn that may write the key: when
-	// it fails, the acquisition writes nothing and returns ErrGuard (see try.go).
+	// it fails, the acquisition writes nothing and returns ErrGuard (see acquire.go).
 	Guard []clientv3.Cmp
 }
 

@@ -22,7 +22,7 @@ const tryTimeout = 5 * time.Second
 
 // answerGrace is how long a Txn that may write a key is still awaited once the caller's ctx
 // has ended. Its answer says whether a key was written and at which revision, so that the
-// cleanup is fenced; past the grace, the outcome stays unknown (see Queue.abandon).
+// cleanup is fenced; past the grace, the outcome stays unknown (see acquisition.abandon).
 const answerGrace = time.Second
 
 // cleanupWait bounds the cleanup a cancelled or failed call does before it returns; what is
