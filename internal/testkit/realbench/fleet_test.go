@@ -178,8 +178,10 @@ func (d *drain) awaitKeys(ctx context.Context, want int64) error {
 	}
 }
 
-// awaitQuiet waits until no client has sent anything (keep-alives aside) nor heard a watch
-// event for fleetQuiet: the queueing's watch events and the reads they cause are over.
+// awaitQuiet waits until no client has had a unary call under way, sent anything
+// (keep-alives aside) nor heard a watch event for fleetQuiet: the queueing's reads, watch
+// creates and watch events are over. (Without the calls under way, 1,000 waiters whose
+// reads etcd had not yet answered looked quiet, and created their watches in the drain.)
 func (d *drain) awaitQuiet(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, fleetQueueFor)
 	defer cancel()
@@ -200,7 +202,11 @@ func (d *drain) awaitQuiet(ctx context.Context) error {
 			return fmt.Errorf("the clients never settled after queueing: %w", ctx.Err())
 		case <-time.After(fleetQuiet / 5):
 		}
-		if now := total(); now != last {
+		busy := false
+		for _, c := range d.clients {
+			busy = busy || c.pending.Load() > 0
+		}
+		if now := total(); now != last || busy {
 			last, since = now, time.Now()
 		}
 	}
