@@ -92,13 +92,15 @@ func benchFleet(b *testing.B, t *target, n int) {
 	oursSide := drainSide("ours", ours, oursLocks, t.root+core.NamePrefix(fleetName))
 	etcdSide := drainSide("etcd", etcd, etcdLocks, t.root+"etcd-"+fleetName+"/")
 	b.Cleanup(func() { oursSide.stop(); etcdSide.stop() }) // waiters left by a failed round
-	reportScrapeCost(b, t)
+	// Measured before the rounds, reported after them: measure's ResetTimer drops metrics.
+	reportScrape := scrapeCost(b, t)
 	t.measure(b, comparison{
 		ours:    oursSide.side,
 		rival:   etcdSide.side,
 		commits: t.commitSides(b),
 		slack:   time.Duration(n) * time.Second, // a drain of 1,000 may take minutes
 	})
+	reportScrape()
 }
 
 // A drain is one side of BenchmarkFleetDrain: locks[0] holds the name, each other lock (on
@@ -253,23 +255,24 @@ func (d *drain) stop() {
 	}
 }
 
-// scrapeObservations is how many empty runs reportScrapeCost observes.
+// scrapeObservations is how many empty runs scrapeCost observes.
 const scrapeObservations = 50
 
-// reportScrapeCost reports what observing one run costs the servers within the run's
+// scrapeCost measures what observing one run costs the servers within the run's
 // figures: the /metrics reads around it, which etcd serves with some ms of CPU each, part of
 // it after it read its CPU counter for the first and part before for the second. A loop's
 // round pays it once for thousands of ops; a drain pays it once for its N hand-offs, so
 // at 8 clients it is a fair part of the CPU per hand-off. Measured as the mean of empty
 // runs observed as the sides' are: "scrape-etcdCPU-ms/observation" over every member and
 // "scrape-leaderCPU-ms/observation" on the leader. Subtract it divided by N from a side's
-// etcdCPU-ms/handoff (leaderCPU-ms/handoff) for the drain's own.
-func reportScrapeCost(b *testing.B, t *target) {
+// etcdCPU-ms/handoff (leaderCPU-ms/handoff) for the drain's own. It returns what reports
+// the figures.
+func scrapeCost(b *testing.B, t *target) (report func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := t.metrics.sample(ctx); err != nil {
 		b.Logf("scrape cost not measured: no server metrics: %v", err)
-		return
+		return func() {}
 	}
 	empty := observed(side{name: "empty", run: func(context.Context, time.Duration) (tally, error) {
 		return tally{counts: []count{{op: "observation"}}}, nil
@@ -282,13 +285,15 @@ func reportScrapeCost(b *testing.B, t *target) {
 		}
 		if err != nil {
 			b.Logf("scrape cost not measured: %v", err)
-			return
+			return func() {}
 		}
 		members += got.use.members[cpuSeconds]
 		leader += got.use.leader[cpuSeconds]
 	}
 	members, leader = members*1000/scrapeObservations, leader*1000/scrapeObservations
-	b.ReportMetric(members, "scrape-etcdCPU-ms/observation")
-	b.ReportMetric(leader, "scrape-leaderCPU-ms/observation")
 	b.Logf("observing a run costs the servers %.3g ms of CPU within it (leader %.3g), mean of %d empty runs", members, leader, scrapeObservations)
+	return func() {
+		b.ReportMetric(members, "scrape-etcdCPU-ms/observation")
+		b.ReportMetric(leader, "scrape-leaderCPU-ms/observation")
+	}
 }
