@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -39,7 +40,7 @@ var fleetSizes = []int{8, 32, 128}
 // bounds the rates: read the servers' CPU per hand-off (etcdCPU-ms/handoff,
 // leaderCPU-ms/handoff) and the Watch.events per hand-off, not the rates.
 func BenchmarkFleetDrain(b *testing.B) {
-	sizes := append(fleetSizes, fleetExtra(b)...)
+	sizes := slices.Concat(fleetSizes, fleetExtra(b))
 	forEachCluster(b, func(b *testing.B, t *target) {
 		for _, n := range sizes {
 			b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) { benchFleet(b, t, n) })
@@ -116,7 +117,7 @@ type drain struct {
 }
 
 const (
-	fleetQuiet    = 50 * time.Millisecond // no RPC sent nor event heard this long: queued and settled
+	fleetQuiet    = 50 * time.Millisecond // no call under way, none sent, no event heard this long: settled
 	fleetQueueFor = 2 * time.Minute       // the longest prepare waits for the waiters' keys
 )
 
