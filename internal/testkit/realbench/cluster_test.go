@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
 	"github.com/etcdsync/etcdsync/internal/testkit/rpcstat"
@@ -136,10 +138,21 @@ func spread(endpoints []string, n int) [][]string {
 	return out
 }
 
-// counted is a client whose RPCs its counter counts.
+// counted is a client whose RPCs its counter counts, and whose unary calls under way
+// pending counts.
 type counted struct {
 	*clientv3.Client
-	cnt *rpcstat.Counter
+	cnt     *rpcstat.Counter
+	pending *atomic.Int64
+}
+
+// pendingCalls is a dial option that counts the unary calls under way in n.
+func pendingCalls(n *atomic.Int64) grpc.DialOption {
+	return grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		n.Add(1)
+		defer n.Add(-1)
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
 }
 
 // clients opens n counted clients spread over the members (see spread), the first on
@@ -150,15 +163,16 @@ func (t *target) clients(b *testing.B, n, first int) []counted {
 	eps = append(eps[first%len(eps):], eps[:first%len(eps)]...)
 	out := make([]counted, n)
 	for i, pinned := range spread(eps, n) {
-		cnt := &rpcstat.Counter{}
+		cnt, pending := &rpcstat.Counter{}, &atomic.Int64{}
 		cfg := plainConfig(t.cluster, pinned)
 		cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
+		cfg.DialOptions = append(cfg.DialOptions, pendingCalls(pending))
 		cli, err := clientv3.New(cfg)
 		if err != nil {
 			b.Fatalf("realbench: client of %v: %v", pinned, err)
 		}
 		b.Cleanup(func() { cli.Close() })
-		out[i] = counted{cli, cnt}
+		out[i] = counted{cli, cnt, pending}
 	}
 	return out
 }

@@ -18,6 +18,12 @@
 // which report (rounds_test.go) lists, and the line each sub-benchmark logs with every
 // round's figures.
 //
+// A side may instead do a fixed piece of work per run, prepared beforehand outside the
+// round (BenchmarkFleetDrain: N clients each queue one waiter behind a holder, and a run is
+// the queue drained): its round is as many prepared runs as fill the round's length, and
+// only the runs are timed, counted and observed. It runs 8, 32 and 128 clients;
+// ETCDSYNC_BENCH_FLEET (e.g. 1000) adds more.
+//
 // Besides the rates and the RPCs per op, each side reports what it cost, per headline op
 // (per cycle, read, write, permit, term; per commit for "leader" and "follower") over all of
 // its rounds, dividing by every op of a round, also those under way at its end. The server

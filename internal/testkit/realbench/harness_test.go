@@ -87,3 +87,36 @@ func TestSummaryAndRPCsPerOp(t *testing.T) {
 	}
 	assert.Equal(t, []map[string]float64{{"Txn": 2, "Range": 0.1}}, rpcsPerOp(ts))
 }
+
+// TestPreparedSideRepeatsUntilTheRoundIsFull: a side with prepare is prepared before each
+// run and run until the runs add up to the round's length; the round's tally is their sum,
+// its usage the sum of theirs.
+func TestPreparedSideRepeatsUntilTheRoundIsFull(t *testing.T) {
+	var did []string
+	s := side{
+		name:    "ours",
+		prepare: func(context.Context) error { did = append(did, "prepare"); return nil },
+		run: func(context.Context, time.Duration) (tally, error) {
+			did = append(did, "run")
+			return tally{40 * time.Millisecond, []count{{op: "handoff", within: 8, all: 8, rpcs: rpcstat.Counts{"Txn": 9}}},
+				&usage{leader: map[string]float64{cpuSeconds: 0.01}, members: map[string]float64{cpuSeconds: 0.03}, clientCPU: time.Millisecond}}, nil
+		},
+	}
+	got, err := runSide(context.Background(), s, 100*time.Millisecond)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"prepare", "run", "prepare", "run", "prepare", "run"}, did)
+	assert.Equal(t, 120*time.Millisecond, got.elapsed)
+	assert.Equal(t, []count{{op: "handoff", within: 24, all: 24, rpcs: rpcstat.Counts{"Txn": 27}}}, got.counts)
+	assert.InDelta(t, 0.03, got.use.leader[cpuSeconds], 1e-9)
+	assert.InDelta(t, 0.09, got.use.members[cpuSeconds], 1e-9)
+	assert.Equal(t, 3*time.Millisecond, got.use.clientCPU)
+
+	unread := errors.New("no metrics")
+	a, b := &usage{leader: map[string]float64{}, members: map[string]float64{}}, &usage{err: unread}
+	assert.ErrorIs(t, a.plus(b).err, unread)
+	assert.Nil(t, a.plus(b).leader, "a round with a part unread has no server figures")
+
+	failed := side{name: "ours", prepare: func(context.Context) error { return unread }, run: s.run}
+	_, err = runSide(context.Background(), failed, time.Second)
+	assert.ErrorIs(t, err, unread)
+}

@@ -116,6 +116,28 @@ type usage struct {
 	err       error              // why leader and members are nil
 }
 
+// plus is u and v added up: the server counters only if both read them (else the first
+// reason either did not), the process's CPU in any case.
+func (u *usage) plus(v *usage) *usage {
+	sum := &usage{clientCPU: u.clientCPU + v.clientCPU, err: u.err}
+	if sum.err == nil {
+		sum.err = v.err
+	}
+	if sum.err != nil {
+		return sum
+	}
+	sum.leader, sum.members = map[string]float64{}, map[string]float64{}
+	for _, from := range []*usage{u, v} {
+		for name, x := range from.leader {
+			sum.leader[name] += x
+		}
+		for name, x := range from.members {
+			sum.members[name] += x
+		}
+	}
+	return sum
+}
+
 // diffUsage is the increase of the counters from before to after, on leader and summed.
 func diffUsage(before, after []map[string]float64, leader int) (lead, sum map[string]float64) {
 	lead, sum = map[string]float64{}, map[string]float64{}

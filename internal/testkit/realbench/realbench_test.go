@@ -262,7 +262,7 @@ func term(c candidate) func(context.Context) error {
 func (t *target) measure(b *testing.B, c comparison) {
 	rounds, d := settings(b)
 	sides := 2 + len(c.commits)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(b.N*rounds*sides)*d+2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(b.N*rounds*sides)*d+2*time.Minute+time.Duration(b.N*rounds)*c.slack)
 	defer cancel()
 	sc, unread := t.metrics, error(nil)
 	if _, err := sc.sample(ctx); err != nil { // e.g. an external cluster without /metrics there

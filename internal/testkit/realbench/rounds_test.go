@@ -18,9 +18,15 @@ import (
 )
 
 // A side is one contender of a comparison: run does its workload flat out for one round.
+//
+// A side with prepare does a fixed piece of work per run instead (a queue drained, say):
+// runRounds calls prepare, then run, again and again until the runs' lengths add up to d, and
+// the round's tally is their sum. What prepare does is outside the round: its time, its RPCs
+// (run counts from its start) and its cost (observed samples around run alone).
 type side struct {
-	name string
-	run  func(ctx context.Context, d time.Duration) (tally, error)
+	name    string
+	run     func(ctx context.Context, d time.Duration) (tally, error)
+	prepare func(ctx context.Context) error
 }
 
 // A tally is what a side did in one round: its counts, the first of which is the headline
@@ -41,6 +47,27 @@ type count struct {
 
 func (t tally) rate() float64 { return t.rateOf(0) }
 
+// plus is t and u added up as one round: their lengths, counts, RPCs and usage. The server
+// figures of the sum are those of both, or missing if either's are.
+func (t tally) plus(u tally) tally {
+	sum := tally{elapsed: t.elapsed + u.elapsed}
+	for i, c := range t.counts {
+		rpcs := rpcstat.Counts{}
+		rpcs.Add(c.rpcs)
+		if i < len(u.counts) {
+			c.within += u.counts[i].within
+			c.all += u.counts[i].all
+			rpcs.Add(u.counts[i].rpcs)
+		}
+		c.rpcs = rpcs
+		sum.counts = append(sum.counts, c)
+	}
+	if t.use != nil && u.use != nil {
+		sum.use = t.use.plus(u.use)
+	}
+	return sum
+}
+
 func (t tally) rateOf(i int) float64 { return float64(t.counts[i].within) / t.elapsed.Seconds() }
 
 // A comparison is what a sub-benchmark measures: ours against a rival (etcd's own, or our
@@ -49,6 +76,7 @@ func (t tally) rateOf(i int) float64 { return float64(t.counts[i].within) / t.el
 type comparison struct {
 	ours, rival side
 	commits     []side
+	slack       time.Duration // how much longer than the rounds' lengths they may take, beyond 2 minutes
 }
 
 // order is the sides of round r (from 1): ours first in odd rounds, the rival first in even.
@@ -69,7 +97,7 @@ func runRounds(ctx context.Context, c comparison, rounds int, d time.Duration) (
 	res := results{}
 	for r := 1; r <= rounds; r++ {
 		for _, s := range c.order(r) {
-			t, err := s.run(ctx, d)
+			t, err := runSide(ctx, s, d)
 			if err != nil {
 				return res, fmt.Errorf("round %d, %s: %w", r, s.name, err)
 			}
@@ -77,6 +105,33 @@ func runRounds(ctx context.Context, c comparison, rounds int, d time.Duration) (
 		}
 	}
 	return res, nil
+}
+
+// runSide runs one round of s: its run once, or, for a side with prepare, prepare and run
+// until the runs add up to d.
+func runSide(ctx context.Context, s side, d time.Duration) (tally, error) {
+	if s.prepare == nil {
+		return s.run(ctx, d)
+	}
+	var sum tally
+	for runs := 0; sum.elapsed < d; runs++ {
+		if err := s.prepare(ctx); err != nil {
+			return sum, fmt.Errorf("prepare: %w", err)
+		}
+		t, err := s.run(ctx, d)
+		if runs == 0 {
+			sum = t
+		} else {
+			sum = sum.plus(t)
+		}
+		if err != nil {
+			return sum, err
+		}
+		if t.elapsed <= 0 {
+			return sum, errors.New("a run took no time")
+		}
+	}
+	return sum, nil
 }
 
 // summary is the median, the lowest and the highest of some rates.
