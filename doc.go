@@ -28,6 +28,19 @@
 // WithSession has no local deadline: its end is known when its own keep-alive or a hold's
 // watch notices it.
 //
+// # Waiting
+//
+// A blocking acquisition writes its key in one Txn, which also counts what is ahead of it:
+// its create revision is its place in line. A waiter then hears each release through its
+// client's one watch of the name, shared by every waiter and release watch of that client
+// there, and is served on the event that takes the last key ahead away, with no further RPC.
+// A release reaches the clients of the waiters near the head, not every waiting client: a
+// waiter with more than four keys ahead, on a client with no watch of the name yet, first
+// reads the keys just ahead of its own (one Range) and watches the fifth nearest on the
+// client's watch stream, and joins the name's watch (with one read of the name) only once
+// that key is gone, a few hand-offs before its turn. A semaphore's waiter with a capacity
+// above one, which a release may serve with keys still ahead, joins the watch at once.
+//
 // # Cancellation
 //
 // Every call that may block takes a [context.Context] first and returns promptly once it

@@ -391,8 +391,9 @@ func (a *acquisition) enqueue(ctx context.Context) (enqueued, error) {
 // wait returns once no key of the acquisition has spec.slots() or more (keys or units)
 // ahead, counting the deletes the client's hubs of its names dispatch; ErrLost when one of
 // its keys or its session goes first. Names with little enough ahead already are not
-// watched: a later delete of their key is the hold's loss, which its own watch reports. It
-// sends no RPC itself.
+// watched: a later delete of their key is the hold's loss, which its own watch reports. A
+// waiter far back in line approaches first (see approach), one name after another: a name
+// served stays served. Near the head it sends no RPC itself.
 func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 	type waiting struct {
 		h *hub
@@ -409,7 +410,17 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 		if e.ahead[i] < a.spec.slots() {
 			continue
 		}
-		w := newQueueWaiter(a.slots[i].key(), e.rev, e.snap, e.ahead[i], q.prefix+a.spec.Ahead, a.spec.slots())
+		snap, ahead := e.snap, e.ahead[i]
+		if a.far(q, ahead) {
+			var err error
+			if snap, ahead, err = a.approach(ctx, q, e.rev); err != nil {
+				return err
+			}
+			if ahead >= 0 && ahead < a.spec.slots() {
+				continue
+			}
+		}
+		w := newQueueWaiter(a.slots[i].key(), e.rev, snap, ahead, q.prefix+a.spec.Ahead, a.spec.slots())
 		w.weigh, w.wake = weigherOf(q, a.spec), wake
 		subs = append(subs, waiting{join(q.hubKey(), w), w})
 	}

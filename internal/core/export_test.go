@@ -58,3 +58,9 @@ func ClockSees(headers ...*pb.ResponseHeader) []error {
 	}
 	return errs
 }
+
+// NearAhead is how many keys may be ahead of a waiter for it to join its client's hub at
+// once; LingerDeletes how many revisions with deletes an idle hub hears before it closes.
+func NearAhead() int { return int(nearAhead.Load()) }
+
+func LingerDeletes() int { return lingerDeletes() }

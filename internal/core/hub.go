@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -37,6 +38,7 @@ type hub struct {
 	subs    map[subscriber]struct{}
 	closed  bool   // no longer in the registry
 	idleGen uint64 // bumped by every join and idle close: see closeIfIdle
+	idleDel int    // revisions with deletes dispatched since the last subscriber left
 	started bool   // the watch has said where it starts: pos is known
 	pos     int64  // every event at a revision below pos has been dispatched
 	whole   bool   // ... and every one at pos too
@@ -151,7 +153,9 @@ func (h *hub) drain(wch clientv3.WatchChan) error {
 			if err := wr.Err(); err != nil {
 				return err
 			}
-			h.dispatch(wr)
+			if gen, spent := h.dispatch(wr); spent {
+				h.closeIfIdle(gen) // the pump returns once ctx ends, next round
+			}
 		case <-h.poke:
 		case <-h.ctx.Done():
 			return h.ctx.Err()
@@ -250,8 +254,13 @@ func (h *hub) failAll(err error) {
 
 // hubLinger is how long a hub keeps its watch after its last subscriber leaves, so that a
 // client that waits again soon (a contended lock taken in a loop) finds the watch in place
-// and needs no read to cover the gap before a new watch starts.
+// and needs no read to cover the gap before a new watch starts. It closes sooner once
+// lingerDeletes revisions with deletes went by with no subscriber: a client whose turn has
+// passed stops hearing the releases of a queue that others drain (see approach).
 const hubLinger = 2 * time.Second
+
+// lingerDeletes is twice nearAhead: see hubLinger.
+func lingerDeletes() int { return 2 * int(nearAhead.Load()) }
 
 // watchMode is what a hub's watch delivers, for the subscribers of its kind.
 type watchMode int
@@ -290,6 +299,7 @@ func join(k hubKey, s subscriber) *hub {
 	st.mu.Unlock()
 	h.subs[s] = struct{}{}
 	h.idleGen++ // a pending idle close no longer applies
+	h.idleDel = 0
 	if h.started {
 		h.catchUp(s)
 	}
@@ -299,6 +309,15 @@ func join(k hubKey, s subscriber) *hub {
 		h.pokePump()
 	}
 	return h
+}
+
+// hasHub reports whether the client has a hub of k's name and mode, open or lingering.
+func hasHub(k hubKey) bool {
+	st := stateOf(k.cli)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	_, ok := st.hubs[k]
+	return ok
 }
 
 // leave unregisters s. Once the last subscriber has left, the hub lingers, then closes.
@@ -387,8 +406,10 @@ func (h *hub) pokePump() { signal(h.poke) }
 const ringSize = 512
 
 // dispatch hands each new event of wr to every subscriber, once, in revision order, the
-// events of one revision together.
-func (h *hub) dispatch(wr clientv3.WatchResponse) {
+// events of one revision together. It reports whether the hub has lingered without a
+// subscriber through lingerDeletes revisions with deletes, and the idle close that is then
+// due (see closeIfIdle).
+func (h *hub) dispatch(wr clientv3.WatchResponse) (idleGen uint64, spent bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if wr.Created && !h.started {
@@ -413,6 +434,7 @@ func (h *hub) dispatch(wr clientv3.WatchResponse) {
 	if len(batch) > 0 {
 		h.deliver(batch)
 	}
+	return h.idleGen, len(h.subs) == 0 && h.idleDel >= lingerDeletes()
 }
 
 // newEvent turns ev into the event subscribers see, unless it is not for them (a put that
@@ -448,6 +470,9 @@ func (h *hub) deliver(batch []event) {
 		}
 	}
 	h.ring = append(h.ring, batch...)
+	if len(h.subs) == 0 && slices.ContainsFunc(batch, func(e event) bool { return !e.put }) {
+		h.idleDel++
+	}
 	for s := range h.subs {
 		if batch[0].rev > s.since() {
 			s.apply(batch[0].rev, batch)

@@ -65,9 +65,11 @@ type queueWaiter struct {
 	served bool // fewer than slots keys are ahead
 }
 
+// newQueueWaiter makes the waiter of key, created at rev, with ahead keys (or units) ahead
+// of it at snap; ahead -1 if that is not known: the hub reads it.
 func newQueueWaiter(key string, rev, snap int64, ahead int, prefix string, slots int) *queueWaiter {
-	return &queueWaiter{view: view{snap: snap, wake: make(chan struct{}, 1)}, key: key, rev: rev,
-		prefix: prefix, slots: slots, ahead: ahead, served: ahead < slots}
+	return &queueWaiter{view: view{snap: snap, wake: make(chan struct{}, 1), rereading: ahead < 0}, key: key,
+		rev: rev, prefix: prefix, slots: slots, ahead: ahead, served: ahead >= 0 && ahead < slots}
 }
 
 // apply counts the deletes of one revision. Its own key's delete is a loss whatever else

@@ -24,8 +24,16 @@ const leakPatience = 10 * time.Second
 //     handlers still serve. A peer's /version request in that window panics on the closed
 //     bolt transaction inside the backend's read lock; net/http recovers the panic, the lock
 //     stays held, and the next /version handler on that member blocks on it for good.
+//   - A member's peer prober (rafthttp, through github.com/xiang90/probing) that a peer
+//     connection added while the member stopped: it sends a health request to a peer
+//     that was paused or cut off, and its HTTP connection's goroutines wait on it, with no
+//     deadline (seen once, in rwmutex's fault suite on 2026-11-27). etcdsync's clients
+//     speak gRPC, never net/http, so no goroutine of ours has these frames.
 var knownServerLeaks = []goleak.Option{
 	goleak.IgnoreAnyFunction("go.etcd.io/etcd/server/v3/etcdserver/api/etcdhttp.newPeerHandler.versionHandler.func1"),
+	goleak.IgnoreAnyFunction("github.com/xiang90/probing.(*prober).AddHTTP.func1"),
+	goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+	goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 }
 
 // serverGoroutines are the roots of the embedded members' own goroutines. The members start

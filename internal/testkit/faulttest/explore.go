@@ -62,6 +62,7 @@ func Explore(t *testing.T, w Workload) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(approachOften())
 	es := &envs{t: t}
 	kinds := []struct {
 		suffix string

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/etcdsync/etcdsync/internal/core"
 )
 
 const (
@@ -18,6 +20,11 @@ const (
 // SoakEnv names the environment variable that turns Suite into a soak: a duration
 // ("10m") for which it runs the faults in turn.
 const SoakEnv = "ETCDSYNC_SOAK"
+
+// approachOften has a waiter with more than one key ahead approach (see package core's
+// approach.go) when its client has no watch of the name, as a fleet's far-back waiters do:
+// the suites have few clients. It returns what undoes it.
+func approachOften() func() { return core.SetNearAhead(1) }
 
 // Suite runs w through every Fault, in turn on one Env, and then every AuthFault on an Env
 // with auth (started once the first is closed), one subtest each. With SoakEnv set
@@ -31,6 +38,7 @@ func Suite(t *testing.T, w Workload) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(approachOften())
 	es := &envs{t: t}
 	faults := func(yield func(*Env, Fault) bool) {
 		for _, f := range Faults() {

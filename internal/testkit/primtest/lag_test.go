@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
 	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
 )
@@ -28,6 +29,10 @@ import (
 // What differs per primitive under lag runs in faulttest, whose clusters lag the same way:
 // permits of several units, reader goroutines that share a handle's key, nested holds.
 func TestExclusionWithClientsOnLaggingMembers(t *testing.T) {
+	// Its few clients approach as a fleet's far-back waiters do (see package core's
+	// approach.go): a waiter with more than one key ahead, on a client with no watch of the
+	// name, watches a key ahead before it joins the watch.
+	t.Cleanup(core.SetNearAhead(1))
 	c := etcdtest.LaggingCluster(t)
 	for _, k := range primtest.Kinds {
 		if !k.InLine {

@@ -1,0 +1,256 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/testkit/rpcstat"
+)
+
+// pending is an Acquire under way: its key once written, and its result.
+type pending struct {
+	key    chan string
+	result chan outcome
+}
+
+type outcome struct {
+	h   *core.Hold
+	err error
+}
+
+// enqueue starts an Acquire of spec on name, on a client of its own, and returns once its key is in etcd (the name
+// then holds want keys, counted on cli).
+func enqueue(ctx context.Context, t *testing.T, cli *clientv3.Client, name string, spec core.Spec, want int64) pending {
+	t.Helper()
+	return enqueueOn(ctx, t, cli, cluster.Client(t), name, spec, want)
+}
+
+// enqueueOn is enqueue on the client on.
+func enqueueOn(ctx context.Context, t *testing.T, cli, on *clientv3.Client, name string, spec core.Spec, want int64) pending {
+	t.Helper()
+	q := queue(t, on, name)
+	p := pending{key: make(chan string, 1), result: make(chan outcome, 1)}
+	go func() {
+		h, err := q.Acquire(ctx, spec, func(k string) { p.key <- k })
+		p.result <- outcome{h, err}
+	}()
+	awaitCount(t, cli, name, want)
+	return p
+}
+
+// served returns the hold p was granted, failing the test if p failed or took too long.
+func (p pending) served(t *testing.T) *core.Hold {
+	t.Helper()
+	select {
+	case r := <-p.result:
+		require.NoError(t, r.err)
+		return r.h
+	case <-time.After(20 * time.Second):
+		t.Fatal("not served")
+		return nil
+	}
+}
+
+// notYet fails the test if p has ended.
+func (p pending) notYet(t *testing.T, why string) {
+	t.Helper()
+	select {
+	case r := <-p.result:
+		t.Fatalf("%s: ended with %v", why, r.err)
+	default:
+	}
+}
+
+// TestAFleetDrainsInOrderAndEachReleaseReachesFewClients queues one waiter on each of many
+// clients, and drains the queue: they are served in the order they queued, and a release
+// is heard by the clients of the few waiters behind it (and by a few that just had their
+// turn), not by every client that waits.
+func TestAFleetDrainsInOrderAndEachReleaseReachesFewClients(t *testing.T) {
+	ctx := testContext(t)
+	const name, fleet = "fleet", 32
+	admin := cluster.Client(t)
+	hold, err := queue(t, admin, name).Acquire(ctx, exclusive, nil)
+	require.NoError(t, err)
+	waiters := make([]pending, fleet)
+	counters := make([]*rpcstat.Counter, fleet)
+	for i := range waiters {
+		cli, cnt := countedClient(t)
+		counters[i] = cnt
+		waiters[i] = enqueueOn(ctx, t, admin, cli, name, exclusive, int64(i+2))
+	}
+	for i, w := range waiters {
+		_, err := hold.Release(ctx)
+		require.NoError(t, err)
+		hold = w.served(t)
+		if i+1 < fleet {
+			waiters[i+1].notYet(t, fmt.Sprintf("waiter %d while %d holds", i+1, i))
+		}
+	}
+	_, err = hold.Release(ctx)
+	require.NoError(t, err)
+
+	events := int64(0)
+	for _, c := range counters {
+		events += c.Counts()["Watch.events"]
+	}
+	perRelease := float64(events) / fleet
+	bound := float64(core.NearAhead() + core.LingerDeletes() + 3)
+	t.Logf("%d waiting clients: %.1f watch events heard per release", fleet, perRelease)
+	assert.LessOrEqual(t, perRelease, bound, "a release reached about every waiting client")
+}
+
+// farBack queues a holder and n waiters, each on a client of its own, on name, and returns
+// the holder's hold and the waiters, in line order. With n above NearAhead the last ones
+// approach.
+func farBack(ctx context.Context, t *testing.T, name string, n int, spec core.Spec) (*core.Hold, []pending) {
+	t.Helper()
+	admin := cluster.Client(t)
+	hold, err := queue(t, admin, name).Acquire(ctx, exclusive, nil)
+	require.NoError(t, err)
+	waiters := make([]pending, n)
+	for i := range waiters {
+		waiters[i] = enqueue(ctx, t, admin, name, spec, int64(i+2))
+	}
+	return hold, waiters
+}
+
+// TestAWaiterFarBackPassesAKeyAheadThatWithdrew cancels the waiter whose key the last one
+// watches while it approaches: the last one goes on from there, and is served once every
+// key ahead of it is gone, not before.
+func TestAWaiterFarBackPassesAKeyAheadThatWithdrew(t *testing.T) {
+	ctx := testContext(t)
+	n := core.NearAhead() + 2
+	admin := cluster.Client(t)
+	hold, err := queue(t, admin, "withdrew").Acquire(ctx, exclusive, nil)
+	require.NoError(t, err)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	first := enqueue(wctx, t, admin, "withdrew", exclusive, 2) // the key the last one watches
+	var rest []pending
+	for i := range n - 1 {
+		rest = append(rest, enqueue(ctx, t, admin, "withdrew", exclusive, int64(i+3)))
+	}
+	cancel()
+	r := <-first.result
+	require.ErrorIs(t, r.err, context.Canceled)
+	awaitCount(t, admin, "withdrew", int64(n))
+	last := rest[len(rest)-1]
+	for _, w := range rest {
+		last.notYet(t, "the last waiter, with keys ahead")
+		_, err := hold.Release(ctx)
+		require.NoError(t, err)
+		hold = w.served(t)
+	}
+	_, err = hold.Release(ctx)
+	require.NoError(t, err)
+}
+
+// TestAWaiterFarBackEnds checks the ends of a waiter that approaches: its ctx ends (its key
+// is removed), its lease is revoked (ErrLost, once the session learns it), its key is
+// deleted by hand (ErrLost, once the key it watches has gone).
+func TestAWaiterFarBackEnds(t *testing.T) {
+	ctx := testContext(t)
+	n := core.NearAhead() + 1
+
+	t.Run("ctx", func(t *testing.T) {
+		hold, waiters := farBack(ctx, t, "far-ctx", n, exclusive)
+		admin := cluster.Client(t)
+		wctx, cancel := context.WithCancel(ctx)
+		last := enqueue(wctx, t, admin, "far-ctx", exclusive, int64(n+2))
+		cancel()
+		r := <-last.result
+		require.ErrorIs(t, r.err, context.Canceled)
+		awaitCount(t, admin, "far-ctx", int64(n+1))
+		for _, w := range waiters {
+			_, err := hold.Release(ctx)
+			require.NoError(t, err)
+			hold = w.served(t)
+		}
+		_, err := hold.Release(ctx)
+		require.NoError(t, err)
+	})
+
+	t.Run("session", func(t *testing.T) {
+		hold, waiters := farBack(ctx, t, "far-session", n, exclusive)
+		admin := cluster.Client(t)
+		// Its own key is not watched: the session's next renewal (every third of the
+		// TTL) finds the lease gone.
+		q := queue(t, cluster.Client(t), "far-session", core.WithTTL(3*time.Second))
+		last := pending{key: make(chan string, 1), result: make(chan outcome, 1)}
+		go func() {
+			h, err := q.Acquire(ctx, exclusive, func(k string) { last.key <- k })
+			last.result <- outcome{h, err}
+		}()
+		awaitCount(t, admin, "far-session", int64(n+2))
+		key := <-last.key
+		_, err := admin.Revoke(ctx, leaseOf(t, admin, key))
+		require.NoError(t, err)
+		select {
+		case r := <-last.result:
+			require.ErrorIs(t, r.err, core.ErrLost)
+		case <-time.After(20 * time.Second):
+			t.Fatal("a waiter far back did not end with its lease")
+		}
+		for _, w := range waiters {
+			_, err := hold.Release(ctx)
+			require.NoError(t, err)
+			hold = w.served(t)
+		}
+		_, err = hold.Release(ctx)
+		require.NoError(t, err)
+	})
+
+	t.Run("key", func(t *testing.T) {
+		hold, waiters := farBack(ctx, t, "far-key", n, exclusive)
+		admin := cluster.Client(t)
+		last := enqueue(ctx, t, admin, "far-key", exclusive, int64(n+2))
+		_, err := admin.Delete(ctx, <-last.key)
+		require.NoError(t, err)
+		for _, w := range waiters {
+			_, err := hold.Release(ctx)
+			require.NoError(t, err)
+			hold = w.served(t)
+		}
+		_, err = hold.Release(ctx)
+		require.NoError(t, err)
+		select {
+		case r := <-last.result:
+			require.ErrorIs(t, r.err, core.ErrLost)
+		case <-time.After(20 * time.Second):
+			t.Fatal("a waiter far back whose key was deleted waited on")
+		}
+	})
+}
+
+// TestAReaderFarBackWaitsForWritersOnly queues a reader behind many writers: it approaches
+// by the writers' keys, and is served once they are gone, with readers ahead still holding.
+func TestAReaderFarBackWaitsForWritersOnly(t *testing.T) {
+	ctx := testContext(t)
+	const name = "far-reader"
+	read, write := core.Spec{Kind: "r", Ahead: "w"}, core.Spec{Kind: "w"}
+	admin := cluster.Client(t)
+	r1, err := queue(t, admin, name).Acquire(ctx, read, nil)
+	require.NoError(t, err)
+	n := core.NearAhead() + 1
+	writers := make([]pending, n)
+	for i := range writers {
+		writers[i] = enqueue(ctx, t, admin, name, write, int64(i+2))
+	}
+	reader := enqueue(ctx, t, admin, name, read, int64(n+2))
+	_, err = r1.Release(ctx)
+	require.NoError(t, err)
+	for _, w := range writers {
+		reader.notYet(t, "a reader with writers ahead")
+		_, err := w.served(t).Release(ctx)
+		require.NoError(t, err)
+	}
+	_, err = reader.served(t).Release(ctx)
+	require.NoError(t, err)
+}
