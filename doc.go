@@ -35,11 +35,13 @@
 // client's one watch of the name, shared by every waiter and release watch of that client
 // there, and is served on the event that takes the last key ahead away, with no further RPC.
 // A release reaches the clients of the waiters near the head, not every waiting client: a
-// waiter with more than four keys ahead, on a client with no watch of the name yet, first
-// reads the keys just ahead of its own (one Range) and watches the fifth nearest on the
-// client's watch stream, and joins the name's watch (with one read of the name) only once
-// that key is gone, a few hand-offs before its turn. A semaphore's waiter with a capacity
-// above one, which a release may serve with keys still ahead, joins the watch at once.
+// waiter with more than two keys ahead, on a client with no watch of the name yet, first
+// reads the keys just ahead of its own (one read-only Txn) and watches the third nearest on
+// the client's watch stream, and joins the name's watch (with one read of the name) only
+// once that key is gone, two hand-offs or fewer before its turn. A client's watch of a name
+// closes once it has had no waiter for 2 s or through eight releases (one, after a waiter
+// that came from far back). A semaphore's waiter with a capacity above one, which a release
+// may serve with keys still ahead, joins the watch at once.
 //
 // # Cancellation
 //

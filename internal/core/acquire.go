@@ -410,10 +410,10 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 		if e.ahead[i] < a.spec.slots() {
 			continue
 		}
-		snap, ahead := e.snap, e.ahead[i]
-		if a.far(q, ahead) {
+		snap, ahead, far := e.snap, e.ahead[i], a.far(q, e.ahead[i])
+		if far {
 			var err error
-			if snap, ahead, err = a.approach(ctx, q, e.rev); err != nil {
+			if snap, ahead, err = a.approach(ctx, q, a.slots[i].key(), e.rev); err != nil {
 				return err
 			}
 			if ahead >= 0 && ahead < a.spec.slots() {
@@ -421,7 +421,7 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 			}
 		}
 		w := newQueueWaiter(a.slots[i].key(), e.rev, snap, ahead, q.prefix+a.spec.Ahead, a.spec.slots())
-		w.weigh, w.wake = weigherOf(q, a.spec), wake
+		w.weigh, w.wake, w.far = weigherOf(q, a.spec), wake, far
 		subs = append(subs, waiting{join(q.hubKey(), w), w})
 	}
 	for {

@@ -23,20 +23,22 @@ import (
 // release that serves the waiter.
 //
 // So a release is heard by the clients of the nearAhead waiters behind it, by one
-// approaching waiter, and by clients whose hubs linger after their turn (at most
-// lingerDeletes releases each): a bound that does not grow with the fleet. A waiter of a
-// client that has a hub of the name already (a loop of Lock and Unlock) joins it at once,
-// as it costs etcd nothing more.
+// approaching waiter, and by the client that just had its turn (a hub whose last waiter
+// approached lingers through one release; see hubLinger): a bound that does not grow with
+// the fleet. A waiter of a client that has a hub of the name already (a loop of Lock and
+// Unlock) joins it at once, as that costs etcd nothing more. nearAhead is small because each
+// near waiter hears every release until its turn (docs/performance.md has 2 against 4,
+// measured), and not 1, so that the hub's watch and read are in place before its turn.
 //
 // A waiter's own key is not watched while it approaches: its delete (an operator's, or a
-// lease's end the session has not yet noticed) is seen by the hub's read, once the key it
+// lease's end the session has not yet noticed) is seen by the next read, when the key it
 // watches goes. Its session's end is seen at once.
 
 // nearAhead is how many keys may be ahead of a waiter for it to join its client's hub of the
-// name at once (see approach); 4 unless a test set it (SetNearAhead).
+// name at once (see approach); 2 unless a test set it (SetNearAhead).
 var nearAhead atomic.Int64
 
-func init() { nearAhead.Store(4) }
+func init() { nearAhead.Store(2) }
 
 // SetNearAhead sets how many keys may be ahead of a waiter for it to join its client's hub
 // at once, and returns what restores it. For the fault suites, which set it to 1 so that
@@ -57,17 +59,21 @@ func (a *acquisition) far(q *Queue, ahead int) bool {
 // key created at rev, and returns what it knows then, as of revision snap: ahead keys
 // ahead; or, once the key it watched went, -1: the hub reads what is ahead. One Range (the keys just ahead, with no value) and one watch of one key on the
 // client's watch stream, each again only when the watch could not be kept; ErrLost when the
-// session ends first.
-func (a *acquisition) approach(ctx context.Context, q *Queue, rev int64) (snap int64, ahead int, err error) {
+// session ends first, or its own key is found gone.
+func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev int64) (snap int64, ahead int, err error) {
 	cli, aheadRange, near := q.cli, q.prefix+a.spec.Ahead, int(nearAhead.Load())
 	var b backoff
 	for {
+		// Its own key is read too: the read's revision is the waiter's new snapshot, and a
+		// delete of the key before it would be no news to the hub's events.
 		var sent int64
-		resp, err := retry(ctx, func() (*clientv3.GetResponse, error) {
+		resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
 			sent = clockOf(cli).now()
-			return cli.Get(clientv3.WithRequireLeader(ctx), aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-				clientv3.WithMaxCreateRev(rev-1), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-				clientv3.WithLimit(int64(near)+1))
+			return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(
+				clientv3.OpGet(key, clientv3.WithKeysOnly()),
+				clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev-1),
+					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(near)+1)),
+			).Commit()
 		})
 		if err == nil {
 			if rw := clockOf(cli).linear(resp.Header, sent); rw != nil {
@@ -78,15 +84,19 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, rev int64) (snap i
 		if err != nil {
 			return 0, 0, fmt.Errorf("read the keys ahead of %s: %w", a.describe(), err)
 		}
-		if len(resp.Kvs) <= near {
-			return resp.Header.Revision, len(resp.Kvs), nil
+		if own := resp.Responses[0].GetResponseRange().Kvs; len(own) == 0 || own[0].CreateRevision != rev {
+			return 0, 0, fmt.Errorf("%w: key %s deleted while waiting", ErrLost, key)
 		}
-		gone, err := a.awaitDelete(ctx, resp.Kvs[near], resp.Header.Revision)
+		kvs, at := resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision
+		if len(kvs) <= near {
+			return at, len(kvs), nil
+		}
+		gone, err := a.awaitDelete(ctx, kvs[near], at)
 		switch {
 		case err != nil:
 			return 0, 0, err
 		case gone:
-			return resp.Header.Revision, -1, nil
+			return at, -1, nil
 		}
 		if err := b.wait(ctx); err != nil { // the watch broke (compaction, a refusal): read again
 			return 0, 0, err

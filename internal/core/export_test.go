@@ -64,3 +64,8 @@ func ClockSees(headers ...*pb.ResponseHeader) []error {
 func NearAhead() int { return int(nearAhead.Load()) }
 
 func LingerDeletes() int { return lingerDeletes() }
+
+// HasHub reports whether cli has a watch of the name (open or lingering) for its waiters.
+func HasHub(cli *clientv3.Client, name string) bool {
+	return hasHub(hubKey{cli: cli, prefix: NamePrefix(name), mode: deletesOnly})
+}

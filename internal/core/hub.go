@@ -38,7 +38,7 @@ type hub struct {
 	subs    map[subscriber]struct{}
 	closed  bool   // no longer in the registry
 	idleGen uint64 // bumped by every join and idle close: see closeIfIdle
-	idleDel int    // revisions with deletes dispatched since the last subscriber left
+	idleLeft int   // revisions with deletes an idle hub still dispatches before it closes
 	started bool   // the watch has said where it starts: pos is known
 	pos     int64  // every event at a revision below pos has been dispatched
 	whole   bool   // ... and every one at pos too
@@ -255,12 +255,15 @@ func (h *hub) failAll(err error) {
 // hubLinger is how long a hub keeps its watch after its last subscriber leaves, so that a
 // client that waits again soon (a contended lock taken in a loop) finds the watch in place
 // and needs no read to cover the gap before a new watch starts. It closes sooner once
-// lingerDeletes revisions with deletes went by with no subscriber: a client whose turn has
-// passed stops hearing the releases of a queue that others drain (see approach).
+// lingerDeletes revisions with deletes went by with no subscriber, or one if its last
+// subscriber came to it from far back in line (see approach): a client whose turn has
+// passed stops hearing the releases of a queue that others drain.
 const hubLinger = 2 * time.Second
 
-// lingerDeletes is twice nearAhead: see hubLinger.
-func lingerDeletes() int { return 2 * int(nearAhead.Load()) }
+// lingerDeletes is four times nearAhead (8): see hubLinger. In a loop of Lock and Unlock a
+// client's hub is idle from its waiter's turn to its next Lock's write: its own release and
+// those of the clients served meanwhile.
+func lingerDeletes() int { return 4 * int(nearAhead.Load()) }
 
 // watchMode is what a hub's watch delivers, for the subscribers of its kind.
 type watchMode int
@@ -299,7 +302,10 @@ func join(k hubKey, s subscriber) *hub {
 	st.mu.Unlock()
 	h.subs[s] = struct{}{}
 	h.idleGen++ // a pending idle close no longer applies
-	h.idleDel = 0
+	h.idleLeft = lingerDeletes()
+	if w, ok := s.(*queueWaiter); ok && w.far {
+		h.idleLeft = 1
+	}
 	if h.started {
 		h.catchUp(s)
 	}
@@ -407,8 +413,8 @@ const ringSize = 512
 
 // dispatch hands each new event of wr to every subscriber, once, in revision order, the
 // events of one revision together. It reports whether the hub has lingered without a
-// subscriber through lingerDeletes revisions with deletes, and the idle close that is then
-// due (see closeIfIdle).
+// subscriber through as many revisions with deletes as it may (see hubLinger), and the
+// idle close that is then due (see closeIfIdle).
 func (h *hub) dispatch(wr clientv3.WatchResponse) (idleGen uint64, spent bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -434,7 +440,7 @@ func (h *hub) dispatch(wr clientv3.WatchResponse) (idleGen uint64, spent bool) {
 	if len(batch) > 0 {
 		h.deliver(batch)
 	}
-	return h.idleGen, len(h.subs) == 0 && h.idleDel >= lingerDeletes()
+	return h.idleGen, len(h.subs) == 0 && h.idleLeft <= 0
 }
 
 // newEvent turns ev into the event subscribers see, unless it is not for them (a put that
@@ -471,7 +477,7 @@ func (h *hub) deliver(batch []event) {
 	}
 	h.ring = append(h.ring, batch...)
 	if len(h.subs) == 0 && slices.ContainsFunc(batch, func(e event) bool { return !e.put }) {
-		h.idleDel++
+		h.idleLeft--
 	}
 	for s := range h.subs {
 		if batch[0].rev > s.since() {

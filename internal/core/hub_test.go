@@ -45,9 +45,10 @@ func acquireAsync(ctx context.Context, q *core.Queue, spec core.Spec) <-chan *co
 	return got
 }
 
-// TestWaitersOfOneClientShareOneWatch queues many waiters of one client on a name: the
-// client opens one watch for all of them, so a release reaches each client once, however
-// many of its waiters wait.
+// TestWaitersOfOneClientShareOneWatch queues many waiters of one client on a name, once the
+// first has opened the client's watch of it: they all share that watch, so a release reaches
+// each client once, however many of its waiters wait (also those far back in line, which
+// would otherwise approach first).
 func TestWaitersOfOneClientShareOneWatch(t *testing.T) {
 	ctx := testContext(t)
 	const name, waiters = "one-watch", 20
@@ -58,8 +59,10 @@ func TestWaitersOfOneClientShareOneWatch(t *testing.T) {
 	cli, cnt := countedClient(t)
 	q := queue(t, cli, name)
 	results := make([]<-chan *core.Hold, waiters)
-	for i := range results {
-		results[i] = acquireAsync(ctx, q, exclusive)
+	results[0] = acquireAsync(ctx, q, exclusive)
+	require.Eventually(t, func() bool { return core.HasHub(cli, name) }, 10*time.Second, time.Millisecond)
+	for i := range results[1:] {
+		results[i+1] = acquireAsync(ctx, q, exclusive)
 	}
 	awaitCount(t, cluster.Client(t), name, waiters+1)
 	_, err = first.Release(ctx)

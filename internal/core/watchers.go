@@ -63,6 +63,7 @@ type queueWaiter struct {
 
 	ahead  int  // keys in prefix created before rev and alive at snap
 	served bool // fewer than slots keys are ahead
+	far    bool // it approached (see approach): its hub lingers briefly once it leaves
 }
 
 // newQueueWaiter makes the waiter of key, created at rev, with ahead keys (or units) ahead
