@@ -34,17 +34,17 @@ type hub struct {
 	exited chan struct{} // closed when the pump has returned
 	poke   chan struct{} // a subscriber waits for a read
 
-	mu      sync.Mutex
-	subs    map[subscriber]struct{}
-	closed  bool   // no longer in the registry
-	idleGen uint64 // bumped by every join and idle close: see closeIfIdle
-	idleLeft int   // revisions with deletes an idle hub still dispatches before it closes
-	started bool   // the watch has said where it starts: pos is known
-	pos     int64  // every event at a revision below pos has been dispatched
-	whole   bool   // ... and every one at pos too
-	atPos   map[string]bool
-	ring    []event // the last dispatched events, oldest first
-	floor   int64   // ring holds every event at a revision above floor
+	mu       sync.Mutex
+	subs     map[subscriber]struct{}
+	closed   bool   // no longer in the registry
+	idleGen  uint64 // bumped by every join and idle close: see closeIfIdle
+	idleLeft int    // revisions with deletes an idle hub still dispatches before it closes
+	started  bool   // the watch has said where it starts: pos is known
+	pos      int64  // every event at a revision below pos has been dispatched
+	whole    bool   // ... and every one at pos too
+	atPos    map[string]bool
+	ring     []event // the last dispatched events, oldest first
+	floor    int64   // ring holds every event at a revision above floor
 }
 
 // pump runs the hub until it closes: the watch, its renewals after failures, and the reads.
