@@ -23,9 +23,9 @@ import (
 // release that serves the waiter.
 //
 // So a release is heard by the clients of the nearAhead waiters behind it, by one
-// approaching waiter, and by the client that just had its turn (a hub whose last waiter
-// approached lingers through one release; see hubLinger): a bound that does not grow with
-// the fleet. A waiter of a client that has a hub of the name already (a loop of Lock and
+// approaching waiter, and by the few clients that just had their turn (a hub whose last
+// waiter approached lingers through 2*nearAhead releases; see hubLinger): a bound that does
+// not grow with the fleet. A waiter of a client that has a hub of the name already (a loop of Lock and
 // Unlock) joins it at once, as that costs etcd nothing more. nearAhead is small because each
 // near waiter hears every release until its turn (docs/performance.md has 2 against 4,
 // measured), and not 1, so that the hub's watch and read are in place before its turn.

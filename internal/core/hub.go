@@ -255,15 +255,20 @@ func (h *hub) failAll(err error) {
 // hubLinger is how long a hub keeps its watch after its last subscriber leaves, so that a
 // client that waits again soon (a contended lock taken in a loop) finds the watch in place
 // and needs no read to cover the gap before a new watch starts. It closes sooner once
-// lingerDeletes revisions with deletes went by with no subscriber, or one if its last
-// subscriber came to it from far back in line (see approach): a client whose turn has
+// lingerDeletes revisions with deletes went by with no subscriber, or farLingerDeletes if its
+// last subscriber came to it from far back in line (see approach): a client whose turn has
 // passed stops hearing the releases of a queue that others drain.
 const hubLinger = 2 * time.Second
 
-// lingerDeletes is four times nearAhead (8): see hubLinger. In a loop of Lock and Unlock a
-// client's hub is idle from its waiter's turn to its next Lock's write: its own release and
-// those of the clients served meanwhile.
+// lingerDeletes is four times nearAhead (8), and farLingerDeletes twice (4): see hubLinger.
+// In a loop of Lock and Unlock a client's hub is idle from its waiter's turn to its next
+// Lock's write: through its own release and those of the clients served meanwhile. A
+// client whose waiter came from far back and that locks again that soon finds the hub and
+// joins it, which gives it the longer linger from then on; with a linger of one release its
+// next waiter would approach again, and so on, every cycle.
 func lingerDeletes() int { return 4 * int(nearAhead.Load()) }
+
+func farLingerDeletes() int { return 2 * int(nearAhead.Load()) }
 
 // watchMode is what a hub's watch delivers, for the subscribers of its kind.
 type watchMode int
@@ -304,7 +309,7 @@ func join(k hubKey, s subscriber) *hub {
 	h.idleGen++ // a pending idle close no longer applies
 	h.idleLeft = lingerDeletes()
 	if w, ok := s.(*queueWaiter); ok && w.far {
-		h.idleLeft = 1
+		h.idleLeft = farLingerDeletes()
 	}
 	if h.started {
 		h.catchUp(s)
