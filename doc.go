@@ -39,7 +39,7 @@
 // reads the keys just ahead of its own (one read-only Txn) and watches the third nearest on
 // the client's watch stream, and joins the name's watch (with one read of the name) only
 // once that key is gone, two hand-offs or fewer before its turn. A client's watch of a name
-// closes once it has had no waiter for 2 s or through eight releases (one, after a waiter
+// closes once it has had no waiter for 2 s or through eight releases (four, after a waiter
 // that came from far back). A semaphore's waiter with a capacity above one, which a release
 // may serve with keys still ahead, joins the watch at once.
 //

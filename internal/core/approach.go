@@ -81,7 +81,10 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 				err = fmt.Errorf("%w: %w", ErrLost, rw)
 			}
 		}
-		if err != nil {
+		switch {
+		case err != nil && cli.Ctx().Err() != nil:
+			return 0, 0, fmt.Errorf("%w: %w", ErrLost, errClientClosed)
+		case err != nil:
 			return 0, 0, fmt.Errorf("read the keys ahead of %s: %w", a.describe(), err)
 		}
 		if own := resp.Responses[0].GetResponseRange().Kvs; len(own) == 0 || own[0].CreateRevision != rev {

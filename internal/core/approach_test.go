@@ -153,8 +153,8 @@ func TestAWaiterFarBackPassesAKeyAheadThatWithdrew(t *testing.T) {
 }
 
 // TestAWaiterFarBackEnds checks the ends of a waiter that approaches: its ctx ends (its key
-// is removed), its lease is revoked (ErrLost, once the session learns it), its key is
-// deleted by hand (ErrLost, once the key it watches has gone).
+// is removed), its lease is revoked (ErrLost, once the session learns it), its client
+// closes (ErrLost), its key is deleted by hand (ErrLost, once the key it watches has gone).
 func TestAWaiterFarBackEnds(t *testing.T) {
 	ctx := testContext(t)
 	n := core.NearAhead() + 1
@@ -204,6 +204,27 @@ func TestAWaiterFarBackEnds(t *testing.T) {
 			hold = w.served(t)
 		}
 		_, err = hold.Release(ctx)
+		require.NoError(t, err)
+	})
+
+	t.Run("client", func(t *testing.T) {
+		hold, waiters := farBack(ctx, t, "far-client", n, exclusive)
+		admin := cluster.Client(t)
+		cli := cluster.Client(t)
+		last := enqueueOn(ctx, t, admin, cli, "far-client", exclusive, int64(n+2))
+		require.NoError(t, cli.Close())
+		select {
+		case r := <-last.result:
+			require.ErrorIs(t, r.err, core.ErrLost)
+		case <-time.After(20 * time.Second):
+			t.Fatal("a waiter far back did not end with its client")
+		}
+		for _, w := range waiters {
+			_, err := hold.Release(ctx)
+			require.NoError(t, err)
+			hold = w.served(t)
+		}
+		_, err := hold.Release(ctx)
 		require.NoError(t, err)
 	})
 
