@@ -121,6 +121,18 @@ func farBack(ctx context.Context, t *testing.T, name string, n int, spec core.Sp
 	return hold, waiters
 }
 
+// drain releases hold, and then each waiter's hold once it is served, in line order.
+func drain(ctx context.Context, t *testing.T, hold *core.Hold, waiters []pending) {
+	t.Helper()
+	for _, w := range waiters {
+		_, err := hold.Release(ctx)
+		require.NoError(t, err)
+		hold = w.served(t)
+	}
+	_, err := hold.Release(ctx)
+	require.NoError(t, err)
+}
+
 // TestAWaiterFarBackPassesAKeyAheadThatWithdrew cancels the waiter whose key the last one
 // watches while it approaches: the last one goes on from there, and is served once every
 // key ahead of it is gone, not before.
@@ -168,13 +180,7 @@ func TestAWaiterFarBackEnds(t *testing.T) {
 		r := <-last.result
 		require.ErrorIs(t, r.err, context.Canceled)
 		awaitCount(t, admin, "far-ctx", int64(n+1))
-		for _, w := range waiters {
-			_, err := hold.Release(ctx)
-			require.NoError(t, err)
-			hold = w.served(t)
-		}
-		_, err := hold.Release(ctx)
-		require.NoError(t, err)
+		drain(ctx, t, hold, waiters)
 	})
 
 	t.Run("session", func(t *testing.T) {
@@ -198,13 +204,7 @@ func TestAWaiterFarBackEnds(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatal("a waiter far back did not end with its lease")
 		}
-		for _, w := range waiters {
-			_, err := hold.Release(ctx)
-			require.NoError(t, err)
-			hold = w.served(t)
-		}
-		_, err = hold.Release(ctx)
-		require.NoError(t, err)
+		drain(ctx, t, hold, waiters)
 	})
 
 	t.Run("client", func(t *testing.T) {
@@ -219,13 +219,7 @@ func TestAWaiterFarBackEnds(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatal("a waiter far back did not end with its client")
 		}
-		for _, w := range waiters {
-			_, err := hold.Release(ctx)
-			require.NoError(t, err)
-			hold = w.served(t)
-		}
-		_, err := hold.Release(ctx)
-		require.NoError(t, err)
+		drain(ctx, t, hold, waiters)
 	})
 
 	t.Run("key", func(t *testing.T) {
@@ -234,13 +228,7 @@ func TestAWaiterFarBackEnds(t *testing.T) {
 		last := enqueue(ctx, t, admin, "far-key", exclusive, int64(n+2))
 		_, err := admin.Delete(ctx, <-last.key)
 		require.NoError(t, err)
-		for _, w := range waiters {
-			_, err := hold.Release(ctx)
-			require.NoError(t, err)
-			hold = w.served(t)
-		}
-		_, err = hold.Release(ctx)
-		require.NoError(t, err)
+		drain(ctx, t, hold, waiters)
 		select {
 		case r := <-last.result:
 			require.ErrorIs(t, r.err, core.ErrLost)
