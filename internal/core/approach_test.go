@@ -210,8 +210,10 @@ func TestAWaiterFarBackEnds(t *testing.T) {
 	t.Run("client", func(t *testing.T) {
 		hold, waiters := farBack(ctx, t, "far-client", n, exclusive)
 		admin := cluster.Client(t)
-		cli := cluster.Client(t)
+		cli, cnt := countedClient(t)
 		last := enqueueOn(ctx, t, admin, cli, "far-client", exclusive, int64(n+2))
+		// Closed once it watches the key ahead: its enqueue has been answered.
+		require.Eventually(t, func() bool { return cnt.Counts()["Watch.send"] > 0 }, 10*time.Second, time.Millisecond)
 		require.NoError(t, cli.Close())
 		select {
 		case r := <-last.result:
@@ -219,6 +221,10 @@ func TestAWaiterFarBackEnds(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatal("a waiter far back did not end with its client")
 		}
+		// Its key stays until its lease expires: nothing can delete it through a closed
+		// client. It is behind every other key; removed here for the next run of the test.
+		_, err := admin.Delete(ctx, <-last.key)
+		require.NoError(t, err)
 		drain(ctx, t, hold, waiters)
 	})
 
