@@ -76,10 +76,7 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 			).Commit()
 		})
 		if err == nil {
-			if rw := clockOf(cli).linear(resp.Header, sent); rw != nil {
-				rewind(cli, rw)
-				err = fmt.Errorf("%w: %w", ErrLost, rw)
-			}
+			err = settleLinear(cli, resp.Header, sent)
 		}
 		switch {
 		case err != nil && cli.Ctx().Err() != nil:

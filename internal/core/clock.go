@@ -139,6 +139,17 @@ func (c *clock) confirm(ctx context.Context, cli *clientv3.Client) error {
 	return c.linear(resp.Header, sent)
 }
 
+// settleLinear is linear for an answer that a call acts on: if the cluster went back in
+// time, it rewinds cli and returns the call's error, ErrLost wrapping why; nil otherwise.
+func settleLinear(cli *clientv3.Client, h *pb.ResponseHeader, sent int64) error {
+	rw := clockOf(cli).linear(h, sent)
+	if rw == nil {
+		return nil
+	}
+	rewind(cli, rw)
+	return fmt.Errorf("%w: %w", ErrLost, rw)
+}
+
 // rewind ends everything cli holds or waits for because the cluster went back in time
 // (cause, an ErrRewound): every shared session ends with it, and its lease is revoked at
 // once, since it may have come back with keys this client had released; every watch of the

@@ -403,9 +403,8 @@ func deleteFenced(ctx context.Context, cli *clientv3.Client, sess *Session, hold
 		tryEnded := tctx.Err() != nil
 		cancelTry()
 		if err == nil {
-			if rw := clockOf(cli).linear(resp.Header, sent); rw != nil {
-				rewind(cli, rw) // the holds were lost in the history that went: the session ends
-				return nil, fmt.Errorf("%w: %w", ErrLost, rw)
+			if err := settleLinear(cli, resp.Header, sent); err != nil {
+				return nil, err // the holds were lost in the history that went: the session ends
 			}
 			deleted := make([]bool, len(holds))
 			for i := range holds {

@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -140,11 +139,7 @@ func commitWrite(ctx context.Context, cli *clientv3.Client, build func(clientv3.
 		cancel()
 		if err == nil {
 			res.resp = resp
-			if err := clockOf(cli).linear(resp.Header, sent); err != nil {
-				rewind(cli, err)
-				return res, fmt.Errorf("%w: %w", ErrLost, err)
-			}
-			return res, nil
+			return res, settleLinear(cli, resp.Header, sent)
 		}
 		if !refused(err) {
 			res.unknown = true
