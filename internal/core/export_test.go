@@ -31,23 +31,6 @@ func StopMonitor(h *Hold) {
 	stateOf(h.cli).keys.crash()
 }
 
-// KeyWatchPlaced reports whether every hold watched on the key watch of cli has a watch
-// in place: created, and answered by etcd, on the open stream.
-func KeyWatchPlaced(cli *clientv3.Client) bool {
-	k := stateOf(cli).keys
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.cur == nil || len(k.cur.pending) > 0 {
-		return false
-	}
-	for _, e := range k.holds {
-		if e.id == 0 || e.checking {
-			return false
-		}
-	}
-	return true
-}
-
 // ClockSees records an answer with header h in a new clock's history, one after the other,
 // and returns what linear said of each.
 func ClockSees(headers ...*pb.ResponseHeader) []error {

@@ -155,7 +155,9 @@ func (h *Hold) end(state holdState, err error) {
 	}
 	h.state = state
 	h.recordEnd(err)
-	h.slot.free()
+	if !errors.Is(err, errUnwatched) {
+		h.slot.free() // the key of a hold that could not be watched may still be there
+	}
 	h.finish(err)
 	h.unwatch()
 }
@@ -253,10 +255,13 @@ func errKeyGone(key string) error {
 }
 
 // errUnwatchable is the loss of a hold whose key etcd refuses for good to read (a
-// permission revoked): a key that cannot be watched cannot tell of its loss.
+// permission revoked): a key that cannot be watched cannot tell of its loss. The key may
+// still be the hold's, so its release still deletes it (see release).
 func errUnwatchable(key string, err error) error {
-	return fmt.Errorf("%w: key %s cannot be watched: %w", ErrLost, key, err)
+	return fmt.Errorf("%w: key %s %w: %w", ErrLost, key, errUnwatched, err)
 }
+
+var errUnwatched = errors.New("cannot be watched")
 
 // Put writes value into the hold's key, bound to the same lease, only while the key is
 // still the one the hold created (IsOwner): a hold that was lost writes nothing. It reports
@@ -310,14 +315,18 @@ func (h *Hold) Release(ctx context.Context) (ended bool, err error) {
 // the delete cannot be done, members whose loss was seen meanwhile end with it, the others
 // are held again, and err says why; then ended is false.
 func release(ctx context.Context, cli *clientv3.Client, sess *Session, members []*Hold) (ended bool, final, err error) {
-	var live []*Hold
+	var live, stray []*Hold
 	for _, h := range members {
 		h.mu.Lock()
-		switch h.state {
-		case held:
+		switch {
+		case h.state == held:
 			h.state, h.seen = releasing, nil
 			live = append(live, h)
-		case lost:
+		case h.state == lost && errors.Is(h.err, errUnwatched):
+			// Lost because its key could not be watched: the key may still be its own.
+			stray = append(stray, h)
+			final = firstErr(final, h.err)
+		case h.state == lost:
 			h.state = over
 			fallthrough
 		default: // over: lost, and seen by a release that could not finish
@@ -325,8 +334,18 @@ func release(ctx context.Context, cli *clientv3.Client, sess *Session, members [
 		}
 		h.mu.Unlock()
 	}
-	deleted, err := deleteFenced(ctx, cli, sess, live)
+	deleted, err := deleteFenced(ctx, cli, sess, append(live, stray...))
 	kept := false
+	for _, h := range stray {
+		h.mu.Lock()
+		if deleted != nil {
+			h.state = over
+			h.slot.free()
+		} else {
+			kept = true // lost still: a later release tries again
+		}
+		h.mu.Unlock()
+	}
 	for i, h := range live {
 		var loss error
 		h.mu.Lock()

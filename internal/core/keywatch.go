@@ -708,3 +708,21 @@ func (h *Hold) checkKey(ctx context.Context, from int64) (next int64, loss error
 	}
 	return resp.Header.Revision + 1, nil
 }
+
+// KeyWatchPlaced reports whether every hold watched on the key watch of cli has a watch
+// in place: created, and answered by etcd, on the open stream. For tests that must know
+// that etcd has checked a hold's watch (a permission is checked when a watch starts).
+func KeyWatchPlaced(cli *clientv3.Client) bool {
+	k := stateOf(cli).keys
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cur == nil || len(k.cur.pending) > 0 {
+		return false
+	}
+	for _, e := range k.holds {
+		if e.id == 0 || e.checking {
+			return false
+		}
+	}
+	return true
+}

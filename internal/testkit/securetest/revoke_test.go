@@ -49,12 +49,43 @@ func TestRevokedGrantRefusesReleaseAndKeepsHold(t *testing.T) {
 			ctx := etcdtest.Context(t)
 			admin := cluster.Client(t)
 			name := "revoked/" + k.Name
-			l := k.First.Make(t, cluster.ClientAs(t, revocable), name, k.WithPrefix(revocablePrefix))
+			cli := cluster.ClientAs(t, revocable)
+			l := k.First.Make(t, cli, name, k.WithPrefix(revocablePrefix))
 			require.NoError(t, l.Lock(ctx))
+			// The hold's watch (which a reentrant lock starts at once) must be in place, and
+			// so checked, before the grant goes: a watch etcd refuses is a loss (below).
+			l.Done()
+			require.Eventually(t, func() bool { return core.KeyWatchPlaced(cli) }, served, 10*time.Millisecond,
+				"the hold's watch in place")
 			restore := revokeGrant(t, admin)
 			assertRefused(t, l.Unlock, "release under a revoked grant")
 			restore()
 			require.NoError(t, l.Unlock(ctx), "the same release once the grant is back")
+			assertNoLockKeys(t, admin, revocablePrefix+core.NamePrefix(name))
+		})
+	}
+}
+
+// TestRevokedGrantBeforeTheWatchIsALoss: a hold whose watch starts after its grant is
+// revoked cannot be watched, and so cannot learn of its key's deletion: it ends as lost,
+// with the refusal as the cause. Once the grant is back, its Unlock removes the key.
+func TestRevokedGrantBeforeTheWatchIsALoss(t *testing.T) {
+	for _, k := range primtest.Kinds {
+		if k.Name == "reentrant" || k.Name == "election" {
+			continue // Lock and Campaign start the watch
+		}
+		t.Run(k.Name, func(t *testing.T) {
+			ctx := etcdtest.Context(t)
+			admin := cluster.Client(t)
+			name := "unwatched/" + k.Name
+			l := k.First.Make(t, cluster.ClientAs(t, revocable), name, k.WithPrefix(revocablePrefix))
+			require.NoError(t, l.Lock(ctx))
+			restore := revokeGrant(t, admin)
+			etcdtest.Within(t, l.Done(), served, "the hold's end once its watch is refused")
+			assert.ErrorIs(t, l.Err(), core.ErrLost)
+			assert.ErrorIs(t, l.Err(), rpctypes.ErrPermissionDenied)
+			restore()
+			assert.ErrorIs(t, l.Unlock(ctx), core.ErrLost, "the release of a lost hold")
 			assertNoLockKeys(t, admin, revocablePrefix+core.NamePrefix(name))
 		})
 	}
