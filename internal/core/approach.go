@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -13,26 +14,34 @@ import (
 // every delete under it, which is what lets a waiter near the head be served the moment its
 // last predecessor goes, with no read; but a release heard by every waiting client costs
 // etcd an event per client, so a fleet of N clients queued on one name would cost O(N) per
-// hand-off. So an exclusive waiter (one that any key ahead keeps waiting) with more than
-// nearAhead keys ahead, on a client with no hub of the name yet, first approaches: it reads
-// the keys just ahead of its own, watches one of them, the (nearAhead+1)-th nearest, and
-// only once that key is gone (released at the head, or withdrawn) joins the hub, which
-// reads the name then and counts from there. While that key lives more than nearAhead keys
-// are ahead, so the waiter cannot be served; once it is gone at most nearAhead may be, and
-// the hub's watch and read are in place while those still hand off, off the path of the
-// release that serves the waiter.
+// hand-off. So a waiter far back (nearAhead keys and its threshold's worth more ahead), on
+// a client with no hub of the name yet, first approaches: it reads the keys just ahead of
+// its own, passes over the nearAhead nearest, and watches the next ones, the fewest that
+// together weigh its threshold (Spec.slots: one key for an exclusive waiter, capacity less
+// weight plus one units for a semaphore's). While they weigh that much it cannot be served,
+// whatever else is ahead; once enough of them are gone (released, or withdrawn) it joins the
+// hub, which reads the name then and counts from there. The nearAhead keys passed over are
+// the margin: the hub's watch and read are in place while they still hand off, off the path
+// of the release that serves the waiter.
 //
-// So a release is heard by the clients of the nearAhead waiters behind it, by one
-// approaching waiter, and by the few clients that just had their turn (a hub whose last
-// waiter approached lingers through 2*nearAhead releases; see hubLinger): a bound that does
-// not grow with the fleet. A waiter of a client that has a hub of the name already (a loop of Lock and
-// Unlock) joins it at once, as that costs etcd nothing more. nearAhead is small because each
-// near waiter hears every release until its turn (docs/performance.md has 2 against 4,
-// measured), and not 1, so that the hub's watch and read are in place before its turn.
+// So a release is heard by the clients of the waiters near the head, by the few
+// approaching waiters that watch its key, and by the few clients that just had their turn
+// (a hub whose last waiter approached lingers through 2*nearAhead releases; see hubLinger):
+// a bound that does not grow with the fleet. A waiter whose threshold is above
+// maxApproachKeys (a semaphore of a large capacity) joins the hub at once: watching that
+// many keys would cost about what the hub's fan-out does. A waiter of a client that has a
+// hub of the name already (a loop of Lock and Unlock) joins it at once, as that costs etcd
+// nothing more. nearAhead is small because each near waiter hears every release until its
+// turn (docs/performance.md has 2 against 4, measured), and not 1, so that the hub's watch
+// and read are in place before its turn.
 //
 // A waiter's own key is not watched while it approaches: its delete (an operator's, or a
-// lease's end the session has not yet noticed) is seen by the next read, when the key it
-// watches goes. Its session's end is seen at once.
+// lease's end the session has not yet noticed) is seen by the next read, when the keys it
+// watches go. Its session's end is seen at once.
+
+// maxApproachKeys is the largest threshold for which a waiter approaches: the most keys
+// it watches at once.
+const maxApproachKeys = 8
 
 // nearAhead is how many keys may be ahead of a waiter for it to join its client's hub of the
 // name at once (see approach); 2 unless a test set it (SetNearAhead).
@@ -48,31 +57,34 @@ func SetNearAhead(n int) (restore func()) {
 	return func() { nearAhead.Store(old) }
 }
 
-// far reports whether the waiter of q, ahead of which ahead keys are, approaches first.
-// Waiters that a release may serve with keys still ahead (a semaphore's, of a capacity
-// above one) cannot tell from one key's life when they may be served, and join the hub.
+// far reports whether the waiter of q, ahead of which keys weighing ahead are, approaches
+// first (see above).
 func (a *acquisition) far(q *Queue, ahead int) bool {
-	return a.spec.slots() == 1 && !a.spec.weighted() && ahead > int(nearAhead.Load()) && !hasHub(q.hubKey())
+	n := a.spec.slots()
+	return n <= maxApproachKeys && ahead >= int(nearAhead.Load())+n && !hasHub(q.hubKey())
 }
 
-// approach waits until at most nearAhead keys of the queue's Ahead range may be ahead of the
-// key created at rev, and returns what it knows then, as of revision snap: ahead keys
-// ahead; or, once the key it watched went, -1: the hub reads what is ahead. One Range (the keys just ahead, with no value) and one watch of one key on the
-// client's watch stream, each again only when the watch could not be kept; ErrLost when the
-// session ends first, or its own key is found gone.
+// approach waits until the keys of the queue's Ahead range that are ahead of the key
+// created at rev may weigh less than the threshold plus nearAhead, and returns what it knows
+// then, as of revision snap: the weight ahead; or, once the keys it watched went, -1: the
+// hub reads what is ahead. One Range (the keys just ahead, with no value) and a watch of
+// each of the few keys it picks, on the client's watch stream; each again only when a watch
+// could not be kept. ErrLost when the session ends first, or its own key is found gone.
 func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev int64) (snap int64, ahead int, err error) {
-	cli, aheadRange, near := q.cli, q.prefix+a.spec.Ahead, int(nearAhead.Load())
+	cli, aheadRange := q.cli, q.prefix+a.spec.Ahead
+	near, need, w := int(nearAhead.Load()), a.spec.slots(), weigherOf(q, a.spec)
 	var b backoff
 	for {
 		// Its own key is read too: the read's revision is the waiter's new snapshot, and a
-		// delete of the key before it would be no news to the hub's events.
+		// delete of the key before it would be no news to the hub's events. Every key
+		// weighs at least one unit, so near+need keys hold the margin and the watched.
 		var sent int64
 		resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
 			sent = clockOf(cli).now()
 			return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(
 				clientv3.OpGet(key, clientv3.WithKeysOnly()),
 				clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev-1),
-					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(near)+1)),
+					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(near+need))),
 			).Commit()
 		})
 		if err == nil {
@@ -88,57 +100,109 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 			return 0, 0, fmt.Errorf("%w: key %s deleted while waiting", ErrLost, key)
 		}
 		kvs, at := resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision
-		if len(kvs) <= near {
-			return at, len(kvs), nil
+		if len(kvs) < near+need { // every key ahead
+			weight := 0
+			for _, kv := range kvs {
+				weight += w.of(string(kv.Key))
+			}
+			return at, weight, nil
 		}
-		gone, err := a.awaitDelete(ctx, kvs[near], at)
+		watched, weight := kvs[near:], 0
+		for i, kv := range watched {
+			if weight += w.of(string(kv.Key)); weight >= need {
+				watched = watched[:i+1]
+				break
+			}
+		}
+		gone, err := a.awaitDeletes(ctx, watched, need, w, at)
 		switch {
 		case err != nil:
 			return 0, 0, err
 		case gone:
 			return at, -1, nil
 		}
-		if err := b.wait(ctx); err != nil { // the watch broke (compaction, a refusal): read again
+		if err := b.wait(ctx); err != nil { // a watch broke (compaction, a refusal): read again
 			return 0, 0, err
 		}
 	}
 }
 
-// awaitDelete watches key, which a read at revision read found, until it is deleted (true),
-// the watch ends without saying so (false: compacted, refused, or the client closed), the
-// session ends (its loss) or ctx ends. The watch starts from the present, as etcd serves a
-// watch from the past only every 100 ms; if the present is past read, one read of the key
-// covers the revisions in between. It shares the client's stream with its hubs' watches.
-func (a *acquisition) awaitDelete(ctx context.Context, kv *mvccpb.KeyValue, read int64) (bool, error) {
-	cli, key := a.cli(), string(kv.Key)
+// awaitDeletes watches kvs, which a read at revision read found, until those left weigh
+// less than need (true), a watch ends without saying so (false: compacted, refused, or the
+// client closed), the session ends (its loss) or ctx ends. Each watch starts from the
+// present, as etcd serves a watch from the past only every 100 ms; if the present is past
+// read, one read of its key covers the revisions in between. They share the client's stream
+// with its hubs' watches.
+func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, need int, w weigher, read int64) (bool, error) {
+	cli := a.cli()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(cli.Ctx()))
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()
 	defer context.AfterFunc(a.sess.ctx, cancel)()
-	for wr := range cli.Watch(wctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut()) {
+	gone := make(chan int, len(kvs)) // the index of a key deleted, or -1: a watch ended
+	left := 0
+	for i, kv := range kvs {
+		left += w.of(string(kv.Key))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if awaitDelete(wctx, cli, kv, read) {
+				gone <- i
+			} else {
+				gone <- -1
+			}
+		}()
+	}
+	for left >= need {
+		select {
+		case i := <-gone:
+			if i < 0 {
+				return false, a.watchEnded(ctx)
+			}
+			left -= w.of(string(kvs[i].Key))
+		case <-wctx.Done():
+			return false, a.watchEnded(ctx)
+		}
+	}
+	return true, nil
+}
+
+// watchEnded is why a watch of awaitDeletes ended without a delete: the session's loss,
+// ctx's end, or nil (read again).
+func (a *acquisition) watchEnded(ctx context.Context) error {
+	switch {
+	case a.sess.ctx.Err() != nil:
+		return a.sess.lostErr()
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return nil
+}
+
+// awaitDelete watches the key of kv, found by a read at revision read, on ctx until it is
+// deleted (true) or the watch ends without saying so (false).
+func awaitDelete(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, read int64) bool {
+	key := string(kv.Key)
+	for wr := range cli.Watch(ctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut()) {
 		if wr.Err() != nil {
-			break
+			return false
 		}
 		if wr.Created && wr.Header.Revision > read {
-			resp, err := cli.Get(wctx, key, clientv3.WithKeysOnly())
+			resp, err := cli.Get(ctx, key, clientv3.WithKeysOnly())
 			if err != nil {
-				break
+				return false
 			}
 			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != kv.CreateRevision {
-				return true, nil
+				return true
 			}
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == mvccpb.DELETE {
-				return true, nil
+				return true
 			}
 		}
 	}
-	switch {
-	case a.sess.ctx.Err() != nil:
-		return false, a.sess.lostErr()
-	case ctx.Err() != nil:
-		return false, ctx.Err()
-	}
-	return false, nil
+	return false
 }

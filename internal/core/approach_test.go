@@ -106,6 +106,66 @@ func TestAFleetDrainsInOrderAndEachReleaseReachesFewClients(t *testing.T) {
 	assert.LessOrEqual(t, perRelease, bound, "a release reached about every waiting client")
 }
 
+// TestASemaphoreFleetDrainsInOrderAndEachReleaseReachesFewClients is the same for a
+// semaphore of capacity 3 whose waiters take one or two units, released in an order other
+// than the one they were served in: each is served once what it takes fits, in line order,
+// and a release is heard by few of the waiting clients.
+func TestASemaphoreFleetDrainsInOrderAndEachReleaseReachesFewClients(t *testing.T) {
+	ctx := testContext(t)
+	const name, fleet, capacity = "semfleet", 24, 3
+	spec := func(units int) core.Spec {
+		return core.Spec{Kind: core.KindPermit, Ahead: core.KindPermit, Capacity: capacity, Weight: units}
+	}
+	admin := cluster.Client(t)
+	type held struct {
+		h     *core.Hold
+		units int
+	}
+	var holds []held
+	for range capacity {
+		h, err := queue(t, admin, name).Acquire(ctx, spec(1), nil)
+		require.NoError(t, err)
+		holds = append(holds, held{h, 1})
+	}
+	waiters := make([]pending, fleet)
+	units := make([]int, fleet)
+	counters := make([]*rpcstat.Counter, fleet)
+	for i := range waiters {
+		units[i] = 1 + i%3/2 // 1, 1, 2, ...
+		cli, cnt := countedClient(t)
+		counters[i] = cnt
+		waiters[i] = enqueueOn(ctx, t, admin, cli, name, spec(units[i]), int64(capacity+i+1))
+	}
+	inUse, next, releases := capacity, 0, 0
+	for len(holds) > 0 {
+		// Release the hold in the middle, then serve every waiter that now fits.
+		i := len(holds) / 2
+		_, err := holds[i].h.Release(ctx)
+		require.NoError(t, err)
+		releases++
+		inUse -= holds[i].units
+		holds = append(holds[:i], holds[i+1:]...)
+		for next < fleet && inUse+units[next] <= capacity {
+			holds = append(holds, held{waiters[next].served(t), units[next]})
+			inUse += units[next]
+			next++
+		}
+		if next < fleet {
+			waiters[next].notYet(t, fmt.Sprintf("waiter %d (%d units) with %d of %d in use", next, units[next], inUse, capacity))
+		}
+	}
+	require.Equal(t, fleet, next)
+
+	events := int64(0)
+	for _, c := range counters {
+		events += c.Counts()["Watch.events"]
+	}
+	perRelease := float64(events) / float64(releases)
+	bound := float64(core.NearAhead() + capacity + core.LingerDeletes() + 3)
+	t.Logf("%d waiting clients: %.1f watch events heard per release (bound %.0f)", fleet, perRelease, bound)
+	assert.LessOrEqual(t, perRelease, bound, "a release reached about every waiting client")
+}
+
 // farBack queues a holder and n waiters, each on a client of its own, on name, and returns
 // the holder's hold and the waiters, in line order. With n above NearAhead the last ones
 // approach.
