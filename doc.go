@@ -35,13 +35,15 @@
 // client's one watch of the name, shared by every waiter and release watch of that client
 // there, and is served on the event that takes the last key ahead away, with no further RPC.
 // A release reaches the clients of the waiters near the head, not every waiting client: a
-// waiter with more than two keys ahead, on a client with no watch of the name yet, first
-// reads the keys just ahead of its own (one read-only Txn) and watches the third nearest on
-// the client's watch stream, and joins the name's watch (with one read of the name) only
-// once that key is gone, two hand-offs or fewer before its turn. A client's watch of a name
-// closes once it has had no waiter for 2 s or through eight releases (four, after a waiter
-// that came from far back). A semaphore's waiter with a capacity above one, which a release
-// may serve with keys still ahead, joins the watch at once.
+// waiter far back, on a client with no watch of the name yet, first reads the keys just
+// ahead of its own (one read-only Txn), passes over the two nearest and watches the next on
+// the client's watch stream: one key for an exclusive waiter, the fewest that together
+// weigh capacity minus weight plus one units for a semaphore's (up to 8 keys; a larger
+// semaphore's waiter joins the name's watch at once). While those keys weigh that much it
+// cannot be served; once enough of them are gone, two hand-offs or so before its turn, it
+// joins the name's watch (with one read of the name). A client's watch of a name closes
+// once it has had no waiter for 2 s or through eight releases (four, after a waiter that
+// came from far back).
 //
 // # Cancellation
 //

@@ -28,8 +28,9 @@
 //     leave and linger (for a while, or a few releases); events dispatched in revision
 //     order, once; a read after any gap.
 //   - approach.go: a waiter far back in line, on a client with no hub of the name, watches
-//     one key a few places ahead of it, and joins the hub only once that key is gone, so
-//     that a release reaches the few waiters behind it, not every waiting client.
+//     the few keys a few places ahead of it that weigh its threshold, and joins the hub once
+//     enough of them are gone, so that a release reaches the few waiters behind it, not
+//     every waiting client.
 //   - watchers.go: the subscribers: the view they share, queueWaiter (an acquisition that
 //     waits), Sentry (WatchBehind), ReleaseWatch (WatchRelease, for one name or several)
 //     and Observer (WatchHead, for elections).
@@ -60,9 +61,9 @@
 // what is ahead of each. If nothing is in the way, grant makes the Hold (or Group) at once.
 // Otherwise wait joins the client's hub of each name with something ahead, which reads what
 // it missed and feeds the waiter every delete (with the deleted key's create revision) until
-// little enough is ahead; a read confirms the waiter's view after any gap. An exclusive
-// waiter with more than a few keys ahead and no hub of the name on its client approaches
-// first: it watches the key a few places ahead of it and joins the hub once that is gone. A cancelled or
+// little enough is ahead; a read confirms the waiter's view after any gap. A waiter
+// far back with no hub of the name on its client approaches first: it watches the keys a
+// few places ahead of it that weigh its threshold and joins the hub once enough are gone. A cancelled or
 // failed acquisition deletes its keys, fenced on their create revision, or leaves that to
 // the janitor. Once held, Done adds the key to the client's keyWatch; Unlock calls
 // Hold.Release, one fenced delete, which ends the hold and takes its key off the keyWatch;

@@ -16,6 +16,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/mutex"
+	"github.com/etcdsync/etcdsync/semaphore"
 )
 
 // fleetSizes are the waiting clients of BenchmarkFleetDrain's sub-benchmarks; more come
@@ -47,6 +48,84 @@ func BenchmarkFleetDrain(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkFleetDrainSemaphore is BenchmarkFleetDrain for a semaphore of capacity
+// fleetCapacity: the holder takes every unit, each waiter one; a release of the holder
+// admits fleetCapacity waiters, and each of their releases the next. An op is a waiter's
+// admission. The rival is ours' mutex draining the same fleet: there is no semaphore of
+// etcd's own to set beside it, and the build before and after a change, run in turn, is
+// the comparison that tells.
+func BenchmarkFleetDrainSemaphore(b *testing.B) {
+	sizes := slices.Concat(fleetSizes, fleetExtra(b))
+	forEachCluster(b, func(b *testing.B, t *target) {
+		for _, n := range sizes {
+			b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) { benchFleetSemaphore(b, t, n) })
+		}
+	})
+}
+
+const (
+	fleetSemName  = "fleet-sem" // the semaphore's name; its rival's is fleetSemName+"-mutex"
+	fleetCapacity = 4           // the semaphore's capacity
+)
+
+func benchFleetSemaphore(b *testing.B, t *target, n int) {
+	ctx := context.Background()
+	ours := t.oursClients(b, n+1) // the holder's first
+	sems := make([]exclusive, n+1)
+	for i, cli := range ours {
+		s, err := semaphore.New(cli.Client, fleetSemName, fleetCapacity, semaphore.WithPrefix(t.root))
+		must(b, err)
+		units := 1
+		if i == 0 {
+			units = fleetCapacity
+		}
+		sems[i] = &permitLock{s: s, units: units}
+	}
+	rivals := t.oursClients(b, n+1)
+	mutexes := make([]exclusive, n+1)
+	for i, cli := range rivals {
+		m, err := mutex.New(cli.Client, fleetSemName+"-mutex", mutex.WithPrefix(t.root))
+		must(b, err)
+		mutexes[i] = m
+	}
+	var warmups [][]func(context.Context) error
+	for _, ls := range [][]exclusive{sems, mutexes} {
+		ws := make([]func(context.Context) error, len(ls))
+		for i, l := range ls {
+			ws[i] = exclusiveCycle(l, nil)
+		}
+		warmups = append(warmups, ws)
+	}
+	warm(b, ctx, warmups...)
+	semSide := drainSide("ours", ours, sems, t.root+core.NamePrefix(fleetSemName)+core.KindPermit)
+	mutexSide := drainSide("mutex", rivals, mutexes, t.root+core.NamePrefix(fleetSemName+"-mutex"))
+	b.Cleanup(func() { semSide.stop(); mutexSide.stop() })
+	reportScrape := scrapeCost(b, t)
+	t.measure(b, comparison{
+		ours:    semSide.side,
+		rival:   mutexSide.side,
+		commits: t.commitSides(b),
+		slack:   time.Duration(n) * time.Second,
+	})
+	reportScrape()
+}
+
+// permitLock is a semaphore's acquisition of units as an exclusive: Lock acquires them,
+// Unlock releases the permit. One goroutine at a time.
+type permitLock struct {
+	s     *semaphore.Semaphore
+	units int
+	p     *semaphore.Permit
+}
+
+func (l *permitLock) Lock(ctx context.Context) error {
+	p, err := l.s.AcquireN(ctx, l.units)
+	l.p = p
+	return err
+}
+
+func (l *permitLock) Unlock(ctx context.Context) error { return l.p.Release(ctx) }
 
 // fleetExtra are the client counts ETCDSYNC_BENCH_FLEET asks for beside fleetSizes.
 func fleetExtra(b *testing.B) []int {
