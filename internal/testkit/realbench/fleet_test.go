@@ -89,15 +89,7 @@ func benchFleetSemaphore(b *testing.B, t *target, n int) {
 		must(b, err)
 		mutexes[i] = m
 	}
-	var warmups [][]func(context.Context) error
-	for _, ls := range [][]exclusive{sems, mutexes} {
-		ws := make([]func(context.Context) error, len(ls))
-		for i, l := range ls {
-			ws[i] = exclusiveCycle(l, nil)
-		}
-		warmups = append(warmups, ws)
-	}
-	warm(b, ctx, warmups...)
+	warmLocks(b, ctx, sems, mutexes)
 	semSide := drainSide("ours", ours, sems, t.root+core.NamePrefix(fleetSemName)+core.KindPermit)
 	mutexSide := drainSide("mutex", rivals, mutexes, t.root+core.NamePrefix(fleetSemName+"-mutex"))
 	b.Cleanup(func() { semSide.stop(); mutexSide.stop() })
@@ -160,15 +152,7 @@ func benchFleet(b *testing.B, t *target, n int) {
 	for i, s := range sessions {
 		etcdLocks[i] = concurrency.NewMutex(s, t.root+"etcd-"+fleetName)
 	}
-	var warmups [][]func(context.Context) error // grants our leases before the rounds
-	for _, ls := range [][]exclusive{oursLocks, etcdLocks} {
-		ws := make([]func(context.Context) error, len(ls))
-		for i, l := range ls {
-			ws[i] = exclusiveCycle(l, nil)
-		}
-		warmups = append(warmups, ws)
-	}
-	warm(b, ctx, warmups...)
+	warmLocks(b, ctx, oursLocks, etcdLocks) // grants our leases before the rounds
 	oursSide := drainSide("ours", ours, oursLocks, t.root+core.NamePrefix(fleetName))
 	etcdSide := drainSide("etcd", etcd, etcdLocks, t.root+"etcd-"+fleetName+"/")
 	b.Cleanup(func() { oursSide.stop(); etcdSide.stop() }) // waiters left by a failed round
@@ -181,6 +165,15 @@ func benchFleet(b *testing.B, t *target, n int) {
 		slack:   time.Duration(n) * time.Second, // a drain of 1,000 may take minutes
 	})
 	reportScrape()
+}
+
+// warmLocks locks and unlocks each lock of each set once, one after another.
+func warmLocks(b *testing.B, ctx context.Context, sets ...[]exclusive) {
+	for _, ls := range sets {
+		for _, l := range ls {
+			must(b, exclusiveCycle(l, nil)(ctx))
+		}
+	}
 }
 
 // A drain is one side of BenchmarkFleetDrain: locks[0] holds the name, each other lock (on
