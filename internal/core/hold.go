@@ -338,10 +338,13 @@ func release(ctx context.Context, cli *clientv3.Client, sess *Session, members [
 	kept := false
 	for _, h := range stray {
 		h.mu.Lock()
-		if deleted != nil {
+		switch {
+		case deleted != nil:
 			h.state = over
 			h.slot.free()
-		} else {
+		case sess.ended():
+			h.state = over // its key goes with the lease
+		default:
 			kept = true // lost still: a later release tries again
 		}
 		h.mu.Unlock()
