@@ -28,8 +28,8 @@ import (
 // approaching waiters that watch its key, and by the few clients that just had their turn
 // (a hub whose last waiter approached lingers through 2*nearAhead releases; see hubLinger):
 // a bound that does not grow with the fleet. A waiter whose threshold is above
-// maxApproachKeys (a semaphore of a large capacity) joins the hub at once: watching that
-// many keys would cost about what the hub's fan-out does. A waiter of a client that has a
+// maxApproachKeys (a semaphore of a large capacity) joins the hub at once, which bounds the
+// watches one waiter places; the bound is a judgment (capacity 4 is what was measured). A waiter of a client that has a
 // hub of the name already (a loop of Lock and Unlock) joins it at once, as that costs etcd
 // nothing more. nearAhead is small because each near waiter hears every release until its
 // turn (docs/performance.md has 2 against 4, measured), and not 1, so that the hub's watch
