@@ -26,7 +26,8 @@ import (
 //
 // So a release is heard by the clients of the waiters near the head, by the few
 // approaching waiters that watch its key, and by the few clients that just had their turn
-// (a hub whose last waiter approached lingers through 2*nearAhead releases; see hubLinger):
+// (a hub whose last waiter approached lingers through one release of another client; see
+// hubLinger):
 // a bound that does not grow with the fleet. A waiter whose threshold is above
 // maxApproachKeys (a semaphore of a large capacity) joins the hub at once, which bounds the
 // watches one waiter places; the bound is a judgment (capacity 4 is what was measured). A waiter of a client that has a

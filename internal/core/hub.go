@@ -34,17 +34,18 @@ type hub struct {
 	exited chan struct{} // closed when the pump has returned
 	poke   chan struct{} // a subscriber waits for a read
 
-	mu       sync.Mutex
-	subs     map[subscriber]struct{}
-	closed   bool   // no longer in the registry
-	idleGen  uint64 // bumped by every join and idle close: see closeIfIdle
-	idleLeft int    // revisions with deletes an idle hub still dispatches before it closes
-	started  bool   // the watch has said where it starts: pos is known
-	pos      int64  // every event at a revision below pos has been dispatched
-	whole    bool   // ... and every one at pos too
-	atPos    map[string]bool
-	ring     []event // the last dispatched events, oldest first
-	floor    int64   // ring holds every event at a revision above floor
+	mu        sync.Mutex
+	subs      map[subscriber]struct{}
+	closed    bool   // no longer in the registry
+	idleGen   uint64 // bumped by every join and idle close: see closeIfIdle
+	idleLeft  int    // revisions with deletes an idle hub still dispatches before it closes
+	servedKey string // the key of the last waiter that left served: its release does not count in idleLeft
+	started   bool   // the watch has said where it starts: pos is known
+	pos       int64  // every event at a revision below pos has been dispatched
+	whole     bool   // ... and every one at pos too
+	atPos     map[string]bool
+	ring      []event // the last dispatched events, oldest first
+	floor     int64   // ring holds every event at a revision above floor
 }
 
 // pump runs the hub until it closes: the watch, its renewals after failures, and the reads.
@@ -260,15 +261,16 @@ func (h *hub) failAll(err error) {
 // passed stops hearing the releases of a queue that others drain.
 const hubLinger = 2 * time.Second
 
-// lingerDeletes is four times nearAhead (8), and farLingerDeletes twice (4): see hubLinger.
+// lingerDeletes is four times nearAhead (8), and farLingerDeletes one: see hubLinger.
 // In a loop of Lock and Unlock a client's hub is idle from its waiter's turn to its next
-// Lock's write: through its own release and those of the clients served meanwhile. A
-// client whose waiter came from far back and that locks again that soon finds the hub and
-// joins it, which gives it the longer linger from then on; with a linger of one release its
-// next waiter would approach again, and so on, every cycle.
+// Lock's write: through its own release and those of the clients served meanwhile. Its own
+// release (the delete of the key of the waiter that last left served, see leave) does not
+// count, so a client whose waiter came from far back and that locks again before another
+// client's release finds the hub and joins it, which gives it the longer linger from then
+// on. A client whose turn has passed in a fleet that drains hears one release of another.
 func lingerDeletes() int { return 4 * int(nearAhead.Load()) }
 
-func farLingerDeletes() int { return 2 * int(nearAhead.Load()) }
+func farLingerDeletes() int { return 1 }
 
 // watchMode is what a hub's watch delivers, for the subscribers of its kind.
 type watchMode int
@@ -331,11 +333,16 @@ func hasHub(k hubKey) bool {
 	return ok
 }
 
-// leave unregisters s. Once the last subscriber has left, the hub lingers, then closes.
+// leave unregisters s. Once the last subscriber has left, the hub lingers, then closes. A
+// waiter that leaves served leaves its key, whose delete (its hold's release) does not count
+// toward the linger's end.
 func (h *hub) leave(s subscriber) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.subs, s)
+	if w, ok := s.(*queueWaiter); ok && w.served && w.err == nil {
+		h.servedKey = w.key
+	}
 	if len(h.subs) > 0 || h.closed {
 		return
 	}
@@ -481,7 +488,7 @@ func (h *hub) deliver(batch []event) {
 		}
 	}
 	h.ring = append(h.ring, batch...)
-	if len(h.subs) == 0 && slices.ContainsFunc(batch, func(e event) bool { return !e.put }) {
+	if len(h.subs) == 0 && slices.ContainsFunc(batch, func(e event) bool { return !e.put && e.key != h.servedKey }) {
 		h.idleLeft--
 	}
 	for s := range h.subs {
