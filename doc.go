@@ -42,8 +42,9 @@
 // semaphore's waiter joins the name's watch at once). While those keys weigh that much it
 // cannot be served; once enough of them are gone, two hand-offs or so before its turn, it
 // joins the name's watch (with one read of the name). A client's watch of a name closes
-// once it has had no waiter for 2 s or through eight releases (four, after a waiter that
-// came from far back).
+// once it has had no waiter for 2 s or through eight releases of other clients (one, after
+// a waiter that came from far back); the release of its own last waiter's key does not
+// count, so a client that locks again at once still finds it.
 //
 // # Cancellation
 //

@@ -27,14 +27,13 @@ import (
 // So a release is heard by the clients of the waiters near the head, by the few
 // approaching waiters that watch its key, and by the few clients that just had their turn
 // (a hub whose last waiter approached lingers through one release of another client; see
-// hubLinger):
-// a bound that does not grow with the fleet. A waiter whose threshold is above
+// hubLinger): a bound that does not grow with the fleet. A waiter whose threshold is above
 // maxApproachKeys (a semaphore of a large capacity) joins the hub at once, which bounds the
-// watches one waiter places; the bound is a judgment (capacity 4 is what was measured). A waiter of a client that has a
-// hub of the name already (a loop of Lock and Unlock) joins it at once, as that costs etcd
-// nothing more. nearAhead is small because each near waiter hears every release until its
-// turn (docs/performance.md has 2 against 4, measured), and not 1, so that the hub's watch
-// and read are in place before its turn.
+// watches one waiter places; the bound is a judgment (capacity 4 is what was measured). A
+// waiter of a client that has a hub of the name already (a loop of Lock and Unlock) joins it
+// at once, as that costs etcd nothing more. nearAhead is small because each near waiter
+// hears every release until its turn (docs/performance.md has 2 against 4, measured), and
+// not 1, so that the hub's watch and read are in place before its turn.
 //
 // A waiter's own key is not watched while it approaches: its delete (an operator's, or a
 // lease's end the session has not yet noticed) is seen by the next read, when the keys it

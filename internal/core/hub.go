@@ -39,7 +39,7 @@ type hub struct {
 	closed    bool   // no longer in the registry
 	idleGen   uint64 // bumped by every join and idle close: see closeIfIdle
 	idleLeft  int    // revisions with deletes an idle hub still dispatches before it closes
-	servedKey string // the key of the last waiter that left served: its release does not count in idleLeft
+	servedKey string // of the last waiter that left served: its delete does not count in idleLeft
 	started   bool   // the watch has said where it starts: pos is known
 	pos       int64  // every event at a revision below pos has been dispatched
 	whole     bool   // ... and every one at pos too
