@@ -68,7 +68,8 @@ func TestRevokedGrantRefusesReleaseAndKeepsHold(t *testing.T) {
 
 // TestRevokedGrantBeforeTheWatchIsALoss: a hold whose watch starts after its grant is
 // revoked cannot be watched, and so cannot learn of its key's deletion: it ends as lost,
-// with the refusal as the cause. Once the grant is back, its Unlock removes the key.
+// with the refusal as the cause. Its Unlock is refused while the grant is revoked, and
+// removes the key once it is back.
 func TestRevokedGrantBeforeTheWatchIsALoss(t *testing.T) {
 	for _, k := range primtest.Kinds {
 		if k.Name == "reentrant" || k.Name == "election" {
@@ -84,6 +85,7 @@ func TestRevokedGrantBeforeTheWatchIsALoss(t *testing.T) {
 			etcdtest.Within(t, l.Done(), served, "the hold's end once its watch is refused")
 			assert.ErrorIs(t, l.Err(), core.ErrLost)
 			assert.ErrorIs(t, l.Err(), rpctypes.ErrPermissionDenied)
+			assertRefused(t, l.Unlock, "the release of a lost hold's key under a revoked grant")
 			restore()
 			assert.ErrorIs(t, l.Unlock(ctx), core.ErrLost, "the release of a lost hold")
 			assertNoLockKeys(t, admin, revocablePrefix+core.NamePrefix(name))
