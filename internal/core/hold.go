@@ -356,6 +356,14 @@ func release(ctx context.Context, cli *clientv3.Client, sess *Session, members [
 		case deleted != nil && !deleted[i]:
 			loss = errKeyGone(h.key)
 		case deleted != nil:
+		case h.seen != nil && errors.Is(h.seen, errUnwatched) && !sess.ended():
+			// Its watch was refused while the delete got no answer: lost, and its key may
+			// still be its own, so a later release tries again (as a stray, above).
+			h.end(lost, h.seen)
+			final = firstErr(final, h.seen)
+			kept = true
+			h.mu.Unlock()
+			continue
 		case h.seen != nil:
 			loss = h.seen // the session ended, or the key went, while the delete got no answer
 		case sess.ended():

@@ -2,6 +2,7 @@ package securetest_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -89,6 +90,35 @@ func TestRevokedGrantBeforeTheWatchIsALoss(t *testing.T) {
 			restore()
 			assert.ErrorIs(t, l.Unlock(ctx), core.ErrLost, "the release of a lost hold")
 			assertNoLockKeys(t, admin, revocablePrefix+core.NamePrefix(name))
+		})
+	}
+}
+
+// TestRevokedGrantRefusesTheWatchDuringTheRelease: the hold's watch starts as its grant is
+// revoked and its release is called at once, so etcd's refusal of the watch may come
+// before, during or after the refused release (a Multi has a watch per key, so it is often
+// during): whichever it is, the hold ends as lost and its key is removed once the grant is
+// back.
+func TestRevokedGrantRefusesTheWatchDuringTheRelease(t *testing.T) {
+	for _, k := range primtest.Kinds {
+		if k.Name == "reentrant" || k.Name == "election" {
+			continue // Lock and Campaign start the watch
+		}
+		t.Run(k.Name, func(t *testing.T) {
+			ctx := etcdtest.Context(t)
+			admin := cluster.Client(t)
+			for round := range 4 {
+				name := fmt.Sprintf("refusing/%s/%d", k.Name, round)
+				l := k.First.Make(t, cluster.ClientAs(t, revocable), name, k.WithPrefix(revocablePrefix))
+				require.NoError(t, l.Lock(ctx))
+				restore := revokeGrant(t, admin)
+				l.Done() // starts the watch, which etcd refuses
+				assertRefused(t, l.Unlock, "the release under a revoked grant")
+				etcdtest.Within(t, l.Done(), served, "the hold's end once its watch is refused")
+				restore()
+				assert.ErrorIs(t, l.Unlock(ctx), core.ErrLost, "the release of a lost hold")
+				assertNoLockKeys(t, admin, revocablePrefix+core.NamePrefix(name))
+			}
 		})
 	}
 }
