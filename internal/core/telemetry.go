@@ -191,6 +191,13 @@ func WithNameAttribute() Option {
 	return func(c *Config) { c.NameAttribute = true }
 }
 
+// WithoutTelemetry makes the primitive record nothing and start no span (a nil Telemetry),
+// as before etcdsync had metrics: the baseline of the tests that measure what telemetry
+// costs. Not offered by the public packages.
+func WithoutTelemetry() Option {
+	return func(c *Config) { c.noTelemetry = true }
+}
+
 // Telemetry records the metrics and spans of one handle's acquisitions and holds of one
 // primitive. Every option slice is made once, in NewTelemetry, so that recording allocates
 // nothing of its own; with a provider that records nothing, nothing is measured either.
@@ -211,6 +218,9 @@ type Telemetry struct {
 // handles of one primitive on the global MeterProvider without WithNameAttribute record
 // alike, and share one: a process with a handle per tenant pays for its option slices once.
 func NewTelemetry(c Config, p Primitive, name string) *Telemetry {
+	if c.noTelemetry {
+		return nil
+	}
 	if c.Meter != nil || c.NameAttribute {
 		return newTelemetry(c, p, name)
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
 )
 
 // An Injector disturbs the RPCs of the clients it is installed on, exactly where a test
@@ -144,11 +145,11 @@ func (inj *Injector) Client(tb testing.TB, c *Cluster) *clientv3.Client {
 // relative returns req as the caller of a client namespaced under prefix wrote it: a copy
 // with prefix cut from every key and range end, or req itself when there is no prefix.
 func relative(req any, prefix string) any {
-	m, ok := req.(proto.Message)
+	m, ok := req.(protoadapt.MessageV1) // the messages of etcd 3.6's API and of 3.7's
 	if prefix == "" || !ok {
 		return req
 	}
-	c := proto.Clone(m)
+	c := protoadapt.MessageV1Of(proto.Clone(protoadapt.MessageV2Of(m)))
 	cut := func(b []byte) []byte { return bytes.TrimPrefix(b, []byte(prefix)) }
 	var txn func(*pb.TxnRequest)
 	op := func(o *pb.RequestOp) {

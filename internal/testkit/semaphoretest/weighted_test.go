@@ -274,36 +274,3 @@ func TestAPermitsUnitsAreHeldUntilItsLeaseGoes(t *testing.T) {
 	assert.ErrorIs(t, p.Release(ctx), semaphore.ErrLost)
 	assert.Zero(t, permitsOf(t, admin, name))
 }
-
-// A training job needs 4 of a pool's 16 GPUs: it takes them in one permit, all or none, so
-// that two such jobs never each hold part of what they need.
-func ExampleSemaphore_AcquireN() {
-	cli, err := cluster.NewClient()
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer cli.Close()
-	ctx := context.Background()
-
-	gpus, err := semaphore.New(cli, "gpus", 16)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	p, err := gpus.AcquireN(ctx, 4)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	inUse, err := gpus.InUse(ctx)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Printf("holding %d of %d; %d in use\n", p.Units(), gpus.Limit(), inUse)
-	if err := p.Release(ctx); err != nil { // all 4 at once
-		fmt.Println(err)
-	}
-	// Output: holding 4 of 16; 4 in use
-}

@@ -360,39 +360,6 @@ func TestNestedNamesAreIndependent(t *testing.T) {
 	}
 }
 
-func Example() {
-	cli, err := cluster.NewClient()
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer cli.Close()
-	ctx := context.Background()
-
-	// At most 2 of these jobs run at once, however many processes run them.
-	sem, err := semaphore.New(cli, "thumbnailers", 2)
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	var wg sync.WaitGroup
-	var done atomic.Int64
-	for range 5 {
-		wg.Go(func() {
-			p, err := sem.Acquire(ctx)
-			if err != nil {
-				fmt.Println(err)
-				return
-			}
-			defer p.Release(ctx)
-			done.Add(1) // the job; fence its writes with p.IsOwner()
-		})
-	}
-	wg.Wait()
-	fmt.Println("jobs done:", done.Load())
-	// Output: jobs done: 5
-}
-
 // TestInUseRidesOutAMemberStopping: InUse's read, refused twice with what a stopping member
 // says ("raft: stopped", which etcd's client does not retry), is retried until it is
 // answered, as election's Leader is, instead of failing.

@@ -159,7 +159,7 @@ func TestMultiTryLockWritesNothingWhenANameIsTaken(t *testing.T) {
 	single := newMutex(t, cluster.Client(t), "try-multi-c")
 	require.NoError(t, single.Lock(ctx))
 	m := newMulti(t, cli, []string{"try-multi-a", "try-multi-b", "try-multi-c"})
-	lease := mutex.WithoutTelemetry(newMutex(t, cli, "try-multi-lease"))
+	lease := newMutex(t, cli, "try-multi-lease", core.WithoutTelemetry())
 	require.NoError(t, lease.TryLock(ctx)) // the lease
 	defer func() { require.NoError(t, lease.Unlock(ctx)) }()
 

@@ -7,6 +7,7 @@ import (
 
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 
+	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/mutex"
 )
 
@@ -42,7 +43,7 @@ func BenchmarkQuietTelemetry(b *testing.B) {
 		name string
 		opts []mutex.Option
 	}{
-		{"without", nil},
+		{"without", []mutex.Option{core.WithoutTelemetry()}},
 		{"global", nil},
 		{"noop", []mutex.Option{mutex.WithMeterProvider(metricnoop.NewMeterProvider())}},
 	}
@@ -53,9 +54,6 @@ func BenchmarkQuietTelemetry(b *testing.B) {
 		m, err := mutex.New(cli, benchName("quiet"), s.opts...)
 		if err != nil {
 			b.Fatal(err)
-		}
-		if s.name == "without" {
-			mutex.WithoutTelemetry(m)
 		}
 		mustLock(b, ctx, m)
 		mustUnlock(b, ctx, m)
