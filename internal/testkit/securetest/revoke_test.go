@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/api/v3/version"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/internal/core"
@@ -41,12 +42,28 @@ func revokeGrant(t *testing.T, admin *clientv3.Client) (restore func()) {
 	return restore
 }
 
+// skipWhereNestedTxnsAreUnchecked skips a Multi on an etcd server that does not check the
+// permissions of a Txn nested in another (GHSA-rfx7-8w68-q57q, fixed in 3.6.9; CI's tier with
+// the lowest etcd modules embeds 3.6.0): a Multi's release, one Txn per key inside one Txn,
+// then goes through under a revoked grant, and no client can tell.
+func skipWhereNestedTxnsAreUnchecked(t *testing.T, kind string) {
+	t.Helper()
+	var major, minor, patch int
+	if _, err := fmt.Sscanf(version.Version, "%d.%d.%d", &major, &minor, &patch); err != nil {
+		t.Fatalf("etcd's version %q: %v", version.Version, err)
+	}
+	if kind == "mutex.multi" && major == 3 && minor == 6 && patch < 9 {
+		t.Skipf("etcd %s does not check the permissions of nested Txns (GHSA-rfx7-8w68-q57q)", version.Version)
+	}
+}
+
 // TestRevokedGrantRefusesReleaseAndKeepsHold: a holder whose grant is revoked is refused its
 // release at once with ErrPermissionDenied, and keeps its hold: once the grant is back, the
 // same release goes through and no key is left.
 func TestRevokedGrantRefusesReleaseAndKeepsHold(t *testing.T) {
 	for _, k := range primtest.Kinds {
 		t.Run(k.Name, func(t *testing.T) {
+			skipWhereNestedTxnsAreUnchecked(t, k.Name)
 			ctx := etcdtest.Context(t)
 			admin := cluster.Client(t)
 			name := "revoked/" + k.Name
@@ -77,6 +94,7 @@ func TestRevokedGrantBeforeTheWatchIsALoss(t *testing.T) {
 			continue // Lock and Campaign start the watch
 		}
 		t.Run(k.Name, func(t *testing.T) {
+			skipWhereNestedTxnsAreUnchecked(t, k.Name)
 			ctx := etcdtest.Context(t)
 			admin := cluster.Client(t)
 			name := "unwatched/" + k.Name
@@ -105,6 +123,7 @@ func TestRevokedGrantRefusesTheWatchDuringTheRelease(t *testing.T) {
 			continue // Lock and Campaign start the watch
 		}
 		t.Run(k.Name, func(t *testing.T) {
+			skipWhereNestedTxnsAreUnchecked(t, k.Name)
 			ctx := etcdtest.Context(t)
 			admin := cluster.Client(t)
 			for round := range 4 {
