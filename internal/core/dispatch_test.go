@@ -1,6 +1,7 @@
 package core
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -36,11 +37,24 @@ func events(evs ...*clientv3.Event) clientv3.WatchResponse {
 	return clientv3.WatchResponse{Events: evs}
 }
 
+// createdAt is the answer that a watch was created at revision rev. Its Header is a
+// pointer in etcd's 3.7 client and a value in 3.6's (the library supports both).
+func createdAt(rev int64) clientv3.WatchResponse {
+	wr := clientv3.WatchResponse{Created: true}
+	header := reflect.ValueOf(&etcdserverpb.ResponseHeader{Revision: rev})
+	if f := reflect.ValueOf(&wr).Elem().FieldByName("Header"); f.Kind() == reflect.Pointer {
+		f.Set(header)
+	} else {
+		f.Set(header.Elem())
+	}
+	return wr
+}
+
 // startedHub is a hub in mode whose watch started at revision from, with subs registered.
 // It has no goroutine: the test dispatches.
 func startedHub(mode watchMode, from int64, subs ...subscriber) *hub {
 	h := unstartedHub(mode, subs...)
-	h.dispatch(clientv3.WatchResponse{Created: true, Header: &etcdserverpb.ResponseHeader{Revision: from}})
+	h.dispatch(createdAt(from))
 	return h
 }
 
@@ -285,7 +299,7 @@ func TestAReleaseWatchArmedBeforeTheWatchStartsYieldsWhenItStarts(t *testing.T) 
 	_, ch := armed(h, "n/")
 	assert.False(t, yielded(ch))
 	// The watch may start after the try that followed Arm: a release in between is lost.
-	h.dispatch(clientv3.WatchResponse{Created: true, Header: &etcdserverpb.ResponseHeader{Revision: 20}})
+	h.dispatch(createdAt(20))
 	assert.True(t, yielded(ch))
 }
 
