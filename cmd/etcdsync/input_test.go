@@ -130,6 +130,7 @@ func manyNames(n int) []string {
 // names both clusters' IDs, before any lease is taken on either. Both clusters are its own:
 // the package's cluster has the leases of the tests that run beside it.
 func testTwoClustersIsExit69(t *testing.T, h *harness) {
+	etcdtest.OwnMembers(t)
 	var clis []*clientv3.Client
 	var endpoints []string
 	for range 2 {

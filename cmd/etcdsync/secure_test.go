@@ -21,6 +21,7 @@ import (
 // password and a name outside the user's grant are exit 69, one line; --prefix within the
 // grant works, for holds and for status.
 func testLogin(t *testing.T, h *harness) {
+	etcdtest.OwnMembers(t)
 	c, err := etcdtest.NewEmbedded(1)
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
@@ -72,6 +73,7 @@ func testLogin(t *testing.T, h *harness) {
 // a member that requires one; without one, or with a --cacert that did not sign the member's
 // certificate, it is exit 69, one line.
 func testTLS(t *testing.T, h *harness) {
+	etcdtest.OwnMembers(t)
 	c, err := etcdtest.NewEmbedded(1, etcdtest.WithTLS())
 	require.NoError(t, err)
 	t.Cleanup(c.Close)

@@ -18,6 +18,7 @@ import (
 // etcd 3.4 server binary (Debian's /usr/bin/etcd, or ETCD_BIN): the embedded 3.7 members
 // take a new login with an expired token.
 func TestALossToExpiredAuthTokensNamesTheAuthentication(t *testing.T) {
+	etcdtest.OwnMembers(t)
 	bin := etcdtest.ServerBinary()
 	if bin == "" {
 		t.Skip("no etcd server binary")

@@ -19,6 +19,7 @@ import (
 // one is "not found" by the other when its Txn goes there. The acquisition fails within
 // seconds with ErrMixedClusters naming both clusters' IDs, and neither cluster keeps a lease.
 func TestEndpointsOfTwoClustersFailTheAcquisitionAndLeaveNoLease(t *testing.T) {
+	etcdtest.OwnMembers(t)
 	cliA, cliB := clusterOfOne(t), clusterOfOne(t)
 	ids := []string{clusterID(t, cliA), clusterID(t, cliB)}
 	require.NotEqual(t, ids[0], ids[1])

@@ -47,6 +47,7 @@ func onEachSetup(t *testing.T, test func(t *testing.T, s setup)) { onEachSetupOf
 
 // onEachSetupOf is onEachSetup on members started with opts.
 func onEachSetupOf(t *testing.T, opts []etcdtest.Option, test func(t *testing.T, s setup)) {
+	etcdtest.OwnMembers(t)
 	servers := []struct {
 		name  string
 		start func() (*etcdtest.Cluster, error)

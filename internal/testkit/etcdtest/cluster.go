@@ -83,6 +83,17 @@ func New(size int) (*Cluster, error) {
 	return NewEmbedded(size)
 }
 
+// OwnMembers marks a test that runs on members of its own only, never on the cluster that
+// ETCD_ENDPOINTS names: in the short tier against such a cluster it is skipped, since it
+// would run there exactly as it runs without ETCD_ENDPOINTS, and that run is for the tests
+// on the cluster named.
+func OwnMembers(t testing.TB) {
+	t.Helper()
+	if testing.Short() && os.Getenv("ETCD_ENDPOINTS") != "" {
+		t.Skip("runs on members of its own: not in the short tier against ETCD_ENDPOINTS")
+	}
+}
+
 // external returns the cluster at endpoints, given as "host:port" (http is assumed) or URLs.
 func external(endpoints []string) (*Cluster, error) {
 	c := &Cluster{prefix: runPrefix()}

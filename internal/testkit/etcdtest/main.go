@@ -1,6 +1,7 @@
 package etcdtest
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"testing"
@@ -61,11 +62,21 @@ func NoNewGoroutines(tb testing.TB, since goleak.Option) {
 // non-zero on a test failure or a leak, printing the leaked goroutines, and exits 1 if the
 // cluster cannot start.
 func Main(m *testing.M, c **Cluster) {
-	MainWith(m, c, func() (*Cluster, error) { return New(1) })
+	runMain(m, c, func() (*Cluster, error) { return New(1) })
 }
 
-// MainWith is Main with a cluster of the caller's making (TLS, auth).
+// MainWith is Main with a cluster of the caller's making (TLS, auth), its own: in the short
+// tier against ETCD_ENDPOINTS the package's tests are skipped, as OwnMembers skips a test.
 func MainWith(m *testing.M, c **Cluster, start func() (*Cluster, error)) {
+	flag.Parse()
+	if testing.Short() && os.Getenv("ETCD_ENDPOINTS") != "" {
+		fmt.Println("etcdtest: every test here runs on members of its own: not in the short tier against ETCD_ENDPOINTS")
+		os.Exit(0)
+	}
+	runMain(m, c, start)
+}
+
+func runMain(m *testing.M, c **Cluster, start func() (*Cluster, error)) {
 	cluster, err := start()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etcdtest: cannot start etcd: %v\n", err)
