@@ -46,6 +46,8 @@
 //     later one of the handle.
 //   - turn.go: a handle's one-at-a-time turn.
 //   - errors.go: the sentinel errors every package re-exports, and handles New did not make.
+//   - testhooks.go: what the tests in internal/testkit (a module of their own) reach inside
+//     the core for; the library never calls it.
 //
 // Process-wide state: the clients' states (client.go), by client; the slots claimed, by
 // lease (keys.go), which is process-wide because one lease can be used through several
