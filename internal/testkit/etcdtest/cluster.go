@@ -89,10 +89,14 @@ func New(size int) (*Cluster, error) {
 // on the cluster named.
 func OwnMembers(t testing.TB) {
 	t.Helper()
-	if testing.Short() && os.Getenv("ETCD_ENDPOINTS") != "" {
+	if shortAgainstExternal() {
 		t.Skip("runs on members of its own: not in the short tier against ETCD_ENDPOINTS")
 	}
 }
+
+// shortAgainstExternal reports whether this is the short tier against the cluster that
+// ETCD_ENDPOINTS names. Flags must be parsed.
+func shortAgainstExternal() bool { return testing.Short() && os.Getenv("ETCD_ENDPOINTS") != "" }
 
 // external returns the cluster at endpoints, given as "host:port" (http is assumed) or URLs.
 func external(endpoints []string) (*Cluster, error) {

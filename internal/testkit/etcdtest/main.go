@@ -69,7 +69,7 @@ func Main(m *testing.M, c **Cluster) {
 // tier against ETCD_ENDPOINTS the package's tests are skipped, as OwnMembers skips a test.
 func MainWith(m *testing.M, c **Cluster, start func() (*Cluster, error)) {
 	flag.Parse()
-	if testing.Short() && os.Getenv("ETCD_ENDPOINTS") != "" {
+	if shortAgainstExternal() {
 		fmt.Println("etcdtest: every test here runs on members of its own: not in the short tier against ETCD_ENDPOINTS")
 		os.Exit(0)
 	}
