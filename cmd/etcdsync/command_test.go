@@ -56,6 +56,7 @@ func TestCommand(t *testing.T) {
 		{"BadInputIsOneLineAndWritesNothing", testBadInput},
 		{"HelpOfEverySubcommand", testHelp},
 		{"UnreachableEtcdIsExit69", testUnreachableEtcd},
+		{"ConnectionFlagsMayComeBeforeTheCommand", testConnectionFlagsFirst},
 		{"EndpointsOfTwoClustersAreExit69", testTwoClustersIsExit69},
 		{"LoginAsEtcdctlDoes", testLogin},
 		{"TLSAsEtcdctlDoes", testTLS},

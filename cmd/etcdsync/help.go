@@ -78,7 +78,8 @@ with --command-failed N), or etcdsync's:
 
 etcd is reached as etcdctl reaches it: --endpoints, --cacert, --cert, --key, --user,
 --password, --dial-timeout, --command-timeout, or ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ...
-in the environment. etcdsync help COMMAND shows a command's flags and an example;
+in the environment. These flags may come before the command too, as etcdctl's global
+flags do (etcdsync --endpoints HOST:2379 lock NAME). etcdsync help COMMAND shows a command's flags and an example;
 etcdsync version (or --version) the version of etcdsync and of Go.
 `, strings.Join(usageLines(), "\n  "))
 }

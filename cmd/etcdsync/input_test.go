@@ -26,6 +26,9 @@ func testBadInput(t *testing.T, h *harness) {
 	}{
 		{[]string{}, nil, "etcdsync: no command"},
 		{[]string{"unlock", name}, nil, `etcdsync: no command "unlock"`},
+		{[]string{"--endpoints", "127.0.0.1:1"}, nil, "etcdsync: no command"},
+		{[]string{"--ttl", "5s", "lock", name}, nil, "etcdsync: flag provided but not defined: -ttl: only etcd's connection flags"},
+		{[]string{"--endpoints", "127.0.0.1:1", "--", "lock", name}, nil, `etcdsync: "--" before the command`},
 		{[]string{"lock"}, nil, "etcdsync lock: NAME missing"},
 		{[]string{"lock", "--bogus", name}, nil, "etcdsync lock: flag provided but not defined: -bogus"},
 		{[]string{"lock", "--ttl", "soon", name}, nil, `etcdsync lock: invalid value "soon" for flag -ttl`},
@@ -115,6 +118,25 @@ func testUnreachableEtcd(t *testing.T, h *harness) {
 		assert.Equal(t, exitEtcd, p.code, "%q: %s", args, p.stderr.text())
 		assertOneLine(t, p.stderr.text(), "etcdsync "+args[0]+": ")
 	}
+}
+
+// testConnectionFlagsFirst: etcd's connection flags may come before the command, as
+// etcdctl's global flags do, and then count as the command's own: they override the
+// environment (an unreachable ETCDCTL_ENDPOINTS here) as flags after the command do.
+func testConnectionFlagsFirst(t *testing.T, h *harness) {
+	const name = "cmd-flags-first"
+	env := environ("ETCDCTL_ENDPOINTS=127.0.0.1:1")
+	endpoints := strings.Join(cluster.Endpoints(), ",")
+	p := h.run(t, env, "--endpoints", endpoints, "--dial-timeout", "5s", "lock", name, "--", "true")
+	assert.Equal(t, 0, p.code, p.stderr.text())
+	p = h.run(t, env, "--endpoints="+endpoints, "status", name)
+	assert.Equal(t, 0, p.code, p.stderr.text())
+	p = h.run(t, env, "--dial-timeout", "300ms", "lock", name, "--", "true")
+	assert.Equal(t, exitEtcd, p.code, "the environment's endpoints, unreachable: %s", p.stderr.text())
+	p = h.run(t, environ(), "--endpoints", endpoints, "--help")
+	assert.Equal(t, 0, p.code)
+	assert.Contains(t, p.stdout.text(), "may come before the command")
+	nothingLeft(t, cluster.Client(t), "", name)
 }
 
 // manyNames are n distinct names.

@@ -61,16 +61,23 @@ func newCommand(verb string) command {
 // Every error is one line on stderr.
 func run(args []string, a *app) int {
 	a.command = "etcdsync"
-	if len(args) == 0 {
+	lead, verb, args, err := splitLeadingFlags(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printHelp(a.stdout)
+		return exitOK
+	case err != nil:
+		fmt.Fprintf(a.stderr, "etcdsync: %s\n", message(err.Error()))
+		return exitCode(err)
+	case verb == "":
 		fmt.Fprintln(a.stderr, "etcdsync: no command: lock, rlock, sem, elect or status (etcdsync --help)")
 		return exitUsage
 	}
-	verb, args := args[0], args[1:]
 	switch verb {
 	case "-version", "--version", "version":
 		printVersion(a.stdout)
 		return exitOK
-	case "-h", "-help", "--help", "help":
+	case "help":
 		if len(args) == 1 {
 			if c := newCommand(args[0]); c != nil {
 				c.define().printHelp(a.stdout)
@@ -87,7 +94,7 @@ func run(args []string, a *app) int {
 	}
 	a.command = "etcdsync " + verb
 	sub := c.define()
-	err := c.parse(sub, args, a)
+	err = c.parse(sub, append(lead, args...), a)
 	if errors.Is(err, flag.ErrHelp) {
 		sub.printHelp(a.stdout)
 		return exitOK
@@ -101,4 +108,33 @@ func run(args []string, a *app) int {
 		return exitCode(err)
 	}
 	return code
+}
+
+// splitLeadingFlags splits off the connection flags written before the command, as etcdctl
+// takes its global flags ("etcdsync --endpoints X lock NAME"), and returns them (for the
+// command to parse with its own), the command's verb ("" if there is none) and what
+// follows it. --version before the command is the verb; --help is flag.ErrHelp; any other
+// flag there is a usage error.
+func splitLeadingFlags(args []string) (lead []string, verb string, rest []string, err error) {
+	if len(args) > 0 && (args[0] == "-version" || args[0] == "--version") {
+		return nil, args[0], args[1:], nil
+	}
+	fs := flag.NewFlagSet("etcdsync", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	new(connection).register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, "", nil, err
+		}
+		return nil, "", nil, usagef("%v: only etcd's connection flags (--endpoints, --user, ...) may come before the command (etcdsync --help)", err)
+	}
+	lead = args[:len(args)-fs.NArg()]
+	if len(lead) > 0 && lead[len(lead)-1] == "--" {
+		return nil, "", nil, usagef(`"--" before the command (etcdsync --help)`)
+	}
+	if fs.NArg() == 0 {
+		return lead, "", nil, nil
+	}
+	return lead, fs.Arg(0), fs.Args()[1:], nil
 }
