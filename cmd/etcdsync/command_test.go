@@ -52,6 +52,7 @@ func TestCommand(t *testing.T) {
 		{"ASignalWhileWaitingLeavesNoKey", testSignalWhileWaiting},
 		{"StatusShowsEveryKind", testStatusGolden},
 		{"StatusWatchFollowsChanges", testStatusWatch},
+		{"StatusCheckIsAnExitStatus", testStatusCheck},
 		{"StatusWithoutNameFindsEveryNameAtTheRoot", testStatusFindsEveryName},
 		{"BadInputIsOneLineAndWritesNothing", testBadInput},
 		{"HelpOfEverySubcommand", testHelp},

@@ -9,7 +9,7 @@
 //	etcdsync rlock   [flags] NAME [-- CMD [ARGS...]]
 //	etcdsync sem     -n N [--units K] [flags] NAME [-- CMD [ARGS...]]
 //	etcdsync elect   [--value V] [--loop] [flags] NAME [-- CMD [ARGS...]]
-//	etcdsync status  [--prefix P] [--kind lock|election] [--json] [--watch] [flags] [NAME...]
+//	etcdsync status  [--prefix P] [--kind lock|election] [--json] [--watch | --check] [flags] [NAME...]
 //	etcdsync help    [COMMAND]
 //	etcdsync version
 //

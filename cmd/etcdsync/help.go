@@ -16,7 +16,7 @@ var usages = []struct{ verb, synopsis string }{
 	{"rlock", "[flags] NAME [-- CMD [ARGS...]]"},
 	{"sem", "-n N [--units K] [flags] NAME [-- CMD [ARGS...]]"},
 	{"elect", "[--value V] [--loop] [flags] NAME [-- CMD [ARGS...]]"},
-	{"status", "[--prefix P] [--kind lock|election] [--json] [--watch] [flags] [NAME...]"},
+	{"status", "[--prefix P] [--kind lock|election] [--json] [--watch | --check] [flags] [NAME...]"},
 	{"help", "[COMMAND]"},
 	{"version", ""},
 }
@@ -66,6 +66,7 @@ follows after --grace (10s), or at once on a second signal.
 Exit status: the command's own (128+N if it died of signal N; N for every status but 0
 with --command-failed N), or etcdsync's:
   0      without CMD: released after SIGINT, SIGTERM or SIGHUP
+  1      status --check: a NAME is free (0: every one is held)
   64     usage: a bad flag, argument or name
   69     etcd could not be reached, or refused (TLS, login, permission), or the wait
          failed; not for a waiter whose key or lease was removed: it waits again

@@ -62,6 +62,8 @@ func testBadInput(t *testing.T, h *harness) {
 		{[]string{"status", "--prefix", "app"}, nil, `etcdsync status: --prefix "app" does not end with '/'`},
 		{[]string{"status", "--kind", "mutex", name}, nil, `etcdsync status: --kind "mutex": lock or election`},
 		{[]string{"status", name, ""}, nil, "etcdsync status: invalid name: empty"},
+		{[]string{"status", "--check"}, nil, "etcdsync status: --check without a NAME"},
+		{[]string{"status", "--check", "--watch", name}, nil, "etcdsync status: --check and --watch exclude each other"},
 	}
 	cli := cluster.Client(t)
 	for _, tc := range cases {

@@ -254,3 +254,38 @@ func testStatusWatch(t *testing.T, h *harness) {
 	assert.Equal(t, 0, p.wait(30*time.Second), p.stderr.text())
 	nothingLeft(t, cli, "", name)
 }
+
+// testStatusCheck: status --check prints nothing and exits 0 while every NAME is held, 1
+// while one is free (a waiter alone does not hold), 69 if etcd cannot be reached; with
+// --json it prints the document too.
+func testStatusCheck(t *testing.T, h *harness) {
+	const name, other = "cmd-status-check", "cmd-status-check-other"
+	ctx := etcdtest.Context(t)
+	check := func(want int, args ...string) *process {
+		t.Helper()
+		p := h.run(t, environ(), append([]string{"status", "--check"}, args...)...)
+		assert.Equal(t, want, p.code, "%q: %s", args, p.stderr.text())
+		return p
+	}
+	p := check(exitFree, name)
+	assert.Empty(t, p.stdout.text())
+	assert.Empty(t, p.stderr.text())
+
+	holder, err := mutex.New(cluster.Client(t), name)
+	require.NoError(t, err)
+	require.NoError(t, holder.Lock(ctx))
+	p = check(exitOK, name)
+	assert.Empty(t, p.stdout.text())
+	check(exitFree, name, other)
+	p = check(exitOK, "--json", name)
+	var snap snapshot
+	require.NoError(t, json.Unmarshal([]byte(p.stdout.text()), &snap), p.stdout.text())
+	require.Len(t, snap.Names, 1)
+	assert.Equal(t, stateHolds, snap.Names[0].Queue[0].State)
+
+	require.NoError(t, holder.Unlock(ctx))
+	check(exitFree, name)
+	p = h.run(t, environ(), "status", "--check", "--endpoints", "127.0.0.1:1", "--command-timeout", "300ms", name)
+	assert.Equal(t, exitEtcd, p.code, p.stderr.text())
+	nothingLeft(t, cluster.Client(t), "", name)
+}

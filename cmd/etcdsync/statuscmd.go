@@ -30,6 +30,7 @@ type statusCommand struct {
 	prefix string
 	json   bool
 	watch  bool
+	check  bool   // exit 0 if every name is held, exitFree if one is free
 	kind   string // what to call the keys directly under a name: lock or election
 	conn   connection
 }
@@ -53,6 +54,7 @@ etcdsync status --prefix app/ --json --watch`)
 	fs.StringVar(&c.prefix, "prefix", "", "the names' keys are under this `prefix` (ends with '/'); without NAME, show every name under it\n(without --prefix: every name at the root)")
 	fs.BoolVar(&c.json, "json", false, "write JSON: one document, or one line per change with --watch")
 	fs.BoolVar(&c.watch, "watch", false, "show it again at every change, until interrupted")
+	fs.BoolVar(&c.check, "check", false, "for probes and scripts: print nothing (unless --json), exit 0 if every NAME is held,\n1 if one is free, 69 if etcd cannot be reached")
 	fs.StringVar(&c.kind, "kind", kindLock, "what the keys directly under a name are: lock (mutex, reentrant) or election")
 	c.conn.register(fs)
 	return sub
@@ -67,6 +69,12 @@ func (c *statusCommand) parse(sub *subcommand, args []string, a *app) error {
 		return err
 	}
 	c.names = names
+	switch {
+	case c.check && len(names) == 0:
+		return usagef("--check without a NAME")
+	case c.check && c.watch:
+		return usagef("--check and --watch exclude each other")
+	}
 	switch c.kind {
 	case kindLock:
 	case "election", kindCandidate:
@@ -99,6 +107,9 @@ func (c *statusCommand) run(a *app) (int, error) {
 		if err != nil {
 			return 0, failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
 		}
+		if c.check {
+			return c.checked(a.stdout, snap)
+		}
 		return 0, c.print(a.stdout, snap)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
@@ -108,6 +119,22 @@ func (c *statusCommand) run(a *app) (int, error) {
 		return exitOK, nil // interrupted: the way --watch ends
 	}
 	return 0, err
+}
+
+// checked is --check's exit status: 0 if every name has a holder (or a key whose state
+// cannot be told: something holds it), exitFree if one has none. It prints only with --json.
+func (c *statusCommand) checked(w io.Writer, snap *snapshot) (int, error) {
+	if c.json {
+		if err := c.print(w, snap); err != nil {
+			return 0, err
+		}
+	}
+	for _, n := range snap.Names {
+		if !slices.ContainsFunc(n.Queue, func(e entry) bool { return e.State != stateWaits }) {
+			return exitFree, nil
+		}
+	}
+	return exitOK, nil
 }
 
 // follow prints the status, then again after every change of the names' keys. It opens
