@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/etcdsync/etcdsync/admin"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
 	"github.com/etcdsync/etcdsync/mutex"
@@ -93,9 +94,9 @@ func testStatusFindsEveryName(t *testing.T, h *harness) {
 
 	p := h.run(t, environ(), "status", "--json", "--command-timeout", "60s")
 	require.Equal(t, 0, p.code, p.stderr.text())
-	var snap snapshot
+	var snap admin.Snapshot
 	require.NoError(t, json.Unmarshal([]byte(p.stdout.text()), &snap))
-	found := map[string]nameStatus{}
+	found := map[string]admin.NameStatus{}
 	for _, ns := range snap.Names {
 		found[ns.Name] = ns
 	}
@@ -105,7 +106,7 @@ func testStatusFindsEveryName(t *testing.T, h *harness) {
 		}
 	}
 	if assert.Contains(t, found, etcdMutex) && assert.Len(t, found[etcdMutex].Queue, 1) {
-		assert.Equal(t, stateHolds, found[etcdMutex].Queue[0].State)
+		assert.Equal(t, admin.StateHolds, found[etcdMutex].Queue[0].State)
 	}
 	for _, name := range []string{"root-data", "root-data-leased", "root-data-nested", "root-data-limit", "root-data-slot"} {
 		assert.NotContains(t, found, name, "application data shown as a name")
@@ -147,13 +148,13 @@ func TestStatusFitsAnyMaxTxnOps(t *testing.T) {
 			for _, args := range [][]string{append([]string{"status"}, names...), {"status"}} {
 				p := h.run(t, env, append(args, "--namespace=", "--json")...)
 				require.Equal(t, 0, p.code, "%q: %s", args, p.stderr.text())
-				var snap snapshot
+				var snap admin.Snapshot
 				require.NoError(t, json.Unmarshal([]byte(p.stdout.text()), &snap))
 				var got []string
 				for _, ns := range snap.Names {
 					got = append(got, ns.Name)
 					if assert.Len(t, ns.Queue, 1, ns.Name) {
-						assert.Equal(t, stateHolds, ns.Queue[0].State, ns.Name)
+						assert.Equal(t, admin.StateHolds, ns.Queue[0].State, ns.Name)
 					}
 				}
 				assert.Equal(t, names, got, "%q", args)

@@ -3,15 +3,12 @@
 package main
 
 import (
-	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 
-	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/admin"
 )
 
 // TestFlagsAndOperandsMix: flags may come before and after the names; every operand of
@@ -58,7 +55,7 @@ func TestStatusTakesNamesAndFlagsMixed(t *testing.T) {
 	require.NoError(t, c.parse(sub, []string{"a", "--json", "b", "--kind", "election", "--", "--c"}, &app{getenv: func(string) string { return "" }}))
 	assert.Equal(t, []string{"a", "b", "--c"}, c.names)
 	assert.True(t, c.json)
-	assert.Equal(t, kindCandidate, c.kind)
+	assert.Equal(t, admin.KindCandidate, c.kind)
 }
 
 // TestEtcdctlVariablesAreDefaultsOfTheFlags: ETCDCTL_* set the connection flags the command
@@ -85,105 +82,10 @@ func TestEtcdctlVariablesAreDefaultsOfTheFlags(t *testing.T) {
 	assert.NotNil(t, cfg.TLS, "https endpoints use TLS")
 }
 
-// TestOwnerFields: the owner is the value's key=value fields when it has a host, pid or
-// since; anything else names no owner.
-func TestOwnerFields(t *testing.T) {
-	for value, want := range map[string]map[string]string{
-		"host=web-3 pid=4711 since=2026-11-24T07:00:00Z": {"host": "web-3", "pid": "4711", "since": "2026-11-24T07:00:00Z"},
-		"host=H pid=P owner=abc":                         {"host": "H", "pid": "P", "owner": "abc"},
-		"pid=12":                                         {"pid": "12"},
-		"  since=x   extra words ":                       {"since": "x"},
-		"":                                               nil,
-		"leader-1":                                       nil,
-		"owner=abc url=http://x/?a=b":                    nil,
-	} {
-		assert.Equal(t, want, parseOwner(value), "%q", value)
-	}
+// TestOwnerText: status's text shows an owner's host, pid and since, or "unknown".
+func TestOwnerText(t *testing.T) {
 	assert.Equal(t, "web-3 pid 4711 since T", ownerText(map[string]string{"host": "web-3", "pid": "4711", "since": "T"}))
 	assert.Equal(t, "unknown", ownerText(nil))
-}
-
-// TestNamesRoundTrip: status shows the name whose escaped form a key holds.
-func TestNamesRoundTrip(t *testing.T) {
-	for _, name := range []string{"a", "a/b", "a%2Fb", "%", "100%/x", "ü/%25"} {
-		assert.Equal(t, name, unescapeName(strings.TrimSuffix(core.NamePrefix(name), "/")))
-	}
-}
-
-// TestSyncKeyShape: status without NAME takes a key for a holder's or waiter's by what
-// follows its name: the layouts of etcdsync, etcd's concurrency package, etcdctl and etcd's
-// recipes, and a semaphore's limit record; not application data.
-func TestSyncKeyShape(t *testing.T) {
-	for rest, want := range map[string]bool{
-		"694d9a6f23c1b705":          true, // concurrency.Mutex, Election, etcdctl lock and elect
-		"694d9a6f23c1b705_0":        true, // etcdsync
-		"read/694d9a6f23c1b705_1":   true,
-		"write/694d9a6f23c1b705_12": true,
-		"read/1732518400123456789":  true, // recipe.RWMutex
-		"permit/694d9a6f23c1b705_0": true,
-		"permit/u3/694d9a6f23c1_0":  true,
-		"limit":                     true,
-		"":                          false,
-		"config":                    false,
-		"694D9A":                    false,
-		"694d9a_":                   false,
-		"694d9a_x":                  false,
-		"a/694d9a":                  false, // a name under another prefix
-		"read/":                     false,
-		"permit/u3/":                false,
-		"permit/ux/694d9a_0":        false,
-		"limits":                    false,
-	} {
-		assert.Equal(t, want, syncKeyShape(rest), "%q", rest)
-	}
-}
-
-// TestWhoHoldsFollowsThePrimitivesRules: an exclusive key holds when first; a read key when
-// no write key is ahead; a permit when fewer than the limit are ahead; a limit record is the
-// limit, not a holder.
-func TestWhoHoldsFollowsThePrimitivesRules(t *testing.T) {
-	kvs := func(keys ...string) []*mvccpb.KeyValue {
-		var out []*mvccpb.KeyValue
-		for i, k := range keys {
-			kv := &mvccpb.KeyValue{Key: []byte("n/" + k), CreateRevision: int64(10 + i), Lease: 0x1f}
-			if k == core.RecordLimit {
-				kv.Value, kv.Lease = []byte("2"), 0
-			}
-			out = append(out, kv)
-		}
-		return out
-	}
-	states := func(ns nameStatus) string {
-		var s []string
-		for _, e := range ns.Queue {
-			s = append(s, fmt.Sprintf("%d:%s:%s", e.Position, e.Kind, e.State))
-		}
-		return strings.Join(s, " ")
-	}
-	for _, tc := range []struct {
-		keys      []string
-		exclusive string
-		primitive string
-		want      string
-	}{
-		{[]string{"a", "b", "c"}, kindLock, "lock", "1:lock:holds 2:lock:waits 3:lock:waits"},
-		{[]string{"a", "b"}, kindCandidate, "election", "1:candidate:leads 2:candidate:waits"},
-		{[]string{"read/a", "read/b", "write/c", "read/d", "write/e"}, kindLock, "rwmutex",
-			"1:read:holds 2:read:holds 3:write:waits 4:read:waits 5:write:waits"},
-		{[]string{"write/a", "read/b"}, kindLock, "rwmutex", "1:write:holds 2:read:waits"},
-		{[]string{"limit", "permit/a", "permit/b", "permit/c"}, kindLock, "semaphore",
-			"1:permit:holds 2:permit:holds 3:permit:waits"},
-		{[]string{"permit/a"}, kindLock, "semaphore", "1:permit:unknown"},
-		{[]string{"limit"}, kindLock, "semaphore", ""},
-		{nil, kindLock, "", ""},
-	} {
-		ns := queueOf("n", "n/", kvs(tc.keys...), tc.exclusive)
-		assert.Equal(t, tc.primitive, ns.Primitive, "%q", tc.keys)
-		assert.Equal(t, tc.want, states(ns), "%q", tc.keys)
-		for _, e := range ns.Queue {
-			assert.Equal(t, "1f", e.Lease)
-		}
-	}
 }
 
 // TestShellQuote: the lines printed without a command can be given to a POSIX shell.

@@ -6,17 +6,18 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/etcdsync/etcdsync/admin"
 	"github.com/stretchr/testify/assert"
 )
 
 // TestStatusTextEscapesControlCharacters: a name, key or owner with a newline, a tab or
 // bytes that are not UTF-8 shows quoted with Go's escapes, so the text table keeps one line
-// per entry; a plain name shows as it is.
+// per admin.Entry; a plain name shows as it is.
 func TestStatusTextEscapesControlCharacters(t *testing.T) {
 	var b strings.Builder
-	writeName(&b, nameStatus{
+	writeName(&b, admin.NameStatus{
 		Name: "jobs\nEVIL: lock, 9 holding", Primitive: "lock",
-		Queue: []entry{{Position: 1, Kind: "lock", State: stateHolds, Key: "jobs\nEVIL/1a_0", Token: 7,
+		Queue: []admin.Entry{{Position: 1, Kind: "lock", State: admin.StateHolds, Key: "jobs\nEVIL/1a_0", Token: 7,
 			Owner: map[string]string{"host": "web\t3"}}},
 	})
 	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")

@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/etcdsync/etcdsync/admin"
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
@@ -221,11 +222,11 @@ func testStatusWatch(t *testing.T, h *harness) {
 	const name = "cmd-status-watch"
 	cli := cluster.Client(t)
 	p := h.start(t, environ(), "status", "--watch", "--json", name)
-	await := func(what string, ok func(queue []entry) bool) {
+	await := func(what string, ok func(queue []admin.Entry) bool) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			var snap snapshot
+			var snap admin.Snapshot
 			line := p.stdout.next(t, time.Until(deadline))
 			require.NoError(t, json.Unmarshal([]byte(line), &snap), line)
 			require.Len(t, snap.Names, 1)
@@ -234,21 +235,21 @@ func testStatusWatch(t *testing.T, h *harness) {
 			}
 		}
 	}
-	await("nobody", func(q []entry) bool { return len(q) == 0 })
+	await("nobody", func(q []admin.Entry) bool { return len(q) == 0 })
 	holder, err := mutex.New(cli, name)
 	require.NoError(t, err)
 	require.NoError(t, holder.Lock(etcdtest.Context(t)))
-	await("a holder", func(q []entry) bool { return len(q) == 1 && q[0].State == stateHolds })
+	await("a holder", func(q []admin.Entry) bool { return len(q) == 1 && q[0].State == admin.StateHolds })
 
 	waiter, err := mutex.New(cluster.Client(t), name)
 	require.NoError(t, err)
 	waited := etcdtest.Async(func() error { return waiter.Lock(etcdtest.Context(t)) })
-	await("a holder and a waiter", func(q []entry) bool { return len(q) == 2 && q[1].State == stateWaits })
+	await("a holder and a waiter", func(q []admin.Entry) bool { return len(q) == 2 && q[1].State == admin.StateWaits })
 	require.NoError(t, holder.Unlock(etcdtest.Context(t)))
 	require.NoError(t, etcdtest.Within(t, waited, 30*time.Second, "the waiter"))
-	await("the waiter holds", func(q []entry) bool { return len(q) == 1 && q[0].Key == waiter.Key() })
+	await("the waiter holds", func(q []admin.Entry) bool { return len(q) == 1 && q[0].Key == waiter.Key() })
 	require.NoError(t, waiter.Unlock(etcdtest.Context(t)))
-	await("nobody again", func(q []entry) bool { return len(q) == 0 })
+	await("nobody again", func(q []admin.Entry) bool { return len(q) == 0 })
 
 	p.signal(syscall.SIGINT)
 	assert.Equal(t, 0, p.wait(30*time.Second), p.stderr.text())
@@ -278,10 +279,10 @@ func testStatusCheck(t *testing.T, h *harness) {
 	assert.Empty(t, p.stdout.text())
 	check(exitFree, name, other)
 	p = check(exitOK, "--json", name)
-	var snap snapshot
+	var snap admin.Snapshot
 	require.NoError(t, json.Unmarshal([]byte(p.stdout.text()), &snap), p.stdout.text())
 	require.Len(t, snap.Names, 1)
-	assert.Equal(t, stateHolds, snap.Names[0].Queue[0].State)
+	assert.Equal(t, admin.StateHolds, snap.Names[0].Queue[0].State)
 
 	require.NoError(t, holder.Unlock(ctx))
 	check(exitFree, name)

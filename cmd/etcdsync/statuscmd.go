@@ -5,22 +5,20 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os/signal"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
+	"github.com/etcdsync/etcdsync/admin"
 	"github.com/etcdsync/etcdsync/internal/core"
 )
 
@@ -55,7 +53,7 @@ etcdsync status --prefix app/ --json --watch`)
 	fs.BoolVar(&c.json, "json", false, "write JSON: one document, or one line per change with --watch")
 	fs.BoolVar(&c.watch, "watch", false, "show it again at every change, until interrupted")
 	fs.BoolVar(&c.check, "check", false, "for probes and scripts: print nothing (unless --json), exit 0 if every NAME is held,\n1 if one is free, 69 if etcd cannot be reached")
-	fs.StringVar(&c.kind, "kind", kindLock, "what the keys directly under a name are: lock (mutex, reentrant) or election")
+	fs.StringVar(&c.kind, "kind", admin.KindLock, "what the keys directly under a name are: lock (mutex, reentrant) or election")
 	c.conn.register(fs)
 	return sub
 }
@@ -76,9 +74,9 @@ func (c *statusCommand) parse(sub *subcommand, args []string, a *app) error {
 		return usagef("--check and --watch exclude each other")
 	}
 	switch c.kind {
-	case kindLock:
-	case "election", kindCandidate:
-		c.kind = kindCandidate
+	case admin.KindLock:
+	case "election", admin.KindCandidate:
+		c.kind = admin.KindCandidate
 	default:
 		return usagef("--kind %q: lock or election", c.kind)
 	}
@@ -103,7 +101,7 @@ func (c *statusCommand) run(a *app) (int, error) {
 	if !c.watch {
 		ctx, cancel := context.WithTimeout(context.Background(), c.conn.commandTimeout)
 		defer cancel()
-		snap, err := readSnapshot(ctx, cli, c.prefix, c.names, c.kind)
+		snap, err := admin.Status(ctx, cli, c.names, c.options()...)
 		if err != nil {
 			return 0, failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
 		}
@@ -114,142 +112,47 @@ func (c *statusCommand) run(a *app) (int, error) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	err = c.follow(ctx, cli, a.stdout)
-	if ctx.Err() != nil {
+	opts := append(c.options(), admin.WithTimeout(c.conn.commandTimeout))
+	err = admin.Watch(ctx, cli, c.names, func(snap *admin.Snapshot) error { return c.printChange(a.stdout, snap) }, opts...)
+	switch {
+	case ctx.Err() != nil:
 		return exitOK, nil // interrupted: the way --watch ends
+	case errors.Is(err, admin.ErrNoAnswer):
+		return 0, failf(exitEtcd, "no answer from etcd at %s within %v", c.conn.endpoints, c.conn.commandTimeout)
+	case err != nil && exitCode(err) == exitEtcd:
+		return 0, failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
 	}
 	return 0, err
 }
 
+// options are the admin options of the command's flags.
+func (c *statusCommand) options() []admin.Option {
+	opts := []admin.Option{admin.WithPrefix(c.prefix)}
+	if c.kind == admin.KindCandidate {
+		opts = append(opts, admin.Elections())
+	}
+	return opts
+}
+
 // checked is --check's exit status: 0 if every name has a holder (or a key whose state
 // cannot be told: something holds it), exitFree if one has none. It prints only with --json.
-func (c *statusCommand) checked(w io.Writer, snap *snapshot) (int, error) {
+func (c *statusCommand) checked(w io.Writer, snap *admin.Snapshot) (int, error) {
 	if c.json {
 		if err := c.print(w, snap); err != nil {
 			return 0, err
 		}
 	}
 	for _, n := range snap.Names {
-		if !slices.ContainsFunc(n.Queue, func(e entry) bool { return e.State != stateWaits }) {
+		if !slices.ContainsFunc(n.Queue, func(e admin.Entry) bool { return e.State != admin.StateWaits }) {
 			return exitFree, nil
 		}
 	}
 	return exitOK, nil
 }
 
-// follow prints the status, then again after every change of the names' keys. It opens
-// its watches before it reads, so that no change between the read and the watch is missed;
-// a change that arrives while it reads makes it read again. A watch that fails (etcd
-// compacted its history, a member went away) is opened again, from the present.
-func (c *statusCommand) follow(ctx context.Context, cli *clientv3.Client, w io.Writer) error {
-	changed := make(chan struct{}, 1)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ranges := rangesOf(c.prefix, c.names)
-	ready := make(chan struct{}, len(ranges))
-	relevant := func(string) bool { return true }
-	if len(c.names) == 0 { // what else is under the prefix (the whole keyspace at the root) is no change
-		relevant = func(key string) bool {
-			_, rest, ok := strings.Cut(strings.TrimPrefix(key, c.prefix), "/")
-			return ok && syncKeyShape(rest)
-		}
-	}
-	for _, r := range ranges {
-		wg.Go(func() { watchRange(ctx, cli, r, relevant, ready, changed) })
-	}
-	timeout := time.NewTimer(c.conn.commandTimeout)
-	defer timeout.Stop()
-	for range ranges {
-		select {
-		case <-ready:
-		case <-timeout.C:
-			return failf(exitEtcd, "no answer from etcd at %s within %v", c.conn.endpoints, c.conn.commandTimeout)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	var last *snapshot
-	for {
-		rctx, rcancel := context.WithTimeout(ctx, c.conn.commandTimeout)
-		snap, err := readSnapshot(rctx, cli, c.prefix, c.names, c.kind)
-		rcancel()
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case err != nil:
-			return failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
-		case last == nil || !sameQueues(last, snap):
-			if err := c.printChange(w, snap); err != nil {
-				return err
-			}
-			last = snap
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// watchRange signals changed at every change of a relevant key under prefix until ctx ends,
-// and ready once its first watch is in place.
-func watchRange(ctx context.Context, cli *clientv3.Client, prefix string, relevant func(key string) bool, ready, changed chan<- struct{}) {
-	first := true
-	for ctx.Err() == nil {
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for resp := range cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) {
-			if resp.Created && first {
-				first = false
-				ready <- struct{}{}
-			}
-			if resp.Err() != nil || slices.ContainsFunc(resp.Events, func(ev *clientv3.Event) bool { return relevant(string(ev.Kv.Key)) }) {
-				select {
-				case changed <- struct{}{}:
-				default: // a read is due already
-				}
-			}
-			if resp.Err() != nil {
-				break
-			}
-		}
-		cancel()
-		pause(ctx, 100*time.Millisecond) // no tight loop while etcd is away
-	}
-}
-
-// pause returns after d or once ctx ends.
-func pause(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
-
-// sameQueues reports whether two snapshots show the same holders and waiters, whatever the
-// TTLs they read: --watch prints only what changed.
-func sameQueues(a, b *snapshot) bool {
-	strip := func(s *snapshot) []nameStatus {
-		out := make([]nameStatus, len(s.Names))
-		for i, n := range s.Names {
-			n.Queue = append([]entry(nil), n.Queue...)
-			for j := range n.Queue {
-				n.Queue[j].TTL = nil
-			}
-			out[i] = n
-		}
-		return out
-	}
-	return reflect.DeepEqual(strip(a), strip(b))
-}
-
 // printChange prints a snapshot of --watch: a JSON line, or the text after a line with the
 // revision and the time.
-func (c *statusCommand) printChange(w io.Writer, snap *snapshot) error {
+func (c *statusCommand) printChange(w io.Writer, snap *admin.Snapshot) error {
 	if !c.json {
 		if _, err := fmt.Fprintf(w, "--- revision %d at %s\n", snap.Revision, time.Now().UTC().Format(time.RFC3339)); err != nil {
 			return err
@@ -259,7 +162,7 @@ func (c *statusCommand) printChange(w io.Writer, snap *snapshot) error {
 }
 
 // print writes a snapshot: as JSON, or as text, a paragraph per name.
-func (c *statusCommand) print(w io.Writer, snap *snapshot) error {
+func (c *statusCommand) print(w io.Writer, snap *admin.Snapshot) error {
 	if c.json {
 		enc := json.NewEncoder(w)
 		if !c.watch {
@@ -286,7 +189,7 @@ func (c *statusCommand) print(w io.Writer, snap *snapshot) error {
 }
 
 // writeName writes one name's paragraph: a title, then its queue as a table.
-func writeName(b *strings.Builder, ns nameStatus) {
+func writeName(b *strings.Builder, ns admin.NameStatus) {
 	title := ns.Primitive
 	if ns.Primitive == "semaphore" {
 		title = "semaphore, limit unknown"
@@ -296,7 +199,7 @@ func writeName(b *strings.Builder, ns nameStatus) {
 	}
 	holding, waiting := 0, 0
 	for _, e := range ns.Queue {
-		if e.State == stateHolds || e.State == stateLeads {
+		if e.State == admin.StateHolds || e.State == admin.StateLeads {
 			holding++
 		} else {
 			waiting++
@@ -332,7 +235,7 @@ func writeName(b *strings.Builder, ns nameStatus) {
 }
 
 // ttlText shows what the lease has left: "57s", "expired", "-" without a lease, "?" unknown.
-func ttlText(e entry) string {
+func ttlText(e admin.Entry) string {
 	switch {
 	case e.Lease == "":
 		return "-"

@@ -1,6 +1,4 @@
-//go:build unix
-
-package main
+package admin
 
 import (
 	"cmp"
@@ -18,23 +16,23 @@ import (
 	"github.com/etcdsync/etcdsync/internal/core"
 )
 
-// snapshot is what status shows: the queue of every name at one revision.
-type snapshot struct {
+// Snapshot is the queue of every name read, at one revision.
+type Snapshot struct {
 	Revision int64        `json:"revision"`
-	Names    []nameStatus `json:"names"`
+	Names    []NameStatus `json:"names"`
 }
 
-// nameStatus is the queue of one name, in the order its holders are served.
-type nameStatus struct {
+// NameStatus is the queue of one name, in the order its holders are served.
+type NameStatus struct {
 	Name      string  `json:"name"`
 	Prefix    string  `json:"prefix"`          // where its keys live
 	Primitive string  `json:"primitive"`       // lock, election, rwmutex, semaphore; "" without keys
 	Limit     *int    `json:"limit,omitempty"` // a semaphore's, from its limit record
-	Queue     []entry `json:"queue"`
+	Queue     []Entry `json:"queue"`
 }
 
-// entry is one holder or waiter: one key.
-type entry struct {
+// Entry is one holder or waiter: one key.
+type Entry struct {
 	Position int               `json:"position"`        // 1 is served first
 	Kind     string            `json:"kind"`            // read, write, permit, candidate or lock
 	Units    int               `json:"units,omitempty"` // a permit's, when more than one
@@ -46,26 +44,27 @@ type entry struct {
 	Owner    map[string]string `json:"owner"`           // the value's key=value fields; null if it names no owner
 	Value    string            `json:"value"`
 
-	lease clientv3.LeaseID
+	LeaseID clientv3.LeaseID `json:"-"` // the lease, 0 for none
 }
 
 // The kinds of key under a name, and their states.
 const (
-	kindRead      = "read"
-	kindWrite     = "write"
-	kindPermit    = "permit"
-	kindLock      = "lock"
-	kindCandidate = "candidate"
+	KindRead      = "read"
+	KindWrite     = "write"
+	KindPermit    = "permit"
+	KindLock      = "lock"
+	KindCandidate = "candidate"
 
-	stateHolds   = "holds"
-	stateLeads   = "leads"
-	stateWaits   = "waits"
-	stateUnknown = "unknown"
+	StateHolds   = "holds"
+	StateLeads   = "leads"
+	StateWaits   = "waits"
+	StateUnknown = "unknown"
 )
 
-// readSnapshot reads the names (or the names findNames finds under prefix if names is empty)
-// at one revision, then the TTL of each distinct lease: one LeaseTimeToLive per lease.
-func readSnapshot(ctx context.Context, cli *clientv3.Client, prefix string, names []string, exclusive string) (*snapshot, error) {
+// read reads the names (or the names findNames finds under the prefix if names is empty) at
+// one revision, then the TTL of each distinct lease: one LeaseTimeToLive per lease.
+func (c config) read(ctx context.Context, cli *clientv3.Client, names []string) (*Snapshot, error) {
+	prefix, exclusive := c.prefix, c.exclusive
 	var targets []nameRange
 	var rev int64
 	if len(names) > 0 {
@@ -86,7 +85,7 @@ func readSnapshot(ctx context.Context, cli *clientv3.Client, prefix string, name
 	if err != nil {
 		return nil, err
 	}
-	snap := &snapshot{Revision: rev, Names: []nameStatus{}}
+	snap := &Snapshot{Revision: rev, Names: []NameStatus{}}
 	for i, t := range targets {
 		if len(names) == 0 && !hasSyncKeys(t.keyPrefix, kvsOf[i]) {
 			continue // found by the shape of its keys, but they are other data
@@ -182,8 +181,8 @@ func unescapeName(escaped string) string {
 // rules of the primitives: an exclusive key (lock, candidate, write) holds when no key is
 // ahead of it; a read key when no write or exclusive key is; a permit when its units fit
 // within the limit beside those of the permits ahead of it.
-func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) nameStatus {
-	ns := nameStatus{Name: name, Prefix: keyPrefix, Queue: []entry{}}
+func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) NameStatus {
+	ns := NameStatus{Name: name, Prefix: keyPrefix, Queue: []Entry{}}
 	kinds := map[string]bool{}
 	for _, kv := range kvs {
 		rest := strings.TrimPrefix(string(kv.Key), keyPrefix)
@@ -191,44 +190,44 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) n
 			if limit, err := strconv.Atoi(string(kv.Value)); err == nil {
 				ns.Limit = &limit
 			}
-			kinds[kindPermit] = true
+			kinds[KindPermit] = true
 			continue
 		}
 		kind := exclusive
 		switch {
 		case strings.HasPrefix(rest, core.KindRead):
-			kind = kindRead
+			kind = KindRead
 		case strings.HasPrefix(rest, core.KindWrite):
-			kind = kindWrite
+			kind = KindWrite
 		case strings.HasPrefix(rest, core.KindPermit):
-			kind = kindPermit
+			kind = KindPermit
 		}
 		kinds[kind] = true
 		units := 0
-		if n := core.KeyUnits(keyPrefix+core.KindPermit, string(kv.Key)); kind == kindPermit && n > 1 {
+		if n := core.KeyUnits(keyPrefix+core.KindPermit, string(kv.Key)); kind == KindPermit && n > 1 {
 			units = n
 		}
-		ns.Queue = append(ns.Queue, entry{
-			Kind:  kind,
-			Units: units,
-			Key:   string(kv.Key),
-			Token: kv.CreateRevision,
-			Value: string(kv.Value),
-			Owner: parseOwner(string(kv.Value)),
-			lease: clientv3.LeaseID(kv.Lease),
+		ns.Queue = append(ns.Queue, Entry{
+			Kind:    kind,
+			Units:   units,
+			Key:     string(kv.Key),
+			Token:   kv.CreateRevision,
+			Value:   string(kv.Value),
+			Owner:   parseOwner(string(kv.Value)),
+			LeaseID: clientv3.LeaseID(kv.Lease),
 		})
 	}
 	switch {
-	case kinds[kindRead] || kinds[kindWrite]:
+	case kinds[KindRead] || kinds[KindWrite]:
 		ns.Primitive = "rwmutex"
-	case kinds[kindPermit]:
+	case kinds[KindPermit]:
 		ns.Primitive = "semaphore"
-	case kinds[kindCandidate]:
+	case kinds[KindCandidate]:
 		ns.Primitive = "election"
-	case kinds[kindLock]:
+	case kinds[KindLock]:
 		ns.Primitive = "lock"
 	}
-	slices.SortFunc(ns.Queue, func(a, b entry) int {
+	slices.SortFunc(ns.Queue, func(a, b Entry) int {
 		return cmp.Or(cmp.Compare(a.Token, b.Token), strings.Compare(a.Key, b.Key))
 	})
 	keys := make([]string, len(ns.Queue))
@@ -246,21 +245,21 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) n
 	for i := range ns.Queue {
 		e := &ns.Queue[i]
 		e.Position = i + 1
-		if e.lease != 0 {
-			e.Lease = fmt.Sprintf("%x", int64(e.lease))
+		if e.LeaseID != 0 {
+			e.Lease = fmt.Sprintf("%x", int64(e.LeaseID))
 		}
-		if e.Kind == kindPermit && ns.Limit == nil {
-			e.State = stateUnknown
+		if e.Kind == KindPermit && ns.Limit == nil {
+			e.State = StateUnknown
 		}
 		holds := served[i]
 		switch {
 		case e.State != "":
-		case holds && e.Kind == kindCandidate:
-			e.State = stateLeads
+		case holds && e.Kind == KindCandidate:
+			e.State = StateLeads
 		case holds:
-			e.State = stateHolds
+			e.State = StateHolds
 		default:
-			e.State = stateWaits
+			e.State = StateWaits
 		}
 	}
 	return ns
@@ -269,13 +268,13 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) n
 // specOf is the spec the key of e was written with, for core.Served: who holds is decided
 // by the rule the primitives wait on. A permit of a name whose limit is unknown has none:
 // whether it holds cannot be told (its state is unknown).
-func specOf(e entry, limit *int) (core.Spec, bool) {
+func specOf(e Entry, limit *int) (core.Spec, bool) {
 	switch e.Kind {
-	case kindRead:
+	case KindRead:
 		return core.Spec{Kind: core.KindRead, Ahead: core.KindWrite}, true
-	case kindWrite:
+	case KindWrite:
 		return core.Spec{Kind: core.KindWrite}, true
-	case kindPermit:
+	case KindPermit:
 		if limit == nil {
 			return core.Spec{}, false
 		}
@@ -286,24 +285,24 @@ func specOf(e entry, limit *int) (core.Spec, bool) {
 
 // readTTLs fills in the TTL each key's lease has left: one LeaseTimeToLive per lease. A lease
 // etcd will not tell about (a permission) has no TTL shown; it is no error.
-func readTTLs(ctx context.Context, cli *clientv3.Client, snap *snapshot) error {
+func readTTLs(ctx context.Context, cli *clientv3.Client, snap *Snapshot) error {
 	ttls := map[clientv3.LeaseID]*int64{}
 	for i := range snap.Names {
 		for j := range snap.Names[i].Queue {
 			e := &snap.Names[i].Queue[j]
-			if e.lease == 0 {
+			if e.LeaseID == 0 {
 				continue
 			}
-			ttl, seen := ttls[e.lease]
+			ttl, seen := ttls[e.LeaseID]
 			if !seen {
-				resp, err := cli.TimeToLive(clientv3.WithRequireLeader(ctx), e.lease)
+				resp, err := cli.TimeToLive(clientv3.WithRequireLeader(ctx), e.LeaseID)
 				if ctx.Err() != nil {
-					return fmt.Errorf("read the TTL of lease %x: %w", int64(e.lease), ctx.Err())
+					return fmt.Errorf("read the TTL of lease %x: %w", int64(e.LeaseID), ctx.Err())
 				}
 				if err == nil {
 					ttl = &resp.TTL
 				}
-				ttls[e.lease] = ttl
+				ttls[e.LeaseID] = ttl
 			}
 			e.TTL = ttl
 		}

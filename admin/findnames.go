@@ -1,6 +1,4 @@
-//go:build unix
-
-package main
+package admin
 
 import (
 	"context"
