@@ -1,0 +1,176 @@
+package admin_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/etcdsync/etcdsync/admin"
+	"github.com/etcdsync/etcdsync/election"
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/rpcstat"
+	"github.com/etcdsync/etcdsync/mutex"
+	"github.com/etcdsync/etcdsync/rwmutex"
+	"github.com/etcdsync/etcdsync/semaphore"
+)
+
+var cluster *etcdtest.Cluster
+
+func TestMain(m *testing.M) { etcdtest.Main(m, &cluster) }
+
+// TestBadInputReadsNothing: a bad name or option is refused with ErrInvalidName or
+// ErrInvalidOption before any request.
+func TestBadInputReadsNothing(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	cnt := &rpcstat.Counter{}
+	cli := primtest.CountedClient(t, cluster, cnt)
+	_, err := admin.Status(ctx, cli, []string{""})
+	assert.ErrorIs(t, err, core.ErrInvalidName)
+	_, err = admin.Status(ctx, cli, []string{"a"}, admin.WithPrefix("app"))
+	assert.ErrorIs(t, err, core.ErrInvalidOption)
+	err = admin.Watch(ctx, cli, []string{"a"}, func(*admin.Snapshot) error { return nil }, admin.WithTimeout(0))
+	assert.ErrorIs(t, err, core.ErrInvalidOption)
+	assert.Empty(t, cnt.Counts(), "a refused call sent requests")
+}
+
+// TestStatusShowsHoldersAndWaitersInOrder: the holders and waiters of a mutex, an rwmutex,
+// a semaphore and an election, each in the order they are served, with the state the
+// primitive's own rules give them and the hold's token, read at one revision.
+func TestStatusShowsHoldersAndWaitersInOrder(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	cli := cluster.Client(t)
+	const lock, rw, sem, elect = "admin-lock", "admin-rw", "admin-sem", "admin-elect"
+
+	holder := must(mutex.New(cli, lock))
+	require.NoError(t, holder.Lock(ctx))
+	waiter := must(mutex.New(cluster.Client(t), lock))
+	waiting(t, waiter.Lock, waiter.Unlock, lock, 2)
+
+	reader := must(rwmutex.New(cli, rw))
+	require.NoError(t, reader.RLock(ctx))
+	writer := must(rwmutex.New(cluster.Client(t), rw))
+	waiting(t, writer.Lock, writer.Unlock, rw, 2)
+
+	s := must(semaphore.New(cli, sem, 2))
+	p, err := s.AcquireN(ctx, 2)
+	require.NoError(t, err)
+	s2 := must(semaphore.New(cluster.Client(t), sem, 2))
+	var p2 *semaphore.Permit
+	waiting(t, func(ctx context.Context) (err error) { p2, err = s2.Acquire(ctx); return err },
+		func(ctx context.Context) error { return p2.Release(ctx) }, sem, 3) // the limit record too
+
+	leader := must(election.New(cli, elect))
+	require.NoError(t, leader.Campaign(ctx, "first"))
+
+	snap, err := admin.Status(ctx, cli, []string{lock, rw, sem})
+	require.NoError(t, err)
+	require.Len(t, snap.Names, 3)
+	assert.Positive(t, snap.Revision)
+	states := func(ns admin.NameStatus) (out []string) {
+		for i, e := range ns.Queue {
+			assert.Equal(t, i+1, e.Position)
+			out = append(out, e.Kind+" "+e.State)
+		}
+		return out
+	}
+	assert.Equal(t, []string{"lock holds", "lock waits"}, states(snap.Names[0]))
+	assert.Equal(t, holder.Token(), snap.Names[0].Queue[0].Token)
+	assert.Equal(t, holder.Key(), snap.Names[0].Queue[0].Key)
+	assert.NotNil(t, snap.Names[0].Queue[0].TTL)
+	assert.Equal(t, "rwmutex", snap.Names[1].Primitive)
+	assert.Equal(t, []string{"read holds", "write waits"}, states(snap.Names[1]))
+	assert.Equal(t, "semaphore", snap.Names[2].Primitive)
+	require.NotNil(t, snap.Names[2].Limit)
+	assert.Equal(t, 2, *snap.Names[2].Limit)
+	assert.Equal(t, []string{"permit holds", "permit waits"}, states(snap.Names[2]))
+	assert.Equal(t, 2, snap.Names[2].Queue[0].Units)
+
+	snap, err = admin.Status(ctx, cli, []string{elect}, admin.Elections())
+	require.NoError(t, err)
+	assert.Equal(t, []string{"candidate leads"}, states(snap.Names[0]))
+	snap, err = admin.Status(ctx, cli, []string{elect})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"lock holds"}, states(snap.Names[0]), "without Elections, a lock")
+
+	// Without names, every name at the root (of this run's namespace).
+	snap, err = admin.Status(ctx, cli, nil)
+	require.NoError(t, err)
+	var found []string
+	for _, ns := range snap.Names {
+		found = append(found, ns.Name)
+	}
+	assert.Subset(t, found, []string{lock, rw, sem, elect})
+
+	require.NoError(t, holder.Unlock(ctx))
+	require.NoError(t, reader.RUnlock(ctx))
+	require.NoError(t, p.Release(ctx))
+	require.NoError(t, leader.Resign(ctx))
+}
+
+// TestWatchCallsBackAtEveryChange: Watch calls back with the present, then at every change
+// of who holds or waits, and returns the callback's error when it returns one.
+func TestWatchCallsBackAtEveryChange(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	cli := cluster.Client(t)
+	const name = "admin-watch"
+	seen := make(chan *admin.Snapshot, 16)
+	stop := errors.New("enough")
+	var calls int
+	done := etcdtest.Async(func() error {
+		return admin.Watch(ctx, cli, []string{name}, func(s *admin.Snapshot) error {
+			calls++
+			seen <- s
+			if calls == 3 {
+				return stop
+			}
+			return nil
+		})
+	})
+	next := func(what string) *admin.Snapshot {
+		t.Helper()
+		select {
+		case s := <-seen:
+			return s
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no call back for %s", what)
+			return nil
+		}
+	}
+	assert.Empty(t, next("the present").Names[0].Queue)
+	m := must(mutex.New(cli, name))
+	require.NoError(t, m.Lock(ctx))
+	q := next("the lock").Names[0].Queue
+	require.Len(t, q, 1)
+	assert.Equal(t, admin.StateHolds, q[0].State)
+	require.NoError(t, m.Unlock(ctx))
+	assert.Empty(t, next("the unlock").Names[0].Queue)
+	assert.ErrorIs(t, etcdtest.Within(t, done, 30*time.Second, "Watch's return"), stop)
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// waiting starts lock, which must wait, and returns once name has n keys. When the test
+// ends, the wait is cancelled, or the hold it got meanwhile released.
+func waiting(t *testing.T, lock, release func(context.Context) error, name string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(etcdtest.Context(t))
+	done := etcdtest.Async(func() error { return lock(ctx) })
+	t.Cleanup(func() {
+		cancel()
+		if <-done == nil {
+			assert.NoError(t, release(context.Background()))
+		}
+	})
+	etcdtest.AwaitKeys(t, cluster.Client(t), core.NamePrefix(name), int64(n))
+}
