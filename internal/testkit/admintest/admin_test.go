@@ -2,6 +2,7 @@ package admin_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -173,4 +174,43 @@ func waiting(t *testing.T, lock, release func(context.Context) error, name strin
 		}
 	})
 	etcdtest.AwaitKeys(t, cluster.Client(t), core.NamePrefix(name), int64(n))
+}
+
+// TestReleaseByTokenEndsTheHoldAndLeavesARecord: an operator's release of a mutex hold by its
+// token deletes its key (its holder learns of the loss) and leaves a record that says why;
+// a Multi's keys go in one Txn; a waiter's key too. A wrong token writes nothing.
+func TestReleaseByTokenEndsTheHoldAndLeavesARecord(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	cli := cluster.Client(t)
+	const name, a, b = "admin-release", "admin-release-a", "admin-release-b"
+
+	m := must(mutex.New(cli, name))
+	require.NoError(t, m.Lock(ctx))
+	before := etcdtest.Revision(t, cli)
+	assert.ErrorIs(t, admin.Release(ctx, cli, []string{name}, m.Token()+1000, "wrong"), admin.ErrNoHold)
+	etcdtest.NoWrites(t, cli, before, "a release with a wrong token wrote")
+	assert.ErrorIs(t, admin.Release(ctx, cli, []string{name}, 0, "none"), core.ErrInvalidOption)
+	assert.ErrorIs(t, admin.Release(ctx, cli, nil, 1, "none"), core.ErrInvalidName)
+
+	require.NoError(t, admin.Release(ctx, cli, []string{name}, m.Token(), "stuck since 02:00"))
+	etcdtest.Within(t, m.Done(), 30*time.Second, "the holder's loss")
+	assert.ErrorIs(t, m.Err(), core.ErrLost)
+	resp, err := cli.Get(ctx, admin.RecordKey("", m.Key()))
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1, "the record")
+	var rec admin.Record
+	require.NoError(t, json.Unmarshal(resp.Kvs[0].Value, &rec))
+	assert.Equal(t, "stuck since 02:00", rec.Reason)
+	assert.Equal(t, m.Token(), rec.Token)
+	assert.Contains(t, rec.By, "@")
+	assert.NotZero(t, resp.Kvs[0].Lease, "the record goes with a lease")
+	assert.ErrorIs(t, m.Unlock(ctx), core.ErrLost)
+
+	multi := must(mutex.NewMulti(cli, []string{a, b}))
+	require.NoError(t, multi.Lock(ctx))
+	require.NoError(t, admin.Release(ctx, cli, []string{a, b}, multi.Token(), "both"))
+	etcdtest.Within(t, multi.Done(), 30*time.Second, "the Multi's loss")
+	assert.Zero(t, etcdtest.CountKeys(t, cli, core.NamePrefix(a)))
+	assert.Zero(t, etcdtest.CountKeys(t, cli, core.NamePrefix(b)))
+	assert.ErrorIs(t, multi.Unlock(ctx), core.ErrLost)
 }

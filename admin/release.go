@@ -1,0 +1,123 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// ErrNoHold: no key of a name has the token given (the hold ended, or the name was taken
+// again since): Release changed nothing.
+var ErrNoHold = errors.New("etcdsync/admin: no hold with that token")
+
+// recordTTL is how long the record of an operator's release stays for its holder to read:
+// long enough for a holder cut off from etcd for a while.
+const recordTTL = 10 * time.Minute
+
+// maxReason bounds a release's reason, which etcd keeps in its record.
+const maxReason = 1024
+
+// Record is what an operator's release leaves for the holder it ended: why, who, when.
+type Record struct {
+	Reason string    `json:"reason"`
+	By     string    `json:"by"` // user@host of the operator
+	At     time.Time `json:"at"`
+	Token  int64     `json:"token"`
+}
+
+// RecordKey is where the record of the release of the hold whose key is key lies, under
+// prefix (the prefix the name's keys are under): the same key with "\x00released/" after
+// the prefix. No name holds a NUL byte, so it is never a name's key.
+func RecordKey(prefix, key string) string {
+	return prefix + "\x00released/" + strings.TrimPrefix(key, prefix)
+}
+
+// Release ends the hold of names whose token is token, as an operator: it deletes the key
+// of each name that has that token (one Txn, fenced on the token: a name taken again since
+// is never touched) and leaves beside each a Record with reason, which the holder reads to
+// say why it lost its hold; the record goes after ten minutes. Several names release a
+// Multi's keys, which share one token, at once. It works on a hold or a waiter of every
+// primitive.
+//
+// Errors: ErrInvalidName or ErrInvalidOption (a token below 1, a reason over 1 KiB), or
+// ErrNoHold when a name has no key with that token; then nothing is written. Cost: one
+// Range per name, a lease Grant and one Txn.
+func Release(ctx context.Context, cli *clientv3.Client, names []string, token int64, reason string, opts ...Option) error {
+	c, err := configure(names, opts)
+	switch {
+	case err != nil:
+		return err
+	case len(names) == 0:
+		return fmt.Errorf("%w: no name", core.ErrInvalidName)
+	case token < 1:
+		return fmt.Errorf("%w: token %d", core.ErrInvalidOption, token)
+	case len(reason) > maxReason:
+		return fmt.Errorf("%w: a reason of %d bytes, more than %d", core.ErrInvalidOption, len(reason), maxReason)
+	}
+	var keys []string
+	for _, name := range names {
+		keyPrefix := c.prefix + core.NamePrefix(name)
+		resp, err := cli.Get(clientv3.WithRequireLeader(ctx), keyPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return fmt.Errorf("read %q: %w", name, err)
+		}
+		found := ""
+		for _, kv := range resp.Kvs {
+			// A semaphore's limit record may have been written with its first permit.
+			if kv.CreateRevision == token && string(kv.Key) != keyPrefix+core.RecordLimit {
+				found = string(kv.Key)
+			}
+		}
+		if found == "" {
+			return fmt.Errorf("%w: %q has no key of token %d", ErrNoHold, name, token)
+		}
+		keys = append(keys, found)
+	}
+	value, err := json.Marshal(Record{Reason: reason, By: operator(), At: time.Now().UTC(), Token: token})
+	if err != nil {
+		return err
+	}
+	lease, err := cli.Grant(clientv3.WithRequireLeader(ctx), int64(recordTTL/time.Second))
+	if err != nil {
+		return fmt.Errorf("grant the record's lease: %w", err)
+	}
+	var cmps []clientv3.Cmp
+	var ops []clientv3.Op
+	for _, key := range keys {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", token))
+		ops = append(ops, clientv3.OpDelete(key), clientv3.OpPut(RecordKey(c.prefix, key), string(value), clientv3.WithLease(lease.ID)))
+	}
+	resp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).Then(ops...).Commit()
+	if err == nil && resp.Succeeded {
+		return nil
+	}
+	// Nothing was written, or it cannot be told: the record's lease goes either way only
+	// when nothing was (a record of a release that happened must stay).
+	if err == nil {
+		_, _ = cli.Revoke(context.WithoutCancel(ctx), lease.ID)
+		return fmt.Errorf("%w: a key of token %d went meanwhile", ErrNoHold, token)
+	}
+	return fmt.Errorf("release %s: %w", strings.Join(keys, ", "), err)
+}
+
+// operator is user@host of this process, as far as it can tell.
+func operator() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		host = "unknown"
+	}
+	return name + "@" + host
+}
