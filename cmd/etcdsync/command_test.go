@@ -53,6 +53,7 @@ func TestCommand(t *testing.T) {
 		{"StatusShowsEveryKind", testStatusGolden},
 		{"StatusWatchFollowsChanges", testStatusWatch},
 		{"StatusCheckIsAnExitStatus", testStatusCheck},
+		{"ReleaseByTokenEndsThatHold", testRelease},
 		{"StatusWithoutNameFindsEveryNameAtTheRoot", testStatusFindsEveryName},
 		{"BadInputIsOneLineAndWritesNothing", testBadInput},
 		{"HelpOfEverySubcommand", testHelp},

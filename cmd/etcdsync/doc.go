@@ -10,6 +10,7 @@
 //	etcdsync sem     -n N [--units K] [flags] NAME [-- CMD [ARGS...]]
 //	etcdsync elect   [--value V] [--loop] [flags] NAME [-- CMD [ARGS...]]
 //	etcdsync status  [--prefix P] [--kind lock|election] [--json] [--watch | --check] [flags] [NAME...]
+//	etcdsync release --token T [--reason TEXT] [flags] NAME [NAME...]
 //	etcdsync help    [COMMAND]
 //	etcdsync version
 //

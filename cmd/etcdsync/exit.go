@@ -15,7 +15,7 @@ import (
 // and 127.
 const (
 	exitOK        = 0
-	exitFree      = 1   // status --check: a name is free
+	exitFree      = 1   // status --check: a name is free; release: no hold has that token
 	exitUsage     = 64  // EX_USAGE: a bad flag, argument, name, or a -n other than etcd's limit
 	exitEtcd      = 69  // EX_UNAVAILABLE: etcd unreachable or refusing (TLS, auth, permission)
 	exitBusy      = 75  // EX_TEMPFAIL: --try found the name busy

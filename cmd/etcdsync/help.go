@@ -17,6 +17,7 @@ var usages = []struct{ verb, synopsis string }{
 	{"sem", "-n N [--units K] [flags] NAME [-- CMD [ARGS...]]"},
 	{"elect", "[--value V] [--loop] [flags] NAME [-- CMD [ARGS...]]"},
 	{"status", "[--prefix P] [--kind lock|election] [--json] [--watch | --check] [flags] [NAME...]"},
+	{"release", "--token T [--reason TEXT] [flags] NAME [NAME...]"},
 	{"help", "[COMMAND]"},
 	{"version", ""},
 }
@@ -55,7 +56,8 @@ time, rlock many readers but never beside an rwmutex writer, sem at most N at a 
 elect only the leader. lock of several names takes all of them at once, or none (no
 deadlock, whatever order others list them in), and runs CMD only after "--". Without
 CMD, etcdsync holds until SIGINT, SIGTERM or SIGHUP.
-status shows who holds each NAME and who waits (--kind election: the keys directly
+release ends the hold whose token is T (fenced: a NAME taken again since is never
+touched), with a reason its holder reads. status shows who holds each NAME and who waits (--kind election: the keys directly
 under a name are an election's); without NAME, every name at the root of the keyspace,
 or under --prefix P.
 
@@ -66,7 +68,8 @@ follows after --grace (10s), or at once on a second signal.
 Exit status: the command's own (128+N if it died of signal N; N for every status but 0
 with --command-failed N), or etcdsync's:
   0      without CMD: released after SIGINT, SIGTERM or SIGHUP
-  1      status --check: a NAME is free (0: every one is held)
+  1      status --check: a NAME is free (0: every one is held); release: no key of a
+         NAME has that token, nothing changed
   64     usage: a bad flag, argument or name
   69     etcd could not be reached, or refused (TLS, login, permission), or the wait
          failed; not for a waiter whose key or lease was removed: it waits again

@@ -63,6 +63,8 @@ func testBadInput(t *testing.T, h *harness) {
 		{[]string{"status", "--kind", "mutex", name}, nil, `etcdsync status: --kind "mutex": lock or election`},
 		{[]string{"status", name, ""}, nil, "etcdsync status: invalid name: empty"},
 		{[]string{"status", "--check"}, nil, "etcdsync status: --check without a NAME"},
+		{[]string{"release", "--token", "5"}, nil, "etcdsync release: NAME missing"},
+		{[]string{"release", "--token", "-5", name}, nil, "etcdsync release: --token -5 is negative"},
 		{[]string{"status", "--check", "--watch", name}, nil, "etcdsync status: --check and --watch exclude each other"},
 	}
 	cli := cluster.Client(t)

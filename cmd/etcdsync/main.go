@@ -53,6 +53,8 @@ func newCommand(verb string) command {
 		return &holdCommand{verb: verb}
 	case "status":
 		return &statusCommand{}
+	case "release":
+		return &releaseCommand{}
 	}
 	return nil
 }
@@ -70,7 +72,7 @@ func run(args []string, a *app) int {
 		fmt.Fprintf(a.stderr, "etcdsync: %s\n", message(err.Error()))
 		return exitCode(err)
 	case verb == "":
-		fmt.Fprintln(a.stderr, "etcdsync: no command: lock, rlock, sem, elect or status (etcdsync --help)")
+		fmt.Fprintln(a.stderr, "etcdsync: no command: lock, rlock, sem, elect, status or release (etcdsync --help)")
 		return exitUsage
 	}
 	switch verb {
@@ -89,7 +91,7 @@ func run(args []string, a *app) int {
 	}
 	c := newCommand(verb)
 	if c == nil {
-		fmt.Fprintf(a.stderr, "etcdsync: no command %q: lock, rlock, sem, elect or status (etcdsync --help)\n", verb)
+		fmt.Fprintf(a.stderr, "etcdsync: no command %q: lock, rlock, sem, elect, status or release (etcdsync --help)\n", verb)
 		return exitUsage
 	}
 	a.command = "etcdsync " + verb

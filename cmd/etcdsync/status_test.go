@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -289,4 +290,34 @@ func testStatusCheck(t *testing.T, h *harness) {
 	p = h.run(t, environ(), "status", "--check", "--endpoints", "127.0.0.1:1", "--command-timeout", "300ms", name)
 	assert.Equal(t, exitEtcd, p.code, p.stderr.text())
 	nothingLeft(t, cluster.Client(t), "", name)
+}
+
+// testRelease: release --token T ends the hold whose token is T (its holder, an etcdsync
+// lock, exits 125) and says nothing; a wrong token changes nothing and exits 1; without
+// --token it shows who holds on stderr and exits 64.
+func testRelease(t *testing.T, h *harness) {
+	const name = "cmd-release"
+	cli := cluster.Client(t)
+	holder := h.start(t, environ(), "lock", name, "--", "sleep", "600")
+	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), 1)
+	resp, err := cli.Get(etcdtest.Context(t), core.NamePrefix(name), clientv3.WithPrefix())
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	token := resp.Kvs[0].CreateRevision
+
+	p := h.run(t, environ(), "release", name)
+	assert.Equal(t, exitUsage, p.code, p.stderr.text())
+	assert.Contains(t, p.stderr.text(), "--token missing")
+	assert.Contains(t, p.stderr.text(), strconv.FormatInt(token, 10), "the holder's token shown")
+
+	p = h.run(t, environ(), "release", name, "--token", strconv.FormatInt(token+1000, 10))
+	assert.Equal(t, exitFree, p.code, p.stderr.text())
+	assert.Contains(t, p.stderr.text(), "nothing changed")
+	assert.Equal(t, int64(1), etcdtest.CountKeys(t, cli, core.NamePrefix(name)))
+
+	p = h.run(t, environ(), "release", "--token", strconv.FormatInt(token, 10), "--reason", "stuck", name)
+	assert.Equal(t, exitOK, p.code, p.stderr.text())
+	assert.Empty(t, p.stdout.text())
+	assert.Equal(t, exitLost, holder.wait(30*time.Second), holder.stderr.text())
+	nothingLeft(t, cli, "", name)
 }
