@@ -20,6 +20,10 @@ var (
 	// ErrLost: a hold, or a wait, ended without its release: its key was deleted, or its
 	// lease expired, was revoked, or passed its local deadline (see Leases in the package doc).
 	ErrLost = core.ErrLost
+	// ErrReleasedByOperator: an operator released the hold by its token (admin.Release,
+	// etcdsync release); the error says why, who and when. A loss: errors.Is(err, ErrLost)
+	// holds too.
+	ErrReleasedByOperator = core.ErrReleasedByOperator
 	// ErrLimitMismatch: a semaphore's limit differs from the one recorded in etcd for its
 	// name; the acquisition wrote nothing.
 	ErrLimitMismatch = core.ErrLimitMismatch

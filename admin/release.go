@@ -26,20 +26,9 @@ const recordTTL = 10 * time.Minute
 // maxReason bounds a release's reason, which etcd keeps in its record.
 const maxReason = 1024
 
-// Record is what an operator's release leaves for the holder it ended: why, who, when.
-type Record struct {
-	Reason string    `json:"reason"`
-	By     string    `json:"by"` // user@host of the operator
-	At     time.Time `json:"at"`
-	Token  int64     `json:"token"`
-}
-
-// RecordKey is where the record of the release of the hold whose key is key lies, under
-// prefix (the prefix the name's keys are under): the same key with "\x00released/" after
-// the prefix. No name holds a NUL byte, so it is never a name's key.
-func RecordKey(prefix, key string) string {
-	return prefix + "\x00released/" + strings.TrimPrefix(key, prefix)
-}
+// Record is what an operator's release leaves beside the key it deleted, for its holder,
+// whose loss then says why (its Err matches etcdsync.ErrReleasedByOperator).
+type Record = core.ReleaseRecord
 
 // Release ends the hold of names whose token is token, as an operator: it deletes the key
 // of each name that has that token (one Txn, fenced on the token: a name taken again since
@@ -64,6 +53,7 @@ func Release(ctx context.Context, cli *clientv3.Client, names []string, token in
 		return fmt.Errorf("%w: a reason of %d bytes, more than %d", core.ErrInvalidOption, len(reason), maxReason)
 	}
 	var keys []string
+	prefixOf := make(map[int]string, len(names))
 	for _, name := range names {
 		keyPrefix := c.prefix + core.NamePrefix(name)
 		resp, err := cli.Get(clientv3.WithRequireLeader(ctx), keyPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
@@ -71,6 +61,7 @@ func Release(ctx context.Context, cli *clientv3.Client, names []string, token in
 			return fmt.Errorf("read %q: %w", name, err)
 		}
 		found := ""
+		prefixOf[len(keys)] = keyPrefix
 		for _, kv := range resp.Kvs {
 			// A semaphore's limit record may have been written with its first permit.
 			if kv.CreateRevision == token && string(kv.Key) != keyPrefix+core.RecordLimit {
@@ -92,9 +83,9 @@ func Release(ctx context.Context, cli *clientv3.Client, names []string, token in
 	}
 	var cmps []clientv3.Cmp
 	var ops []clientv3.Op
-	for _, key := range keys {
+	for i, key := range keys {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", token))
-		ops = append(ops, clientv3.OpDelete(key), clientv3.OpPut(RecordKey(c.prefix, key), string(value), clientv3.WithLease(lease.ID)))
+		ops = append(ops, clientv3.OpDelete(key), clientv3.OpPut(core.ReleaseRecordKey(prefixOf[i], key), string(value), clientv3.WithLease(lease.ID)))
 	}
 	resp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).Then(ops...).Commit()
 	if err == nil && resp.Succeeded {

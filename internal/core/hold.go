@@ -240,7 +240,7 @@ func (h *Hold) Check(ctx context.Context) (alive bool, err error) {
 	}
 	alive = len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.rev
 	if !alive {
-		h.observe(errKeyGone(h.key))
+		h.observe(h.goneErr(ctx))
 		h.settleLoss()
 	}
 	return alive, nil

@@ -87,6 +87,7 @@ var (
 // slot is one acquisition's claim on a key.
 type slot struct {
 	k    string // the key: the stem, "_", the slot's number
+	name int    // the length of the name's key prefix in k (NamePrefix, after WithPrefix's)
 	stem int    // the length of the stem in k
 	n    int
 	sess *Session
@@ -112,7 +113,7 @@ func claimSlot(prefix, kind string, sess *Session) *slot {
 	}
 	k := string(strconv.AppendInt(append(stem, '_'), int64(n), 10))
 	slotsInUse[k[:len(stem)]] = used // the stem, without a string of its own
-	return &slot{k: k, stem: len(stem), n: n, sess: sess}
+	return &slot{k: k, name: len(prefix), stem: len(stem), n: n, sess: sess}
 }
 
 // key is the slot's key.

@@ -77,6 +77,7 @@ type keyCheck struct {
 	stream *keyStream
 	auth   bool
 	loss   error // set: the hold is lost, with no read (see maxRefusals)
+	gone   bool  // its key was seen deleted: the hold is lost, and why is read (goneErr)
 }
 
 // maxRefusals is how many creates of one hold's watch etcd may refuse in a row, each after
@@ -356,8 +357,12 @@ func (k *keyWatch) handle(ks *keyStream, resp *pb.WatchResponse) {
 	k.mu.Unlock()
 	for _, ev := range resp.Events {
 		if ev.Type == mvccpb.DELETE {
-			e.h.observe(errKeyGone(e.h.key))
-			k.settle(e.h)
+			// Why it went (an operator's record) is read off the stream's goroutine.
+			k.mu.Lock()
+			if k.ids[resp.WatchId] == e {
+				k.check(keyCheck{e: e, gone: true})
+			}
+			k.mu.Unlock()
 			return
 		}
 	}
@@ -488,6 +493,10 @@ func (k *keyWatch) recheck(c keyCheck) bool {
 		h.observe(c.loss)
 		h.settleLoss()
 		return true
+	case c.gone:
+		h.observe(h.goneErr(k.cli.Ctx()))
+		h.settleLoss()
+		return true
 	}
 	ctx, cancel := context.WithTimeout(k.cli.Ctx(), tryTimeout)
 	defer cancel()
@@ -502,7 +511,7 @@ func (k *keyWatch) recheck(c keyCheck) bool {
 		h.settleLoss()
 		return true
 	case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev:
-		h.observe(errKeyGone(h.key))
+		h.observe(h.goneErr(k.cli.Ctx()))
 		h.settleLoss()
 		return true
 	}
@@ -677,7 +686,7 @@ func (h *Hold) watchKey(ctx context.Context, from int64) (next int64, loss error
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
-					return from, errKeyGone(h.key)
+					return from, h.goneErr(ctx)
 				}
 			}
 			from = wr.Header.Revision + 1
@@ -704,7 +713,7 @@ func (h *Hold) checkKey(ctx context.Context, from int64) (next int64, loss error
 		return from, errUnwatchable(h.key, err)
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev {
-		return from, errKeyGone(h.key)
+		return from, h.goneErr(ctx)
 	}
 	return resp.Header.Revision + 1, nil
 }

@@ -68,10 +68,11 @@ const (
 	causeDeleted               // the key was deleted while the lease lived
 	causeRevoked               // etcd says the lease is gone, or the caller's session ended
 	causeShutdown              // Shutdown revoked the lease, or the client was closed
+	causeReleased              // an operator released it (ErrReleasedByOperator)
 	causes
 )
 
-var causeNames = [causes]string{"deadline", "deleted", "revoked", "shutdown"}
+var causeNames = [causes]string{"deadline", "deleted", "revoked", "shutdown", "released"}
 
 // Bucket boundaries for waits and holds, in seconds: a local hand-off takes milliseconds, a
 // hold or a contended wait may take minutes.
@@ -594,6 +595,9 @@ func leaseGone(cli *clientv3.Client, sess *Session) bool {
 // lossCause is the cause of a loss with the final error err of a hold on sess; known is
 // false for a key gone while the session lived (see settleLoss).
 func lossCause(err error, sess *Session) (c cause, known bool) {
+	if errors.Is(err, ErrReleasedByOperator) {
+		return causeReleased, true
+	}
 	if sc := sess.cause(); sc != nil && errors.Is(err, errKeyDeleted) {
 		err = sc // the key went with the session's lease
 	}

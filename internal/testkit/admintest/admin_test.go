@@ -195,7 +195,9 @@ func TestReleaseByTokenEndsTheHoldAndLeavesARecord(t *testing.T) {
 	require.NoError(t, admin.Release(ctx, cli, []string{name}, m.Token(), "stuck since 02:00"))
 	etcdtest.Within(t, m.Done(), 30*time.Second, "the holder's loss")
 	assert.ErrorIs(t, m.Err(), core.ErrLost)
-	resp, err := cli.Get(ctx, admin.RecordKey("", m.Key()))
+	assert.ErrorIs(t, m.Err(), core.ErrReleasedByOperator)
+	assert.ErrorContains(t, m.Err(), "stuck since 02:00")
+	resp, err := cli.Get(ctx, core.ReleaseRecordKey(core.NamePrefix(name), m.Key()))
 	require.NoError(t, err)
 	require.Len(t, resp.Kvs, 1, "the record")
 	var rec admin.Record
@@ -210,6 +212,7 @@ func TestReleaseByTokenEndsTheHoldAndLeavesARecord(t *testing.T) {
 	require.NoError(t, multi.Lock(ctx))
 	require.NoError(t, admin.Release(ctx, cli, []string{a, b}, multi.Token(), "both"))
 	etcdtest.Within(t, multi.Done(), 30*time.Second, "the Multi's loss")
+	assert.ErrorIs(t, multi.Err(), core.ErrReleasedByOperator)
 	assert.Zero(t, etcdtest.CountKeys(t, cli, core.NamePrefix(a)))
 	assert.Zero(t, etcdtest.CountKeys(t, cli, core.NamePrefix(b)))
 	assert.ErrorIs(t, multi.Unlock(ctx), core.ErrLost)
