@@ -75,7 +75,8 @@ with --command-failed N), or etcdsync's:
          failed; not for a waiter whose key or lease was removed: it waits again
   75     --try: the name is busy
   124    --timeout passed before the hold was granted
-  125    the hold was lost while the command ran; it was stopped
+  125    the hold was lost while the command ran; it was stopped (or an operator
+         released the wait: etcdsync release)
   126    the command could not be run
   127    the command was not found
   128+N  signal N: while waiting, or the command was stopped by it (whatever its status)

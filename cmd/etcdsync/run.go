@@ -203,6 +203,8 @@ func (c *holdCommand) acquire(a *app, acq acquirer, sigc <-chan os.Signal) (hold
 		return nil, failf(exitTimeout, "%s not acquired within %v", c.what(), c.timeout)
 	case errors.Is(err, semaphore.ErrLimitMismatch):
 		return nil, usagef("-n %d: %v", c.limit, err)
+	case errors.Is(err, core.ErrReleasedByOperator):
+		return nil, failf(exitLost, "the wait for %s was ended: %v", c.what(), err)
 	default:
 		return nil, fail(exitEtcd, err)
 	}
@@ -217,14 +219,18 @@ func (c *holdCommand) acquire(a *app, acq acquirer, sigc <-chan os.Signal) (hold
 const requeuePause = 500 * time.Millisecond
 
 // waitThroughOutages waits in line; when the place in line is lost (an outage let the
-// session's lease run out, an operator deleted the key or revoked the lease), it takes a new
+// session's lease run out, someone deleted the key or revoked the lease), it takes a new
 // place once etcd answers again, until ctx ends (--timeout, or a signal), instead of
-// failing: the caller asked to wait, and nothing was held yet. Endpoints of different
+// failing: the caller asked to wait, and nothing was held yet. An operator's release of the
+// wait (etcdsync release) ends it: exit 125. Endpoints of different
 // clusters are no outage: no new place in line can help (exit 69).
 func (c *holdCommand) waitThroughOutages(ctx context.Context, a *app, acq acquirer) (hold, error) {
 	for {
 		h, err := acq.acquire(ctx)
-		if err == nil || !errors.Is(err, mutex.ErrLost) || errors.Is(err, core.ErrMixedClusters) || ctx.Err() != nil {
+		switch {
+		case errors.Is(err, core.ErrReleasedByOperator):
+			return nil, err // an operator took this place in line away: waiting again would undo that
+		case err == nil || !errors.Is(err, mutex.ErrLost) || errors.Is(err, core.ErrMixedClusters) || ctx.Err() != nil:
 			return h, err
 		}
 		a.logf("%s: place in line lost (%v); waiting again once etcd answers", c.what(), err)

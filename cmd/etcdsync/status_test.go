@@ -315,9 +315,20 @@ func testRelease(t *testing.T, h *harness) {
 	assert.Contains(t, p.stderr.text(), "nothing changed")
 	assert.Equal(t, int64(1), etcdtest.CountKeys(t, cli, core.NamePrefix(name)))
 
+	waiter := h.start(t, environ(), "lock", name, "--", "true")
+	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), 2)
+	resp, err = cli.Get(etcdtest.Context(t), core.NamePrefix(name), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 2)
+	p = h.run(t, environ(), "release", "--token", strconv.FormatInt(resp.Kvs[1].CreateRevision, 10), "--reason", "not today", name)
+	assert.Equal(t, exitOK, p.code, p.stderr.text())
+	assert.Equal(t, exitLost, waiter.wait(30*time.Second), "a waiter released: %s", waiter.stderr.text())
+	assert.Contains(t, waiter.stderr.text(), "not today")
+
 	p = h.run(t, environ(), "release", "--token", strconv.FormatInt(token, 10), "--reason", "stuck", name)
 	assert.Equal(t, exitOK, p.code, p.stderr.text())
 	assert.Empty(t, p.stdout.text())
 	assert.Equal(t, exitLost, holder.wait(30*time.Second), holder.stderr.text())
+	assert.Contains(t, holder.stderr.text(), "stuck")
 	nothingLeft(t, cli, "", name)
 }

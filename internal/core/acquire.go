@@ -401,6 +401,7 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 	}
 	wake := make(chan struct{}, 1) // one for every waiter: each signal makes the loop look at all
 	var subs []waiting
+	var slotOf []*slot // the slot of each of subs
 	defer func() {
 		for _, s := range subs {
 			s.h.leave(s.w)
@@ -423,15 +424,16 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 		w := newQueueWaiter(a.slots[i].key(), e.rev, snap, ahead, q.prefix+a.spec.Ahead, a.spec.slots())
 		w.weigh, w.wake, w.far = weigherOf(q, a.spec), wake, far
 		subs = append(subs, waiting{join(q.hubKey(), w), w})
+		slotOf = append(slotOf, a.slots[i])
 	}
 	for {
 		pending := false
-		for _, s := range subs {
+		for j, s := range subs {
 			s.h.mu.Lock()
 			done, err := s.w.outcome()
 			s.h.mu.Unlock()
 			if err != nil {
-				return err
+				return whyGone(ctx, a.cli(), slotOf[j], e.rev, err)
 			}
 			pending = pending || !done
 		}

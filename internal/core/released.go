@@ -38,23 +38,48 @@ func ReleaseRecordKey(namePrefix, key string) string {
 // it, with the record's reason or without.
 const recordWait = time.Second
 
+// errDeletedWhileWaiting is why a wait whose own key was deleted failed.
+var errDeletedWhileWaiting = errors.New("deleted while waiting")
+
 // goneErr is the loss of a hold whose key is no longer the one it created: released by an
 // operator, with the record's reason, if a record of that release is there; else deleted
 // (or gone with its lease).
 func (h *Hold) goneErr(ctx context.Context) error {
-	if h.slot == nil || h.slot.name == 0 {
-		return errKeyGone(h.key)
+	if err := releasedErr(ctx, h.cli, h.slot, h.rev); err != nil {
+		return err
 	}
+	return errKeyGone(h.key)
+}
+
+// releasedErr is the loss of the key of slot s created at rev if an operator released it (a
+// record of that release is there), else nil. One Range, bounded by recordWait.
+func releasedErr(ctx context.Context, cli *clientv3.Client, s *slot, rev int64) error {
+	if s == nil || s.name == 0 {
+		return nil
+	}
+	key := s.key()
 	ctx, cancel := context.WithTimeout(ctx, recordWait)
 	defer cancel()
-	resp, err := h.cli.Get(clientv3.WithRequireLeader(ctx), ReleaseRecordKey(h.key[:h.slot.name], h.key))
+	resp, err := cli.Get(clientv3.WithRequireLeader(ctx), ReleaseRecordKey(key[:s.name], key))
 	if err != nil || len(resp.Kvs) == 0 {
-		return errKeyGone(h.key)
+		return nil
 	}
 	var rec ReleaseRecord
-	if json.Unmarshal(resp.Kvs[0].Value, &rec) != nil || rec.Token != h.rev {
-		return errKeyGone(h.key)
+	if json.Unmarshal(resp.Kvs[0].Value, &rec) != nil || rec.Token != rev {
+		return nil
 	}
-	return fmt.Errorf("%w: %w: key %s: %q (by %s at %s)", ErrLost, ErrReleasedByOperator, h.key,
+	return fmt.Errorf("%w: %w: key %s: %q (by %s at %s)", ErrLost, ErrReleasedByOperator, key,
 		rec.Reason, rec.By, rec.At.Format(time.RFC3339))
+}
+
+// whyGone is err, the failure of a wait, or the operator's release of the key of slot s
+// created at rev when that is why its key went.
+func whyGone(ctx context.Context, cli *clientv3.Client, s *slot, rev int64, err error) error {
+	if !errors.Is(err, errDeletedWhileWaiting) {
+		return err
+	}
+	if rel := releasedErr(context.WithoutCancel(ctx), cli, s, rev); rel != nil {
+		return rel
+	}
+	return err
 }

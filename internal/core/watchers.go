@@ -86,7 +86,7 @@ func (w *queueWaiter) apply(_ int64, evs []event) {
 		switch {
 		case e.put:
 		case e.key == w.key:
-			w.fail(fmt.Errorf("%w: key %s deleted while waiting", ErrLost, w.key))
+			w.fail(fmt.Errorf("%w: key %s %w", ErrLost, w.key, errDeletedWhileWaiting))
 			return
 		case !strings.HasPrefix(e.key, w.prefix):
 		case e.created == 0:
@@ -136,7 +136,7 @@ func (w *queueWaiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
 		}
 	}
 	if !own {
-		w.fail(fmt.Errorf("%w: key %s deleted while waiting", ErrLost, w.key))
+		w.fail(fmt.Errorf("%w: key %s %w", ErrLost, w.key, errDeletedWhileWaiting))
 		return
 	}
 	w.count(n)

@@ -217,3 +217,29 @@ func TestReleaseByTokenEndsTheHoldAndLeavesARecord(t *testing.T) {
 	assert.Zero(t, etcdtest.CountKeys(t, cli, core.NamePrefix(b)))
 	assert.ErrorIs(t, multi.Unlock(ctx), core.ErrLost)
 }
+
+// TestReleaseOfAWaiterEndsItsWait: an operator's release of a waiter's key ends its Lock with
+// ErrReleasedByOperator (and ErrLost) and the reason, and leaves no key of it.
+func TestReleaseOfAWaiterEndsItsWait(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	cli := cluster.Client(t)
+	const name = "admin-release-waiter"
+	holder := must(mutex.New(cli, name))
+	require.NoError(t, holder.Lock(ctx))
+	waiter := must(mutex.New(cluster.Client(t), name))
+	locked := etcdtest.Async(func() error { return waiter.Lock(ctx) })
+	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), 2)
+
+	snap, err := admin.Status(ctx, cli, []string{name})
+	require.NoError(t, err)
+	require.Len(t, snap.Names[0].Queue, 2)
+	w := snap.Names[0].Queue[1]
+	require.Equal(t, admin.StateWaits, w.State)
+	require.NoError(t, admin.Release(ctx, cli, []string{name}, w.Token, "not today"))
+	err = etcdtest.Within(t, locked, 30*time.Second, "the waiter's end")
+	assert.ErrorIs(t, err, core.ErrReleasedByOperator)
+	assert.ErrorIs(t, err, core.ErrLost)
+	assert.ErrorContains(t, err, "not today")
+	assert.Equal(t, int64(1), etcdtest.CountKeys(t, cli, core.NamePrefix(name)), "the holder's key alone")
+	require.NoError(t, holder.Unlock(ctx))
+}
