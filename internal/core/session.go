@@ -323,7 +323,7 @@ func (s *sharedSession) meter(mp metric.MeterProvider) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ins == nil {
-		s.ins = newInstruments(mp)
+		s.ins = instrumentsFor(mp)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -91,16 +92,41 @@ type instruments struct {
 	stepdowns metric.Int64Counter
 	// The options of a renewal, made once: a variadic option built per call allocates.
 	renewOK, renewFailed []metric.AddOption
+	// live are the holds counted and not ended, whose ages etcdsync.hold.oldest reports.
+	live liveHolds
 }
 
-// newInstruments makes the instruments from mp, or from the global MeterProvider when mp is
-// nil: the global one delegates to a provider set later, so a handle made before
-// otel.SetMeterProvider records through it. An instrument that cannot be made is a no-op
-// one; the error goes to otel's error handler.
-func newInstruments(mp metric.MeterProvider) *instruments {
+// instrumentsByProvider are the instruments made from each MeterProvider, so that the
+// callback of etcdsync.hold.oldest is registered once per provider, not once per handle.
+var (
+	instrumentsMu         sync.Mutex
+	instrumentsByProvider = map[metric.MeterProvider]*instruments{}
+)
+
+// instrumentsFor returns the instruments of mp (of the global MeterProvider when mp is
+// nil), made at its first use. A provider of a type that cannot be a map key gets
+// instruments of its own at each call.
+func instrumentsFor(mp metric.MeterProvider) *instruments {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
+	if !reflect.TypeOf(mp).Comparable() {
+		return newInstruments(mp)
+	}
+	instrumentsMu.Lock()
+	defer instrumentsMu.Unlock()
+	in := instrumentsByProvider[mp]
+	if in == nil {
+		in = newInstruments(mp)
+		instrumentsByProvider[mp] = in
+	}
+	return in
+}
+
+// newInstruments makes the instruments from mp: the global MeterProvider delegates to a
+// provider set later, so a handle made before otel.SetMeterProvider records through it. An
+// instrument that cannot be made is a no-op one; the error goes to otel's error handler.
+func newInstruments(mp metric.MeterProvider) *instruments {
 	m := mp.Meter(Scope)
 	noop := metricnoop.Meter{}
 	var errs []error
@@ -141,10 +167,56 @@ func newInstruments(mp metric.MeterProvider) *instruments {
 		renewOK:     []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(AttrOutcome.String("ok")))},
 		renewFailed: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(AttrOutcome.String("failed")))},
 	}
+	in.live.holds = map[*holdMetrics]struct{}{}
+	if _, err := m.Float64ObservableGauge("etcdsync.hold.oldest", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest hold granted and not ended, by primitive (and name)."),
+		metric.WithFloat64Callback(in.live.observe)); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		otel.Handle(fmt.Errorf("etcdsync: instruments: %w", err))
 	}
 	return in
+}
+
+// liveHolds are the holds of one provider's instruments granted and not ended.
+type liveHolds struct {
+	mu    sync.Mutex
+	holds map[*holdMetrics]struct{}
+}
+
+func (l *liveHolds) add(m *holdMetrics) {
+	l.mu.Lock()
+	l.holds[m] = struct{}{}
+	l.mu.Unlock()
+}
+
+func (l *liveHolds) remove(m *holdMetrics) {
+	l.mu.Lock()
+	delete(l.holds, m)
+	l.mu.Unlock()
+}
+
+// observe reports, for each attribute set with a live hold, the age of its oldest.
+func (l *liveHolds) observe(_ context.Context, o metric.Float64Observer) error {
+	type oldest struct {
+		set     attribute.Set
+		granted time.Time
+	}
+	l.mu.Lock()
+	by := make(map[attribute.Distinct]oldest)
+	for m := range l.holds {
+		k := m.t.set.Equivalent()
+		if old, ok := by[k]; !ok || m.granted.Before(old.granted) {
+			by[k] = oldest{m.t.set, m.granted}
+		}
+	}
+	l.mu.Unlock()
+	now := time.Now()
+	for _, old := range by {
+		o.Observe(now.Sub(old.granted).Seconds(), metric.WithAttributeSet(old.set))
+	}
+	return nil
 }
 
 // aheadBuckets are the bucket boundaries of etcdsync.queue.ahead: 0 is served at once.
@@ -207,6 +279,7 @@ type Telemetry struct {
 	mp        metric.MeterProvider // the global provider it was made for, when shared
 	ins       *instruments
 	attrs     []attribute.KeyValue // the primitive, and the name with WithNameAttribute
+	set       attribute.Set        // attrs, as a set
 	byOutcome [outcomes][]metric.RecordOption
 	byCause   [causes][]metric.AddOption
 	byStep    [stepDowns][]metric.AddOption
@@ -245,12 +318,13 @@ var (
 )
 
 func newTelemetry(c Config, p Primitive, name string) *Telemetry {
-	t := &Telemetry{ins: newInstruments(c.Meter), attrs: []attribute.KeyValue{AttrPrimitive.String(string(p))}}
+	t := &Telemetry{ins: instrumentsFor(c.Meter), attrs: []attribute.KeyValue{AttrPrimitive.String(string(p))}}
 	if c.NameAttribute {
 		t.attrs = append(t.attrs, AttrName.String(name))
 	}
-	t.plain = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(t.attrs...))}
-	t.plainRec = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(t.attrs...))}
+	t.set = attribute.NewSet(t.attrs...)
+	t.plain = []metric.AddOption{metric.WithAttributeSet(t.set)}
+	t.plainRec = []metric.RecordOption{metric.WithAttributeSet(t.set)}
 	for o := range outcomes {
 		kv := AttrOutcome.String(outcomeNames[o])
 		t.outcomeKV[o] = kv
@@ -487,6 +561,7 @@ func (t *Telemetry) held(mu *sync.Mutex, mp **holdMetrics, e *ending, sess *Sess
 		t.ins.holds.Add(bg, 1, t.plain...)
 	}
 	*mp = &holdMetrics{t: t, granted: time.Now(), counted: counted}
+	t.ins.live.add(*mp)
 	if e.ended() {
 		(*mp).end(e.err, sess)
 	}
@@ -508,6 +583,7 @@ func (m *holdMetrics) end(err error, sess *Session) (unsettled bool) {
 	}
 	m.recorded = true
 	t, bg := m.t, context.Background()
+	t.ins.live.remove(m)
 	o := released
 	if err != nil {
 		o = lostHold

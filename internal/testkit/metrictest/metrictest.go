@@ -31,6 +31,7 @@ const (
 	LeaseRenewals   = "etcdsync.lease.renewals"
 	QueueAhead      = "etcdsync.queue.ahead"
 	LeaderStepdowns = "etcdsync.leader.stepdowns"
+	HoldOldest      = "etcdsync.hold.oldest"
 )
 
 // Reader is a MeterProvider whose measurements a test collects when it likes.
@@ -101,6 +102,20 @@ func (d Data) Sum(name string, attrs ...attribute.KeyValue) int64 {
 		}
 	}
 	return n
+}
+
+// Gauge is the values of the float gauge name, by its points' attribute sets' values of key.
+func (d Data) Gauge(name string, key attribute.Key) map[string]float64 {
+	vals := make(map[string]float64)
+	for _, m := range d.metrics(name) {
+		if g, ok := m.Data.(metricdata.Gauge[float64]); ok {
+			for _, p := range g.DataPoints {
+				v, _ := p.Attributes.Value(key)
+				vals[v.Emit()] = p.Value
+			}
+		}
+	}
+	return vals
 }
 
 // Attributes are the attribute sets of every point of name.

@@ -179,6 +179,59 @@ func TestMetricsCarryTheNameOnlyWithNameAttribute(t *testing.T) {
 	assert.EqualValues(t, 0, d.Count(mt.AcquireDuration, busy, mt.Name.String(name)), "the plain handle's try has no name")
 }
 
+// TestMetricsGiveTheAgeOfTheOldestHold: etcdsync.hold.oldest is, per name with
+// WithNameAttribute and per primitive without, the age of the oldest hold granted and not
+// ended; a name with no hold left has no point.
+func TestMetricsGiveTheAgeOfTheOldestHold(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	r := mt.NewReader(t)
+	cli := cluster.Client(t)
+	type held struct {
+		m             *mutex.Mutex
+		before, after time.Time // the Lock's call and return: the grant is between
+	}
+	lock := func(name string, opts ...mutex.Option) held {
+		m := newMutex(t, cli, name, append(opts, mutex.WithMeterProvider(r.Provider))...)
+		h := held{m: m, before: time.Now()}
+		require.NoError(t, m.Lock(ctx))
+		h.after = time.Now()
+		return h
+	}
+	a := lock("oldest-a", mutex.WithNameAttribute())
+	b := lock("oldest-b", mutex.WithNameAttribute())
+	p1 := lock("oldest-p1")
+	p2 := lock("oldest-p2")
+	collect := func() (ages map[string]float64, from, to time.Time) {
+		from = time.Now()
+		ages = r.Collect(t).Gauge(mt.HoldOldest, mt.Name)
+		return ages, from, time.Now()
+	}
+	between := func(age float64, h held, from, to time.Time, what string) {
+		t.Helper()
+		assert.GreaterOrEqual(t, age, from.Sub(h.after).Seconds(), what)
+		assert.LessOrEqual(t, age, to.Sub(h.before).Seconds(), what)
+	}
+
+	ages, from, to := collect()
+	require.Len(t, ages, 3, "a point per name held with the attribute, one for the plain handles: %v", ages)
+	between(ages["oldest-a"], a, from, to, "the age of oldest-a's hold")
+	between(ages["oldest-b"], b, from, to, "the age of oldest-b's hold")
+	between(ages[""], p1, from, to, "without the name: the older of the two plain holds")
+	assert.GreaterOrEqual(t, ages["oldest-a"], ages["oldest-b"], "a was granted first")
+
+	require.NoError(t, a.m.Unlock(ctx))
+	require.NoError(t, p1.m.Unlock(ctx))
+	ages, from, to = collect()
+	assert.NotContains(t, ages, "oldest-a", "a name with no hold left has no point")
+	between(ages["oldest-b"], b, from, to, "oldest-b still held")
+	between(ages[""], p2, from, to, "the plain holds: p2's now")
+
+	require.NoError(t, b.m.Unlock(ctx))
+	require.NoError(t, p2.m.Unlock(ctx))
+	ages, _, _ = collect()
+	assert.Empty(t, ages, "no hold, no point")
+}
+
 // TestSpansShowAcquisitionsAndReleases: with a TracerProvider set, every Lock, TryLock and
 // Unlock is a span, a child of the caller's, with the outcome.
 func TestSpansShowAcquisitionsAndReleases(t *testing.T) {
