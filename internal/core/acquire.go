@@ -415,7 +415,7 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 		if far {
 			var err error
 			if snap, ahead, err = a.approach(ctx, q, a.slots[i].key(), e.rev); err != nil {
-				return err
+				return whyGone(ctx, a.cli(), a.slots[i], e.rev, err)
 			}
 			if ahead >= 0 && ahead < a.spec.slots() {
 				continue

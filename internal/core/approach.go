@@ -37,7 +37,8 @@ import (
 //
 // A waiter's own key is not watched while it approaches: its delete (an operator's, or a
 // lease's end the session has not yet noticed) is seen by the next read, when the keys it
-// watches go. Its session's end is seen at once.
+// watches go, and only then does its Lock end (with ErrReleasedByOperator for an
+// operator's release). Its session's end is seen at once.
 
 // maxApproachKeys is the largest threshold for which a waiter approaches: the most keys
 // it watches at once.
@@ -97,7 +98,7 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 			return 0, 0, fmt.Errorf("read the keys ahead of %s: %w", a.describe(), err)
 		}
 		if own := resp.Responses[0].GetResponseRange().Kvs; len(own) == 0 || own[0].CreateRevision != rev {
-			return 0, 0, fmt.Errorf("%w: key %s deleted while waiting", ErrLost, key)
+			return 0, 0, fmt.Errorf("%w: key %s %w", ErrLost, key, errDeletedWhileWaiting)
 		}
 		kvs, at := resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision
 		if len(kvs) < near+need { // every key ahead

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -219,27 +220,50 @@ func TestReleaseByTokenEndsTheHoldAndLeavesARecord(t *testing.T) {
 }
 
 // TestReleaseOfAWaiterEndsItsWait: an operator's release of a waiter's key ends its Lock with
-// ErrReleasedByOperator (and ErrLost) and the reason, and leaves no key of it.
+// ErrReleasedByOperator (and ErrLost) and the reason, and leaves no key of it: a waiter near
+// the head at once, one far back (which watches a key ahead, not its own) once that key goes.
 func TestReleaseOfAWaiterEndsItsWait(t *testing.T) {
-	ctx := etcdtest.Context(t)
-	cli := cluster.Client(t)
-	const name = "admin-release-waiter"
-	holder := must(mutex.New(cli, name))
-	require.NoError(t, holder.Lock(ctx))
-	waiter := must(mutex.New(cluster.Client(t), name))
-	locked := etcdtest.Async(func() error { return waiter.Lock(ctx) })
-	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), 2)
+	for _, ahead := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d ahead", ahead), func(t *testing.T) {
+			ctx := etcdtest.Context(t)
+			cli := cluster.Client(t)
+			name := fmt.Sprintf("admin-release-waiter-%d", ahead)
+			holder := must(mutex.New(cli, name))
+			require.NoError(t, holder.Lock(ctx))
+			var others []<-chan error
+			var otherMs []*mutex.Mutex
+			for i := 1; i < ahead; i++ { // waiters ahead of the one released, each its own client
+				m := must(mutex.New(cluster.Client(t), name))
+				others = append(others, etcdtest.Async(func() error { return m.Lock(ctx) }))
+				otherMs = append(otherMs, m)
+				etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), int64(1+i))
+			}
+			waiter := must(mutex.New(cluster.Client(t), name))
+			locked := etcdtest.Async(func() error { return waiter.Lock(ctx) })
+			etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), int64(1+ahead))
 
-	snap, err := admin.Status(ctx, cli, []string{name})
-	require.NoError(t, err)
-	require.Len(t, snap.Names[0].Queue, 2)
-	w := snap.Names[0].Queue[1]
-	require.Equal(t, admin.StateWaits, w.State)
-	require.NoError(t, admin.Release(ctx, cli, []string{name}, w.Token, "not today"))
-	err = etcdtest.Within(t, locked, 30*time.Second, "the waiter's end")
-	assert.ErrorIs(t, err, core.ErrReleasedByOperator)
-	assert.ErrorIs(t, err, core.ErrLost)
-	assert.ErrorContains(t, err, "not today")
-	assert.Equal(t, int64(1), etcdtest.CountKeys(t, cli, core.NamePrefix(name)), "the holder's key alone")
-	require.NoError(t, holder.Unlock(ctx))
+			snap, err := admin.Status(ctx, cli, []string{name})
+			require.NoError(t, err)
+			require.Len(t, snap.Names[0].Queue, 1+ahead)
+			w := snap.Names[0].Queue[ahead]
+			require.Equal(t, admin.StateWaits, w.State)
+			require.NoError(t, admin.Release(ctx, cli, []string{name}, w.Token, "not today"))
+			if ahead > 1 {
+				require.NoError(t, holder.Unlock(ctx), "the key the far waiter watches goes")
+			}
+			err = etcdtest.Within(t, locked, 30*time.Second, "the waiter's end")
+			assert.ErrorIs(t, err, core.ErrReleasedByOperator)
+			assert.ErrorIs(t, err, core.ErrLost)
+			assert.ErrorContains(t, err, "not today")
+			if ahead == 1 {
+				assert.Equal(t, int64(1), etcdtest.CountKeys(t, cli, core.NamePrefix(name)), "the holder's key alone")
+				require.NoError(t, holder.Unlock(ctx))
+			}
+			for i, done := range others {
+				require.NoError(t, etcdtest.Within(t, done, 30*time.Second, "a waiter ahead"))
+				require.NoError(t, otherMs[i].Unlock(ctx))
+			}
+			assert.Zero(t, etcdtest.CountKeys(t, cli, core.NamePrefix(name)), "no key left")
+		})
+	}
 }
