@@ -51,8 +51,9 @@
 //
 // Process-wide state: the clients' states (client.go), by client; the slots claimed, by
 // lease (keys.go), which is process-wide because one lease can be used through several
-// handles' sessions (WithSession) and clients; and the instruments of the global
-// MeterProvider, by primitive (telemetry.go), a cache.
+// handles' sessions (WithSession) and clients; the instruments of each MeterProvider,
+// whose etcdsync.hold.oldest sees the live holds counted there, and the Telemetry of the
+// global MeterProvider by primitive (telemetry.go): caches.
 //
 // # The path of an acquisition
 //
