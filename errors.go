@@ -24,6 +24,9 @@ var (
 	// etcdsync release); the error says why, who and when. A loss: errors.Is(err, ErrLost)
 	// holds too.
 	ErrReleasedByOperator = core.ErrReleasedByOperator
+	// ErrMaxHold: the hold passed the bound [WithMaxHold] set and ended by itself; its key
+	// was then deleted. A loss: errors.Is(err, ErrLost) holds too.
+	ErrMaxHold = core.ErrMaxHold
 	// ErrLimitMismatch: a semaphore's limit differs from the one recorded in etcd for its
 	// name; the acquisition wrote nothing.
 	ErrLimitMismatch = core.ErrLimitMismatch

@@ -48,6 +48,28 @@ func WithMeterProvider(mp metric.MeterProvider) Option { return core.WithMeterPr
 // bounded however many names are used.
 func WithNameAttribute() Option { return core.WithNameAttribute() }
 
+// WithMaxHold bounds every hold of the primitive to d from its grant, however long its
+// lease lives: then the hold ends by itself as a loss whose error matches [ErrMaxHold]
+// (Done closes, and the ctx of a Do or of a leader's term ends with it as its cause), and
+// then its key is deleted, fenced on its token, so that the next waiter is served. A
+// reentrant lock counts from its outermost Lock, the readers of one RWMutex handle (who
+// share a key) from the first, an election from each Campaign (a term of Run). d must be
+// above 0.
+//
+// Cost: a timer per hold; the delete is one Txn.
+func WithMaxHold(d time.Duration) Option { return core.WithMaxHold(d) }
+
+// WithLockDelay makes a waiter of the primitive that is served by the end of a key that
+// went with its lease (its holder crashed or was cut off, and its lease expired, or the
+// lease was revoked) wait d more from then, from 0 (the default) to 60 s: the holder that
+// did not let go may still have work in flight somewhere that cannot check a token. After
+// a release it is served at once. A waiter whose view of the line was rebuilt by a read
+// (after a reconnect or a compaction, or one far back in line) cannot tell how its
+// predecessor went, and waits d as well. A name free when asked for is taken at once.
+//
+// Cost: one LeaseTimeToLive when a waiter is served by a delete.
+func WithLockDelay(d time.Duration) Option { return core.WithLockDelay(d) }
+
 // Shutdown revokes the leases that the primitives of every package share on cli (one per
 // TTL in use), for a process about to exit: every hold and waiting acquisition on them ends
 // at once (Done closes, Err returns [ErrLost]) and their keys go, so that other processes

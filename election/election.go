@@ -61,7 +61,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 	}
 	return &Election{
 		name:    name,
-		q:       core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)),
+		q:       core.NewQueue(cli, cfg, name),
 		turn:    make(chan struct{}, 1),
 		changed: make(chan struct{}),
 		tel:     core.NewTelemetry(cfg, core.PrimitiveElection, name),

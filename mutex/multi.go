@@ -58,11 +58,7 @@ func NewMulti(cli *clientv3.Client, names []string, opts ...Option) (*Multi, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
-	sessions := core.SessionsFor(cli, cfg)
-	qs := make([]*core.Queue, len(sorted))
-	for i, name := range sorted {
-		qs[i] = core.NewQueue(cli, sessions, cfg.KeyPrefix(name))
-	}
+	qs := core.NewQueues(cli, cfg, sorted)
 	if err := core.FitOneTxn(qs, core.OwnerValue("")); err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}

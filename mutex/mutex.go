@@ -46,7 +46,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 	}
 	return &Mutex{
 		name: name,
-		q:    core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)),
+		q:    core.NewQueue(cli, cfg, name),
 		tel:  core.NewTelemetry(cfg, core.PrimitiveMutex, name),
 	}, nil
 }

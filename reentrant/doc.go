@@ -10,8 +10,9 @@
 // handle: a context that owns a hold through one Mutex is a stranger to another Mutex on the
 // same name, and would wait for itself.
 //
-// The owning context is cancelled when the hold ends: with cause [ErrLost] as soon as etcd
-// says it was lost ([context.Cause] tells), with [context.Canceled] by the last Unlock. Run
+// The owning context is cancelled when the hold ends: with the loss as its cause, which
+// matches [ErrLost], as soon as etcd says it was lost ([context.Cause] tells), with
+// [context.Canceled] by the last Unlock. Run
 // the work under the lock with it, so that it stops when the lock is gone. A Lock with an
 // owning context whose hold was lost fails with ErrLost and does not queue again: a nested
 // step never silently runs under a new hold that the outer steps know nothing of.

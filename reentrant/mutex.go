@@ -41,7 +41,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reentrant %q: %w", name, err)
 	}
-	return &Mutex{name: name, q: core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)),
+	return &Mutex{name: name, q: core.NewQueue(cli, cfg, name),
 		tel: core.NewTelemetry(cfg, core.PrimitiveReentrant, name)}, nil
 }
 
@@ -61,7 +61,7 @@ func (m *Mutex) queue() *core.Queue {
 // for its outcome, and re-enters if the release failed. Otherwise ctx's owner is new: it
 // waits in FIFO order with every other waiter on the name, also when another owner on this
 // same handle holds the lock, and the context it returns, derived from ctx, is cancelled with
-// cause [ErrLost] as soon as the hold is lost.
+// a cause matching [ErrLost] as soon as the hold is lost.
 //
 // Within trylock.Timeout (on the context of its try, which ends when Timeout returns), the
 // owning context derives from, and on re-entry Lock returns, the context given to Timeout: it

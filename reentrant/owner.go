@@ -133,10 +133,12 @@ func (o *owner) depth() int {
 	return o.count
 }
 
-// endCause is the cause the owning context is cancelled with when its hold ends with err.
+// endCause is the cause the owning context is cancelled with when its hold ends with err:
+// the loss itself, which matches ErrLost (and ErrMaxHold or ErrReleasedByOperator when
+// that is why), or context.Canceled after a release.
 func endCause(err error) error {
 	if err != nil {
-		return ErrLost
+		return err
 	}
 	return context.Canceled
 }

@@ -78,7 +78,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*RWMutex, error) {
 	}
 	return &RWMutex{
 		name: name,
-		q:    core.NewQueue(cli, core.SessionsFor(cli, cfg), cfg.KeyPrefix(name)).WatchArrivals(),
+		q:    core.NewQueue(cli, cfg, name).WatchArrivals(),
 		turn: make(chan struct{}, 1),
 		rtel: core.NewTelemetry(cfg, core.PrimitiveRead, name),
 		wtel: core.NewTelemetry(cfg, core.PrimitiveWrite, name),

@@ -29,6 +29,12 @@ func WithSession(s *concurrency.Session) Option { return etcdsync.WithSession(s)
 // WithPrefix is [etcdsync.WithPrefix].
 func WithPrefix(prefix string) Option { return etcdsync.WithPrefix(prefix) }
 
+// WithMaxHold is [etcdsync.WithMaxHold].
+func WithMaxHold(d time.Duration) Option { return etcdsync.WithMaxHold(d) }
+
+// WithLockDelay is [etcdsync.WithLockDelay].
+func WithLockDelay(d time.Duration) Option { return etcdsync.WithLockDelay(d) }
+
 // WithMeterProvider is [etcdsync.WithMeterProvider].
 func WithMeterProvider(mp metric.MeterProvider) Option { return etcdsync.WithMeterProvider(mp) }
 

@@ -63,7 +63,7 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 	return &Semaphore{
 		name:     name,
 		limit:    limit,
-		q:        core.NewQueue(cli, core.SessionsFor(cli, cfg), prefix),
+		q:        core.NewQueue(cli, cfg, name),
 		limitKey: limitKey,
 		tel:      tel,
 		spec: core.Spec{

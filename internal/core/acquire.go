@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -200,7 +201,9 @@ func grant[T any](ctx context.Context, a *acquisition, rev int64, err error, mk 
 		var none T
 		return none, err
 	}
-	return mk(a.cli(), a.sess, a.slots, rev), nil
+	t := mk(a.cli(), a.sess, a.slots, rev)
+	bound(a.qs, t)
+	return t, nil
 }
 
 // abandon cleans up after an acquisition that did not become a hold: it removes the keys it
@@ -402,6 +405,8 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 	wake := make(chan struct{}, 1) // one for every waiter: each signal makes the loop look at all
 	var subs []waiting
 	var slotOf []*slot // the slot of each of subs
+	var read []servedBy // names a read served (approach), for the lock-delay
+	delayed := false
 	defer func() {
 		for _, s := range subs {
 			s.h.leave(s.w)
@@ -418,6 +423,7 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 				return whyGone(ctx, a.cli(), a.slots[i], e.rev, err)
 			}
 			if ahead >= 0 && ahead < a.spec.slots() {
+				read = append(read, servedBy{at: time.Now(), prefix: q.prefix + a.spec.Ahead, rev: e.rev, from: e.snap, to: snap})
 				continue
 			}
 		}
@@ -436,6 +442,18 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 				return whyGone(ctx, a.cli(), slotOf[j], e.rev, err)
 			}
 			pending = pending || !done
+		}
+		if !pending && a.qs[0].life.lockDelay > 0 && !delayed {
+			delayed = true
+			for _, s := range subs {
+				s.h.mu.Lock()
+				read = append(read, s.w.by)
+				s.h.mu.Unlock()
+			}
+			if err := a.lockDelay(ctx, read); err != nil {
+				return err
+			}
+			continue // its keys may have gone meanwhile
 		}
 		if !pending {
 			return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -49,6 +50,7 @@ type Hold struct {
 	mon     *monitor     // the watch of a hold on a client with a wrapped KV or Watcher
 	metrics *holdMetrics // nil unless counted: see Telemetry.Held
 	group   *Group       // the Group it is a member of, which is what is counted; nil for none
+	timer   *time.Timer  // its maximum hold's (life.go); nil for none
 }
 
 func newHold(cli *clientv3.Client, sess *Session, slot *slot, rev int64) *Hold {
@@ -155,8 +157,11 @@ func (h *Hold) end(state holdState, err error) {
 	}
 	h.state = state
 	h.recordEnd(err)
-	if !errors.Is(err, errUnwatched) {
-		h.slot.free() // the key of a hold that could not be watched may still be there
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	if !keyMayRemain(err) {
+		h.slot.free() // else its key may still be there
 	}
 	h.finish(err)
 	h.unwatch()
@@ -322,8 +327,9 @@ func release(ctx context.Context, cli *clientv3.Client, sess *Session, members [
 		case h.state == held:
 			h.state, h.seen = releasing, nil
 			live = append(live, h)
-		case h.state == lost && errors.Is(h.err, errUnwatched):
-			// Lost because its key could not be watched: the key may still be its own.
+		case h.state == lost && keyMayRemain(h.err):
+			// Lost, and the key may still be its own (it could not be watched, or its
+			// maximum hold passed and the key's delete may not be done).
 			stray = append(stray, h)
 			final = firstErr(final, h.err)
 		case h.state == lost:

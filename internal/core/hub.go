@@ -473,7 +473,7 @@ func (h *hub) newEvent(ev *clientv3.Event) (event, bool) {
 			e.value = string(ev.Kv.Value)
 		}
 	case ev.PrevKv != nil:
-		e.created = ev.PrevKv.CreateRevision
+		e.created, e.lease = ev.PrevKv.CreateRevision, ev.PrevKv.Lease
 	}
 	return e, true
 }
@@ -577,6 +577,7 @@ type event struct {
 	key     string
 	put     bool   // a put (an arrival on a hub that delivers them, any put on a hub with values), else a delete
 	created int64  // create revision of the key; 0 for a delete whose previous value etcd did not give
+	lease   int64  // of a deleted key, from its previous value; 0 for none, or not given
 	rev     int64  // revision of the event
 	value   string // the value put, on a hub with values
 }

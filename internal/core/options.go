@@ -29,6 +29,8 @@ type Config struct {
 	Meter   metric.MeterProvider // WithMeterProvider's, or nil for the global one
 	// NameAttribute: measurements and spans carry the name (WithNameAttribute).
 	NameAttribute bool
+	MaxHold       time.Duration // WithMaxHold's: a hold ends by itself after it; 0: never
+	LockDelay     time.Duration // WithLockDelay's
 	noTelemetry   bool // WithoutTelemetry
 	errs          []error
 	ttlSet        bool
@@ -73,6 +75,32 @@ func WithPrefix(prefix string) Option {
 			return
 		}
 		c.Prefix = prefix
+	}
+}
+
+// WithMaxHold makes every hold end by itself d after it was granted (see life.go).
+func WithMaxHold(d time.Duration) Option {
+	return func(c *Config) {
+		if d <= 0 {
+			c.errs = append(c.errs, fmt.Errorf("%w: maximum hold %v is not above 0", ErrInvalidOption, d))
+			return
+		}
+		c.MaxHold = d
+	}
+}
+
+// MaxLockDelay is the longest lock-delay WithLockDelay takes.
+const MaxLockDelay = time.Minute
+
+// WithLockDelay makes a waiter whose predecessor's key went with its lease wait d more
+// before it is served (see life.go); 0 to MaxLockDelay.
+func WithLockDelay(d time.Duration) Option {
+	return func(c *Config) {
+		if d < 0 || d > MaxLockDelay {
+			c.errs = append(c.errs, fmt.Errorf("%w: lock-delay %v is not within 0 to %v", ErrInvalidOption, d, MaxLockDelay))
+			return
+		}
+		c.LockDelay = d
 	}
 }
 

@@ -21,11 +21,23 @@ type Queue struct {
 	sessions Sessions
 	prefix   string // NamePrefix of the name
 	arrivals bool   // the client's watch on the name delivers new keys too (see WatchArrivals)
+	life     life   // of its holds: WithMaxHold, WithLockDelay
 }
 
-// NewQueue returns the queue of the name whose key prefix is prefix. It does no I/O.
-func NewQueue(cli *clientv3.Client, sessions Sessions, prefix string) *Queue {
-	return &Queue{cli: cli, sessions: sessions, prefix: prefix}
+// NewQueue returns the queue of name, configured by c. It does no I/O.
+func NewQueue(cli *clientv3.Client, c Config, name string) *Queue {
+	return NewQueues(cli, c, []string{name})[0]
+}
+
+// NewQueues returns the queues of names, configured by c, with one session source: the
+// queues of an acquisition of several names (AcquireAll). It does no I/O.
+func NewQueues(cli *clientv3.Client, c Config, names []string) []*Queue {
+	sessions := SessionsFor(cli, c)
+	qs := make([]*Queue, len(names))
+	for i, name := range names {
+		qs[i] = &Queue{cli: cli, sessions: sessions, prefix: c.KeyPrefix(name), life: lifeOf(c)}
+	}
+	return qs
 }
 
 // WatchArrivals makes the queue's watch deliver new keys as well as deletes, which

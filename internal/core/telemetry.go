@@ -70,10 +70,11 @@ const (
 	causeRevoked               // etcd says the lease is gone, or the caller's session ended
 	causeShutdown              // Shutdown revoked the lease, or the client was closed
 	causeReleased              // an operator released it (ErrReleasedByOperator)
+	causeMaxHold               // its maximum hold passed (ErrMaxHold)
 	causes
 )
 
-var causeNames = [causes]string{"deadline", "deleted", "revoked", "shutdown", "released"}
+var causeNames = [causes]string{"deadline", "deleted", "revoked", "shutdown", "released", "maxhold"}
 
 // Bucket boundaries for waits and holds, in seconds: a local hand-off takes milliseconds, a
 // hold or a contended wait may take minutes.
@@ -673,6 +674,9 @@ func leaseGone(cli *clientv3.Client, sess *Session) bool {
 func lossCause(err error, sess *Session) (c cause, known bool) {
 	if errors.Is(err, ErrReleasedByOperator) {
 		return causeReleased, true
+	}
+	if errors.Is(err, ErrMaxHold) {
+		return causeMaxHold, true
 	}
 	if sc := sess.cause(); sc != nil && errors.Is(err, errKeyDeleted) {
 		err = sc // the key went with the session's lease

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -64,6 +65,19 @@ type queueWaiter struct {
 	ahead  int  // keys in prefix created before rev and alive at snap
 	served bool // fewer than slots keys are ahead
 	far    bool // it approached (see approach): its hub lingers briefly once it leaves
+	by     servedBy
+}
+
+// servedBy is what served a waiter, for WithLockDelay: the delete of a key of lease (0
+// for none), seen at at; or, when a read served it (known false), the keys in prefix
+// created before rev that were there at revision from and not at revision to.
+type servedBy struct {
+	lease    int64
+	known    bool
+	at       time.Time
+	prefix   string
+	rev      int64
+	from, to int64
 }
 
 // newQueueWaiter makes the waiter of key, created at rev, with ahead keys (or units) ahead
@@ -81,7 +95,7 @@ func (w *queueWaiter) apply(_ int64, evs []event) {
 	if w.err != nil {
 		return
 	}
-	gone, unknown := 0, false
+	gone, unknown, by := 0, false, servedBy{}
 	for _, e := range evs {
 		switch {
 		case e.put:
@@ -93,6 +107,7 @@ func (w *queueWaiter) apply(_ int64, evs []event) {
 			unknown = true // etcd could not say when the key was created
 		case e.created < w.rev:
 			gone += w.weigh.of(e.key)
+			by = servedBy{lease: e.lease, known: true}
 		}
 	}
 	switch {
@@ -100,15 +115,16 @@ func (w *queueWaiter) apply(_ int64, evs []event) {
 	case unknown:
 		w.rereading = true
 	default:
-		w.count(w.ahead - gone)
+		w.count(w.ahead-gone, by)
 	}
 }
 
-// count sets what is ahead, and is served once it is little enough.
-func (w *queueWaiter) count(ahead int) {
+// count sets what is ahead, and is served once it is little enough, by by.
+func (w *queueWaiter) count(ahead int, by servedBy) {
 	w.ahead = ahead
 	if ahead < w.slots {
 		w.served = true
+		w.by, w.by.at = by, time.Now()
 		signal(w.wake)
 	}
 }
@@ -122,6 +138,7 @@ func (w *queueWaiter) missed() {
 
 // recount renews a stale count from kvs, every key of the name read at revision rev.
 func (w *queueWaiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
+	from := w.snap
 	if !w.reread(rev) {
 		return
 	}
@@ -139,7 +156,7 @@ func (w *queueWaiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
 		w.fail(fmt.Errorf("%w: key %s %w", ErrLost, w.key, errDeletedWhileWaiting))
 		return
 	}
-	w.count(n)
+	w.count(n, servedBy{prefix: w.prefix, rev: w.rev, from: from, to: rev})
 }
 
 // outcome is how the wait ended: served (nil), failed (its error), or not yet (done false).

@@ -29,7 +29,7 @@ func queue(t *testing.T, cli *clientv3.Client, name string, opts ...core.Option)
 	t.Helper()
 	cfg, err := core.Options(opts)
 	require.NoError(t, err)
-	return core.NewQueue(cli, core.SessionsFor(cli, cfg), core.NamePrefix(name))
+	return core.NewQueue(cli, cfg, name)
 }
 
 func leaseOf(t *testing.T, cli *clientv3.Client, key string) clientv3.LeaseID {

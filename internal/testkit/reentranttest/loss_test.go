@@ -33,7 +33,7 @@ func TestLossCancelsTheOwningContextWithErrLost(t *testing.T) {
 	_, err = admin.Revoke(ctx, sess.Lease())
 	require.NoError(t, err)
 	etcdtest.Within(t, octx.Done(), 5*time.Second, "the owning context is cancelled after the lease is revoked")
-	assert.Equal(t, reentrant.ErrLost, context.Cause(octx))
+	assert.ErrorIs(t, context.Cause(octx), reentrant.ErrLost)
 	etcdtest.Within(t, done, 5*time.Second, "Done closes after the lease is revoked")
 	assert.ErrorIs(t, m.Err(), reentrant.ErrLost)
 	assert.NoError(t, ctx.Err(), "the caller's context was cancelled")
@@ -53,7 +53,7 @@ func TestLossCancelsTheOwningContextWithErrLost(t *testing.T) {
 	assert.Zero(t, m.Count(octx))
 	assert.ErrorIs(t, m.Err(), reentrant.ErrNotLocked)
 	assert.ErrorIs(t, m.Unlock(octx), reentrant.ErrNotLocked)
-	assert.Equal(t, reentrant.ErrLost, context.Cause(octx))
+	assert.ErrorIs(t, context.Cause(octx), reentrant.ErrLost)
 	assert.Empty(t, keysOf(t, admin, name))
 }
 
@@ -77,7 +77,7 @@ func TestLossOfTheSharedLeaseServesTheNextOwnerAndIsRecovered(t *testing.T) {
 	require.NoError(t, err)
 
 	etcdtest.Within(t, octx.Done(), 5*time.Second, "the owning context is cancelled after the lease is revoked")
-	assert.Equal(t, reentrant.ErrLost, context.Cause(octx))
+	assert.ErrorIs(t, context.Cause(octx), reentrant.ErrLost)
 	wctx := etcdtest.Within(t, served, 5*time.Second, "the next owner is served")
 	assert.NoError(t, waiter.Err())
 	assert.ErrorIs(t, holder.Unlock(octx), reentrant.ErrLost)
@@ -226,6 +226,6 @@ func TestAFailedLastUnlockIsNeverCreditedWithALaterDelete(t *testing.T) {
 	_, err = admin.Delete(ctx, name+"/", clientv3.WithPrefix())
 	require.NoError(t, err)
 	etcdtest.Within(t, octx.Done(), 10*time.Second, "the owning context once the key is deleted")
-	assert.Equal(t, reentrant.ErrLost, context.Cause(octx))
+	assert.ErrorIs(t, context.Cause(octx), reentrant.ErrLost)
 	assert.ErrorIs(t, m.Unlock(octx), reentrant.ErrLost, "a loss reported as a release")
 }
