@@ -75,12 +75,14 @@ func WithLockDelay(d time.Duration) Option { return core.WithLockDelay(d) }
 // at once (Done closes, Err returns [ErrLost]) and their keys go, so that other processes
 // need not wait a TTL; without it, a closed client's keys go when its lease expires. An
 // acquisition after Shutdown grants a new lease. Sessions given with [WithSession] are the
-// caller's to close.
+// caller's to close. A lease that carries no key (every hold released, nobody waiting) is
+// not revoked, only no longer renewed, and expires after its TTL: so a process that
+// releases and then shuts down is seen by a waiter with [WithLockDelay] to have released.
 //
 // Errors: [ErrInvalidOption] for a nil cli; otherwise the revocations that failed before
 // ctx ended (each is retried through leader changes of etcd until then).
 //
-// Cost: one LeaseRevoke per shared lease.
+// Cost: one LeaseRevoke per shared lease that carries a key.
 func Shutdown(ctx context.Context, cli *clientv3.Client) error {
 	if cli == nil {
 		return fmt.Errorf("etcdsync: shutdown: %w: nil client", ErrInvalidOption)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
@@ -41,6 +42,8 @@ func TestCommand(t *testing.T) {
 		{"LockOfSeveralNamesHoldsThemAtOnce", testLockOfSeveralNames},
 		{"NamespaceKeepsEveryKeyInside", testNamespace},
 		{"ALossStopsTheCommand", testLossStopsTheCommand},
+		{"MaxHoldStopsTheCommand", testMaxHoldStopsTheCommand},
+		{"LockDelayAfterAKilledHolder", testLockDelayAfterAKilledHolder},
 		{"ABlackHoledHolderStopsItsCommandBeforeTheSuccessorStarts", testBlackHoledHolder},
 		{"AMajorityOutageStopsTheCommandAndTheWaiterWaitsOn", testMajorityOutage},
 		{"NoProcessOfTheGroupOutlivesEtcdsync", testNoProcessOutlives},
@@ -368,9 +371,11 @@ func testHoldWithoutACommand(t *testing.T, h *harness) {
 	p.signal(syscall.SIGTERM)
 	assert.Equal(t, 0, p.wait(30*time.Second), p.stderr.text())
 	nothingLeft(t, cli, "", name)
-	ttl, err := cli.TimeToLive(etcdtest.Context(t), keys[0].lease)
+	// The lease carried this key alone, released: it is let go rather than revoked, so that
+	// a waiter with --lock-delay sees a release (see etcdsync.Shutdown).
+	ttl, err := cli.TimeToLive(etcdtest.Context(t), keys[0].lease, clientv3.WithAttachedKeys())
 	require.NoError(t, err)
-	assert.Equal(t, int64(-1), ttl.TTL, "the lease is revoked on the way out")
+	assert.Empty(t, ttl.Keys, "a key left on the lease")
 
 	p = h.start(t, environ(), "sem", "-n", "1", name+"-lost")
 	p.stdout.awaitLine(t, "ETCDSYNC_TOKEN=", 30*time.Second)

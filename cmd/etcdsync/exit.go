@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/etcdsync/etcdsync/internal/core"
 )
 
 // The command's own exit statuses. Every other status is the command's it ran: its exit
@@ -19,6 +21,7 @@ const (
 	exitUsage     = 64  // EX_USAGE: a bad flag, argument, name, or a -n other than etcd's limit
 	exitEtcd      = 69  // EX_UNAVAILABLE: etcd unreachable or refusing (TLS, auth, permission)
 	exitBusy      = 75  // EX_TEMPFAIL: --try found the name busy
+	exitMaxHold   = 123 // --max-hold passed: the hold ended by itself and the command was stopped
 	exitTimeout   = 124 // --timeout passed before the hold was granted, as timeout(1)
 	exitLost      = 125 // the hold was lost while the command ran: it was stopped
 	exitCannotRun = 126 // the command was found but could not be run
@@ -29,7 +32,16 @@ const (
 // freeStatus reports whether etcdsync never exits with status of its own: from 1 to 123, but
 // 64, 69 and 75. --command-failed takes one of them.
 func freeStatus(status int) bool {
-	return status >= 1 && status < exitTimeout && status != exitUsage && status != exitEtcd && status != exitBusy
+	return status >= 1 && status < exitMaxHold && status != exitUsage && status != exitEtcd && status != exitBusy
+}
+
+// lossStatus is the exit status of a hold that ended with err while it was held: its
+// maximum passed (--max-hold), or it was lost.
+func lossStatus(err error) int {
+	if errors.Is(err, core.ErrMaxHold) {
+		return exitMaxHold
+	}
+	return exitLost
 }
 
 // failure is an error that ends the command with code, reported as one line.

@@ -82,13 +82,15 @@ func (c *holdCommand) define() *subcommand {
 	fs.DurationVar(&c.ttl, "ttl", mutex.DefaultTTL, "lease TTL: how long others wait for this hold if etcdsync dies or loses etcd")
 	fs.StringVar(&c.prefix, "prefix", "", "put the name's keys under this `prefix`, which ends with '/'")
 	fs.DurationVar(&c.timeout, "timeout", 0, "give up waiting after this long (exit 124); 0 waits forever")
+	fs.DurationVar(&c.maxHold, "max-hold", 0, "end the hold after this long even if the command still runs: it is stopped as on a loss\n(exit 123); 0 for no bound")
+	fs.DurationVar(&c.lockDelay, "lock-delay", 0, "when the holder before this one did not release (its lease ended: it crashed or was cut\noff), wait this much more, up to 60s")
 	if c.verb == "elect" {
 		fs.BoolVar(&c.try, "try", false, "") // not in the help: refused with a message of its own
 	} else {
 		fs.BoolVar(&c.try, "try", false, "one try: exit 75 at once if the name is busy, having written nothing")
 	}
 	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after SIGTERM to the command's process group (on a loss, or passed on from etcdsync's first\nSIGINT, SIGTERM or SIGHUP), SIGKILL after this long; a second signal sends it at once")
-	fs.IntVar(&c.commandFailed, "command-failed", 0, "exit `N` whenever the command exits non-zero or dies of a signal, so that its\nstatus never reads as one of etcdsync's own; N from 1 to 123 but 64, 69, 75")
+	fs.IntVar(&c.commandFailed, "command-failed", 0, "exit `N` whenever the command exits non-zero or dies of a signal, so that its\nstatus never reads as one of etcdsync's own; N from 1 to 122 but 64, 69, 75")
 	fs.BoolVar(&c.shell, "shell", false, "run CMD ARGS... joined by spaces with /bin/sh -c")
 	fs.BoolVar(&c.verbose, "verbose", false, "log every step to stderr, with times")
 	c.conn.register(fs)
@@ -157,7 +159,7 @@ func (c *holdCommand) parse(sub *subcommand, args []string, a *app) error {
 	case c.grace < 0:
 		return usagef("--grace %v is negative", c.grace)
 	case set["command-failed"] && !freeStatus(c.commandFailed):
-		return usagef("--command-failed %d: from 1 to 123, but not 64, 69 or 75, which are etcdsync's own", c.commandFailed)
+		return usagef("--command-failed %d: from 1 to 122, but not 64, 69 or 75, which are etcdsync's own", c.commandFailed)
 	case set["command-failed"] && len(rest) == 0:
 		return usagef("--command-failed without a command")
 	case c.try && set["timeout"]:

@@ -41,7 +41,9 @@ type holdCommand struct {
 	value   string // elect --value
 	loop    bool   // elect --loop
 
-	commandFailed int // --command-failed: the status for every non-zero status of the command; 0 to pass it on
+	commandFailed int           // --command-failed: the status for every non-zero status of the command; 0 to pass it on
+	maxHold       time.Duration // --max-hold: 0 for none
+	lockDelay     time.Duration // --lock-delay
 
 	stopSignal os.Signal // the first signal that asked the command to stop: never loop again
 }
@@ -72,6 +74,12 @@ func (c *holdCommand) acquirer(cli *clientv3.Client) (acquirer, error) {
 	opts := []mutex.Option{mutex.WithTTL(c.ttl)}
 	if c.prefix != "" {
 		opts = append(opts, mutex.WithPrefix(c.prefix))
+	}
+	if c.maxHold != 0 {
+		opts = append(opts, mutex.WithMaxHold(c.maxHold))
+	}
+	if c.lockDelay != 0 {
+		opts = append(opts, mutex.WithLockDelay(c.lockDelay))
 	}
 	var a acquirer
 	var err error
@@ -150,7 +158,7 @@ func (c *holdCommand) again(a *app, code int, err error) bool {
 	switch {
 	case !c.loop || c.stopSignal != nil:
 		return false
-	case err != nil && exitCode(err) == exitLost:
+	case err != nil && (exitCode(err) == exitLost || exitCode(err) == exitMaxHold):
 		a.warnf("%v; campaigning again (--loop)", err)
 		return true
 	case err == nil && code == 0:
@@ -250,7 +258,7 @@ func (c *holdCommand) holdUntilSignalled(a *app, h hold, sigc <-chan os.Signal) 
 	select {
 	case <-h.Done():
 		a.logf("%s: lost: %v", c.what(), h.Err())
-		return 0, failf(exitLost, "%s lost: %v", c.what(), h.Err())
+		return 0, failf(lossStatus(h.Err()), "%s lost: %v", c.what(), h.Err())
 	case sig := <-sigc:
 		a.logf("%s: releasing on %s", c.what(), signame(sig))
 		return exitOK, nil

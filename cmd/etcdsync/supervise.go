@@ -36,7 +36,7 @@ func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal) (int, er
 	)
 	select {
 	case <-h.Done():
-		return 0, failf(exitLost, "%s lost before the command started: %v", c.what(), h.Err())
+		return 0, failf(lossStatus(h.Err()), "%s lost before the command started: %v", c.what(), h.Err())
 	case sig := <-sigc:
 		c.stopSignal = sig
 		return 0, failf(exitSignal+signum(sig), "%s before the command started", signame(sig))
@@ -51,6 +51,9 @@ func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal) (int, er
 	end := c.supervise(a, h, g, sigc)
 	switch {
 	case end.lost:
+		if lossStatus(h.Err()) == exitMaxHold {
+			return 0, failf(exitMaxHold, "%s held for --max-hold %v: the command was stopped", c.what(), c.maxHold)
+		}
 		return 0, failf(exitLost, "%s lost while the command ran (%v): the command was stopped", c.what(), h.Err())
 	case c.stopSignal != nil && end.killed != "":
 		return 0, failf(exitSignal+signum(c.stopSignal), "%s: the command's process group got SIGKILL: %s", signame(c.stopSignal), end.killed)

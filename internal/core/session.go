@@ -109,6 +109,14 @@ func (s *Session) retire() {
 	}
 }
 
+// idle reports whether no slot is claimed on the lease and it is not retired: it carries
+// no key of this process's.
+func (s *Session) idle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.users == 0 && !s.retired
+}
+
 func (s *Session) isRetired() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -284,15 +292,24 @@ func (s *sharedSession) take() []*Session {
 // Shutdown revokes the leases shared by the primitives on cli (one per TTL in use, and any
 // retired one not yet revoked), so that every hold and waiting acquisition on them ends at
 // once (Done closes, Err says ErrLost) and other clients need not wait a TTL for their keys
-// to go. Each revoke is retried through leader changes until ctx ends. An acquisition under way on a revoked lease fails with ErrLost: it never moves to a
-// new lease. The next acquisition on cli grants a new lease. Sessions given with WithSession
-// are the caller's to close.
+// to go. Each revoke is retried through leader changes until ctx ends. An acquisition under
+// way on a revoked lease fails with ErrLost: it never moves to a new lease. The next
+// acquisition on cli grants a new lease. Sessions given with WithSession are the caller's
+// to close.
+//
+// A lease on which no slot is claimed (every hold released, nobody waiting) carries no key
+// of ours: it is not revoked, only no longer renewed, and expires after its TTL. So a
+// release followed by Shutdown, as a process does on its way out, never looks to a waiter
+// with WithLockDelay like a key that went with its lease (see life.go).
 func Shutdown(ctx context.Context, cli *clientv3.Client) error {
 	var errs []error
 	for _, s := range sharedOf(cli) {
 		for _, sess := range s.take() {
 			sess.end(errShutdown) // first: an acquisition that then finds the lease gone knows why
 			sess.ka.stop()
+			if sess.idle() {
+				continue
+			}
 			_, err := retry(ctx, func() (*clientv3.LeaseRevokeResponse, error) {
 				return cli.Revoke(clientv3.WithRequireLeader(ctx), sess.id)
 			})

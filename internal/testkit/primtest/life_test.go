@@ -75,8 +75,8 @@ func TestMaxHoldEndsDosContext(t *testing.T) {
 
 // TestLockDelayFollowsALeaseThatWentNotARelease: a waiter with WithLockDelay(d) whose
 // holder's lease is revoked (as when its holder crashed and its lease ran out) is served no
-// sooner than d after the holder's key went; one whose holder releases is served at once
-// (well within a lock-delay of 20 s).
+// sooner than d after the holder's key went; one whose holder releases, and then shuts
+// down its client's leases, is served at once (well within a lock-delay of 20 s).
 func TestLockDelayFollowsALeaseThatWentNotARelease(t *testing.T) {
 	for _, k := range primtest.Kinds {
 		if !k.InLine {
@@ -107,7 +107,8 @@ func TestLockDelayFollowsALeaseThatWentNotARelease(t *testing.T) {
 				ctx := etcdtest.Context(t)
 				name := "lockdelay-released-" + k.Name
 				admin := cluster.Client(t)
-				first := k.First.Make(t, cluster.Client(t), name)
+				holderCli := cluster.Client(t)
+				first := k.First.Make(t, holderCli, name)
 				require.NoError(t, first.Lock(ctx))
 				waiter := k.Second.Make(t, cluster.Client(t), name, etcdsync.WithLockDelay(d))
 				served := etcdtest.Async(func() error { return waiter.Lock(ctx) })
@@ -115,6 +116,8 @@ func TestLockDelayFollowsALeaseThatWentNotARelease(t *testing.T) {
 
 				released := time.Now()
 				require.NoError(t, first.Unlock(ctx))
+				// as a process on its way out: the lease, now without a key, is not revoked
+				require.NoError(t, etcdsync.Shutdown(ctx, holderCli))
 				require.NoError(t, etcdtest.Within(t, served, 20*time.Second, "the waiter"))
 				assert.Less(t, time.Since(released), d, "a release waited for the lock-delay")
 				require.NoError(t, waiter.Unlock(ctx))
