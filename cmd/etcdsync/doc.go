@@ -30,8 +30,9 @@
 //
 // Exit status: the command's, 128+N if it died of signal N (with --command-failed N, N for
 // every status but 0); 0 without CMD, released on a signal; 64 usage, 69 etcd unreachable
-// or refusing, 75 busy (--try), 124 --timeout, 125 hold lost, 126 command not runnable,
-// 127 command not found, 128+N signal N while waiting or stopping the command.
+// or refusing, 75 busy (--try), 123 --max-hold passed, 124 --timeout, 125 hold lost, 126
+// command not runnable, 127 command not found, 128+N signal N while waiting or stopping
+// the command.
 //
 // etcd is reached as etcdctl reaches it: --endpoints, --cacert, --cert, --key, --user,
 // --password, --dial-timeout, --command-timeout, --insecure-skip-tls-verify, or the

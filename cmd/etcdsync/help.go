@@ -74,6 +74,7 @@ with --command-failed N), or etcdsync's:
   69     etcd could not be reached, or refused (TLS, login, permission), or the wait
          failed; not for a waiter whose key or lease was removed: it waits again
   75     --try: the name is busy
+  123    --max-hold passed: the command was stopped, the hold ended
   124    --timeout passed before the hold was granted
   125    the hold was lost while the command ran; it was stopped (or an operator
          released the wait: etcdsync release)
