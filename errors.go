@@ -27,6 +27,10 @@ var (
 	// ErrMaxHold: the hold passed the bound [WithMaxHold] set and ended by itself; its key
 	// was then deleted. A loss: errors.Is(err, ErrLost) holds too.
 	ErrMaxHold = core.ErrMaxHold
+	// ErrStaleTicket: a ticket of a detached hold (mutex.Mutex.Detach) that no longer names
+	// it: its key was released or went with its lease, the ticket was used to resume it
+	// already, or the name was taken again. Nothing was written.
+	ErrStaleTicket = core.ErrStaleTicket
 	// ErrLimitMismatch: a semaphore's limit differs from the one recorded in etcd for its
 	// name; the acquisition wrote nothing.
 	ErrLimitMismatch = core.ErrLimitMismatch

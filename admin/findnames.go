@@ -44,7 +44,7 @@ func findNames(ctx context.Context, cli *clientv3.Client, prefix string) ([]name
 			escaped, rest, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
 			if ok && escaped != "" && !seen[escaped] && syncKeyShape(rest) {
 				seen[escaped] = true
-				found = append(found, nameRange{name: unescapeName(escaped), keyPrefix: prefix + escaped + "/"})
+				found = append(found, nameRange{name: core.UnescapeName(escaped), keyPrefix: prefix + escaped + "/"})
 			}
 		}
 		if !resp.More || len(resp.Kvs) == 0 {

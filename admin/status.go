@@ -172,11 +172,6 @@ func readRanges(ctx context.Context, cli *clientv3.Client, prefixes []string, re
 	return kvsOf, rev, nil
 }
 
-// unescapeName undoes core.NamePrefix's escapes of '%' and '/'.
-func unescapeName(escaped string) string {
-	return strings.NewReplacer("%2F", "/", "%25", "%").Replace(escaped)
-}
-
 // queueOf orders the keys of one name by create revision and decides who holds, by the
 // rules of the primitives: an exclusive key (lock, candidate, write) holds when no key is
 // ahead of it; a read key when no write or exclusive key is; a permit when its units fit

@@ -51,4 +51,5 @@ var (
 	ErrLocked        = etcdsync.ErrLocked
 	ErrNotLocked     = etcdsync.ErrNotLocked
 	ErrLost          = etcdsync.ErrLost
+	ErrStaleTicket   = etcdsync.ErrStaleTicket
 )

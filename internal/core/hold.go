@@ -147,7 +147,10 @@ func (h *Hold) IsOwner() clientv3.Cmp {
 // safe from a late delete of this hold's: every delete is fenced on its create revision),
 // runs the OnEnd callbacks and stops the monitor. A lost hold moves on to over when a
 // Release reports it. Under h.mu.
-func (h *Hold) end(state holdState, err error) {
+func (h *Hold) end(state holdState, err error) { h.endWith(state, err, !keyMayRemain(err)) }
+
+// endWith is end, which frees the slot only if free (else its key may still be there).
+func (h *Hold) endWith(state holdState, err error, free bool) {
 	switch h.state {
 	case over:
 		return
@@ -160,8 +163,8 @@ func (h *Hold) end(state holdState, err error) {
 	if h.timer != nil {
 		h.timer.Stop()
 	}
-	if !keyMayRemain(err) {
-		h.slot.free() // else its key may still be there
+	if free {
+		h.slot.free()
 	}
 	h.finish(err)
 	h.unwatch()

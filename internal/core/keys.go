@@ -65,6 +65,11 @@ var nameEscaper = strings.NewReplacer("%", "%25", "/", "%2F")
 // NamePrefix is the key prefix that holds every key of name: the escaped name and a '/'.
 func NamePrefix(name string) string { return nameEscaper.Replace(name) + "/" }
 
+// UnescapeName is the name whose NamePrefix is escaped + "/".
+func UnescapeName(escaped string) string { return nameUnescaper.Replace(escaped) }
+
+var nameUnescaper = strings.NewReplacer("%2F", "/", "%25", "%")
+
 // An acquisition's key is "<stem>_<slot>", where the stem is the name prefix, the kind and
 // the lease in hex, and the slot is the lowest number no other acquisition of this process
 // has claimed under the same stem. Keys are thus unique among live acquisitions (a lease
@@ -120,8 +125,13 @@ func claimSlot(prefix, kind string, sess *Session) *slot {
 func (s *slot) key() string { return s.k }
 
 // free gives the slot back once its key is known to be gone; only the first call counts.
+// A slot of a resumed hold (stem < 0) is in no table: its session's claim alone goes.
 func (s *slot) free() {
 	s.once.Do(func() {
+		if s.stem < 0 {
+			s.sess.unclaim()
+			return
+		}
 		slotsMu.Lock()
 		stem := s.k[:s.stem]
 		used := slotsInUse[stem]
@@ -138,6 +148,11 @@ func (s *slot) free() {
 		s.sess.unclaim()
 	})
 }
+
+// detach gives up the slot's claim on its session and keeps its number taken for good: its
+// key was moved to a lease of its own (Detach) and may live on, so no later acquisition of
+// this process may name it. Only the first call of detach or free counts.
+func (s *slot) detach() { s.once.Do(func() { s.sess.unclaim() }) }
 
 // processOwner names this process: "host=H pid=P".
 var processOwner = sync.OnceValue(func() string {
