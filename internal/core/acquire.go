@@ -404,7 +404,7 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 	}
 	wake := make(chan struct{}, 1) // one for every waiter: each signal makes the loop look at all
 	var subs []waiting
-	var slotOf []*slot // the slot of each of subs
+	var slotOf []*slot  // the slot of each of subs
 	var read []servedBy // names a read served (approach), for the lock-delay
 	delayed := false
 	defer func() {

@@ -31,7 +31,7 @@ type Config struct {
 	NameAttribute bool
 	MaxHold       time.Duration // WithMaxHold's: a hold ends by itself after it; 0: never
 	LockDelay     time.Duration // WithLockDelay's
-	noTelemetry   bool // WithoutTelemetry
+	noTelemetry   bool          // WithoutTelemetry
 	errs          []error
 	ttlSet        bool
 }
