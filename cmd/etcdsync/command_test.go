@@ -44,6 +44,7 @@ func TestCommand(t *testing.T) {
 		{"ALossStopsTheCommand", testLossStopsTheCommand},
 		{"MaxHoldStopsTheCommand", testMaxHoldStopsTheCommand},
 		{"LockDelayAfterAKilledHolder", testLockDelayAfterAKilledHolder},
+		{"DetachRenewAndReleaseATicket", testDetachRenewRelease},
 		{"ABlackHoledHolderStopsItsCommandBeforeTheSuccessorStarts", testBlackHoledHolder},
 		{"AMajorityOutageStopsTheCommandAndTheWaiterWaitsOn", testMajorityOutage},
 		{"NoProcessOfTheGroupOutlivesEtcdsync", testNoProcessOutlives},

@@ -10,7 +10,8 @@
 //	etcdsync sem     -n N [--units K] [flags] NAME [-- CMD [ARGS...]]
 //	etcdsync elect   [--value V] [--loop] [flags] NAME [-- CMD [ARGS...]]
 //	etcdsync status  [--prefix P] [--kind lock|election] [--json] [--watch | --check] [flags] [NAME...]
-//	etcdsync release --token T [--reason TEXT] [flags] NAME [NAME...]
+//	etcdsync release --token T [--reason TEXT] [flags] NAME [NAME...] | --ticket TICKET
+//	etcdsync renew   [flags] TICKET
 //	etcdsync help    [COMMAND]
 //	etcdsync version
 //
@@ -25,7 +26,9 @@
 // whatever the command's status. Without CMD, etcdsync holds until interrupted, after
 // printing the name, key and token. lock of several names holds all of them at once or
 // none (mutex.Multi: one key per name, one token), and takes CMD only after "--";
-// ETCDSYNC_NAME and ETCDSYNC_KEY then list the names and keys one per line. status without NAME lists every name at the root of
+// ETCDSYNC_NAME and ETCDSYNC_KEY then list the names and keys one per line. lock --detach
+// prints a ticket and exits, leaving the hold for its --ttl: renew TICKET renews it once,
+// release --ticket TICKET releases it. status without NAME lists every name at the root of
 // the keyspace, or under --prefix.
 //
 // Exit status: the command's, 128+N if it died of signal N (with --command-failed N, N for

@@ -17,7 +17,8 @@ var usages = []struct{ verb, synopsis string }{
 	{"sem", "-n N [--units K] [flags] NAME [-- CMD [ARGS...]]"},
 	{"elect", "[--value V] [--loop] [flags] NAME [-- CMD [ARGS...]]"},
 	{"status", "[--prefix P] [--kind lock|election] [--json] [--watch | --check] [flags] [NAME...]"},
-	{"release", "--token T [--reason TEXT] [flags] NAME [NAME...]"},
+	{"release", "--token T [--reason TEXT] [flags] NAME [NAME...] | --ticket TICKET"},
+	{"renew", "[flags] TICKET"},
 	{"help", "[COMMAND]"},
 	{"version", ""},
 }
@@ -57,7 +58,9 @@ elect only the leader. lock of several names takes all of them at once, or none 
 deadlock, whatever order others list them in), and runs CMD only after "--". Without
 CMD, etcdsync holds until SIGINT, SIGTERM or SIGHUP.
 release ends the hold whose token is T (fenced: a NAME taken again since is never
-touched), with a reason its holder reads. status shows who holds each NAME and who waits (--kind election: the keys directly
+touched), with a reason its holder reads. lock --detach takes the lock, prints a ticket
+and exits, leaving the hold for its --ttl: renew TICKET renews it once, release --ticket
+TICKET releases it, and Go's mutex.Resume takes it over. status shows who holds each NAME and who waits (--kind election: the keys directly
 under a name are an election's); without NAME, every name at the root of the keyspace,
 or under --prefix P.
 

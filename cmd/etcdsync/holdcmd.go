@@ -82,6 +82,9 @@ func (c *holdCommand) define() *subcommand {
 	fs.DurationVar(&c.ttl, "ttl", mutex.DefaultTTL, "lease TTL: how long others wait for this hold if etcdsync dies or loses etcd")
 	fs.StringVar(&c.prefix, "prefix", "", "put the name's keys under this `prefix`, which ends with '/'")
 	fs.DurationVar(&c.timeout, "timeout", 0, "give up waiting after this long (exit 124); 0 waits forever")
+	if c.verb == "lock" {
+		fs.BoolVar(&c.detach, "detach", false, "take the lock, print its ticket and exit, leaving the hold for its TTL (see renew,\nrelease --ticket)")
+	}
 	fs.DurationVar(&c.maxHold, "max-hold", 0, "end the hold after this long even if the command still runs: it is stopped as on a loss\n(exit 123); 0 for no bound")
 	fs.DurationVar(&c.lockDelay, "lock-delay", 0, "when the holder before this one did not release (its lease ended: it crashed or was cut\noff), wait this much more, up to 60s")
 	if c.verb == "elect" {
@@ -170,6 +173,10 @@ func (c *holdCommand) parse(sub *subcommand, args []string, a *app) error {
 		return usagef("--shell without a command")
 	case c.loop && len(rest) == 0:
 		return usagef("--loop without a command")
+	case c.detach && (len(rest) > 0 || len(operands) > 1):
+		return usagef("--detach holds one NAME and runs no command: it prints a ticket and exits")
+	case c.detach && c.maxHold != 0:
+		return usagef("--max-hold does not bound a detached hold: its --ttl does, unless renewed")
 	}
 	for _, name := range operands {
 		if err := core.ValidateName(name); err != nil {

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -68,4 +69,37 @@ func testLockDelayAfterAKilledHolder(t *testing.T, h *harness) {
 		holder.wait(30 * time.Second)
 		nothingLeft(t, cli, "", name)
 	}
+}
+
+// testDetachRenewRelease: lock --detach prints a ticket and exits 0 with the name still
+// held (another lock --try is busy); renew renews it and prints the seconds left; release
+// --ticket releases it (the name is free, nothing left); the ticket is then stale: renew
+// and release --ticket exit 1. A malformed ticket is exit 64, --detach with a command too.
+func testDetachRenewRelease(t *testing.T, h *harness) {
+	cli := cluster.Client(t)
+	const name = "cmd-detach"
+	p := h.run(t, environ(), "lock", "--detach", "--ttl", "30s", name)
+	require.Equal(t, 0, p.code, p.stderr.text())
+	ticket := strings.TrimSpace(p.stdout.text())
+	require.True(t, strings.HasPrefix(ticket, "t1."), "the ticket: %q", ticket)
+	keys := keysOf(t, cli, "", name)
+	require.Len(t, keys, 1, "the detached hold's key")
+	assert.Equal(t, exitBusy, h.run(t, environ(), "lock", "--try", name, "--", "true").code, "the name is still held")
+
+	r := h.run(t, environ(), "renew", ticket)
+	require.Equal(t, 0, r.code, r.stderr.text())
+	secs, err := strconv.Atoi(strings.TrimSpace(r.stdout.text()))
+	require.NoError(t, err)
+	assert.InDelta(t, 30, secs, 2, "the seconds left after a renewal")
+
+	rel := h.run(t, environ(), "release", "--ticket", ticket)
+	require.Equal(t, 0, rel.code, rel.stderr.text())
+	nothingLeft(t, cli, "", name)
+	assert.Equal(t, exitFree, h.run(t, environ(), "renew", ticket).code, "renew of a released hold")
+	assert.Equal(t, exitFree, h.run(t, environ(), "release", "--ticket", ticket).code, "release of a released hold")
+
+	assert.Equal(t, exitUsage, h.run(t, environ(), "renew", "not-a-ticket").code)
+	assert.Equal(t, exitUsage, h.run(t, environ(), "release", "--ticket", ticket, name).code)
+	assert.Equal(t, exitUsage, h.run(t, environ(), "lock", "--detach", name, "--", "true").code)
+	nothingLeft(t, cli, "", name)
 }

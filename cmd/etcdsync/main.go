@@ -55,6 +55,8 @@ func newCommand(verb string) command {
 		return &statusCommand{}
 	case "release":
 		return &releaseCommand{}
+	case "renew":
+		return &renewCommand{}
 	}
 	return nil
 }
@@ -72,7 +74,7 @@ func run(args []string, a *app) int {
 		fmt.Fprintf(a.stderr, "etcdsync: %s\n", message(err.Error()))
 		return exitCode(err)
 	case verb == "":
-		fmt.Fprintln(a.stderr, "etcdsync: no command: lock, rlock, sem, elect, status or release (etcdsync --help)")
+		fmt.Fprintln(a.stderr, "etcdsync: no command: lock, rlock, sem, elect, status, release or renew (etcdsync --help)")
 		return exitUsage
 	}
 	switch verb {
@@ -91,7 +93,7 @@ func run(args []string, a *app) int {
 	}
 	c := newCommand(verb)
 	if c == nil {
-		fmt.Fprintf(a.stderr, "etcdsync: no command %q: lock, rlock, sem, elect, status or release (etcdsync --help)\n", verb)
+		fmt.Fprintf(a.stderr, "etcdsync: no command %q: lock, rlock, sem, elect, status, release or renew (etcdsync --help)\n", verb)
 		return exitUsage
 	}
 	a.command = "etcdsync " + verb

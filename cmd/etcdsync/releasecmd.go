@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/etcdsync/etcdsync/admin"
 	"github.com/etcdsync/etcdsync/internal/core"
@@ -16,6 +17,7 @@ import (
 type releaseCommand struct {
 	names  []string
 	token  int64
+	ticket string // --ticket: a detached hold's, instead of NAME and --token
 	reason string
 	prefix string
 	conn   connection
@@ -28,13 +30,15 @@ only while its token is T (a name taken again since is never touched), and leave
 of the reason, who and when, which the holder reads. For a holder that hangs: alive,
 renewing, doing nothing. Several NAMEs release a lock of several names (they share one
 token). Without --token, shows who holds each NAME and exits 64. A token that no key of a
-NAME has changes nothing: exit 1.`,
+NAME has changes nothing: exit 1. With --ticket instead, releases the hold that
+lock --detach printed that ticket for (exit 1 if it is gone, resumed or taken again).`,
 		`# who holds it, and its token
 etcdsync status nightly-report
 # end that hold, saying why
 etcdsync release nightly-report --token 812 --reason "stuck since 02:00, ticket OPS-17"`)
 	fs := sub.flags
 	fs.Int64Var(&c.token, "token", 0, "the hold's token `T` (status shows it): only the key created at T is deleted")
+	fs.StringVar(&c.ticket, "ticket", "", "release the detached hold of this `TICKET` (lock --detach printed it) instead")
 	fs.StringVar(&c.reason, "reason", "", "why, recorded for the holder to read (up to 1 KiB)")
 	fs.StringVar(&c.prefix, "prefix", "", "the names' keys are under this `prefix` (ends with '/')")
 	c.conn.register(fs)
@@ -51,6 +55,13 @@ func (c *releaseCommand) parse(sub *subcommand, args []string, a *app) error {
 	}
 	c.names = names
 	switch {
+	case c.ticket != "" && (len(names) > 0 || c.token != 0 || c.reason != "" || c.prefix != ""):
+		return usagef("--ticket takes no NAME, --token, --reason or --prefix: the ticket names the hold")
+	case c.ticket != "":
+		if _, err := core.ParseTicket(c.ticket); err != nil {
+			return usagef("%v", err)
+		}
+		return nil
 	case len(names) == 0:
 		return usagef("NAME missing")
 	case c.prefix != "" && !strings.HasSuffix(c.prefix, "/"):
@@ -75,6 +86,12 @@ func (c *releaseCommand) run(a *app) (int, error) {
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), c.conn.commandTimeout)
 	defer cancel()
+	if c.ticket != "" {
+		return ticketCommand(a, c.conn, func() error {
+			t, _ := core.ParseTicket(c.ticket)
+			return core.ReleaseTicket(ctx, cli, t)
+		})
+	}
 	if c.token == 0 {
 		snap, err := admin.Status(ctx, cli, c.names, admin.WithPrefix(c.prefix))
 		if err != nil {
@@ -97,4 +114,70 @@ func (c *releaseCommand) run(a *app) (int, error) {
 		return 0, failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
 	}
 	return exitOK, nil
+}
+
+// ticketCommand runs do, the renewal or release of a detached hold, and maps its error to
+// an exit status: 1 for a stale ticket, 69 for etcd's refusal.
+func ticketCommand(a *app, conn connection, do func() error) (int, error) {
+	err := do()
+	switch {
+	case errors.Is(err, core.ErrStaleTicket):
+		fmt.Fprintf(a.stderr, "%s: %v: nothing changed\n", a.command, err)
+		return exitFree, nil
+	case err != nil:
+		return 0, failf(exitEtcd, "etcd at %s: %v", conn.endpoints, err)
+	}
+	return exitOK, nil
+}
+
+// renewCommand is `etcdsync renew`, parsed.
+type renewCommand struct {
+	ticket core.Ticket
+	conn   connection
+}
+
+func (c *renewCommand) define() *subcommand {
+	sub := newSubcommand("renew",
+		`Renews once, for its TTL, the lease of the detached hold that lock --detach printed
+TICKET for, and prints the seconds it has left. Exit 1 if the hold is gone (released, its
+lease ran out), resumed or taken again.`,
+		`# take the lock for a unit's whole life: before it starts, and renewed while it runs
+etcdsync lock --detach --ttl 5m deploy >/run/deploy.ticket
+etcdsync renew "$(cat /run/deploy.ticket)"`)
+	c.conn.register(sub.flags)
+	return sub
+}
+
+func (c *renewCommand) parse(sub *subcommand, args []string, a *app) error {
+	operands, _, err := sub.parse(args, -1)
+	if err != nil {
+		return err
+	}
+	if err := applyEnv(sub.flags, a.getenv); err != nil {
+		return err
+	}
+	if len(operands) != 1 {
+		return usagef("one TICKET, not %d operands", len(operands))
+	}
+	if c.ticket, err = core.ParseTicket(operands[0]); err != nil {
+		return usagef("%v", err)
+	}
+	return nil
+}
+
+func (c *renewCommand) run(a *app) (int, error) {
+	cli, err := c.conn.open()
+	if err != nil {
+		return 0, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), c.conn.commandTimeout)
+	defer cancel()
+	return ticketCommand(a, c.conn, func() error {
+		ttl, err := core.RenewTicket(ctx, cli, c.ticket)
+		if err == nil {
+			fmt.Fprintln(a.stdout, int64(ttl/time.Second))
+		}
+		return err
+	})
 }

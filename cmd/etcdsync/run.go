@@ -44,6 +44,7 @@ type holdCommand struct {
 	commandFailed int           // --command-failed: the status for every non-zero status of the command; 0 to pass it on
 	maxHold       time.Duration // --max-hold: 0 for none
 	lockDelay     time.Duration // --lock-delay
+	detach        bool          // lock --detach: print a ticket and leave the hold for its TTL
 
 	stopSignal os.Signal // the first signal that asked the command to stop: never loop again
 }
@@ -138,6 +139,9 @@ func (c *holdCommand) run(a *app) (int, error) {
 			return 0, err
 		}
 		var code int
+		if c.detach {
+			return c.detachHold(a, h)
+		}
 		if c.command == nil {
 			code, err = c.holdUntilSignalled(a, h, sigc)
 		} else {
@@ -250,6 +254,23 @@ func (c *holdCommand) waitThroughOutages(ctx context.Context, a *app, acq acquir
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// detachHold lets go of h without releasing it and prints its ticket (lock --detach).
+func (c *holdCommand) detachHold(a *app, h hold) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.conn.commandTimeout)
+	defer cancel()
+	key, token := h.Key(), h.Token()
+	ticket, err := h.(lockHold).Detach(ctx)
+	if err != nil {
+		if rerr := c.release(a, h); rerr != nil {
+			a.warnf("%v", rerr)
+		}
+		return 0, fail(exitEtcd, err)
+	}
+	a.logf("%s: detached: key %s, token %d", c.what(), key, token)
+	fmt.Fprintln(a.stdout, ticket)
+	return exitOK, nil
 }
 
 // holdUntilSignalled prints the key and the token and holds until a signal (exit 0) or a loss.
