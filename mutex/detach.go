@@ -70,8 +70,8 @@ func Resume(ctx context.Context, cli *clientv3.Client, ticket string, opts ...Op
 		return nil, fmt.Errorf("mutex: resume: %w", err)
 	}
 	rest, ok := strings.CutPrefix(t.Key, cfg.Prefix)
-	i := strings.LastIndexByte(rest, '/')
-	if !ok || i <= 0 {
+	i := strings.IndexByte(rest, '/')
+	if !ok || i <= 0 || strings.Contains(rest[i+1:], "/") || i+1 == len(rest) {
 		return nil, fmt.Errorf("mutex: resume: %w: the ticket's key %q is not a Mutex's under prefix %q", ErrInvalidOption, t.Key, cfg.Prefix)
 	}
 	m, err := New(cli, core.UnescapeName(rest[:i]), opts...)

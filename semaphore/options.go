@@ -52,4 +52,5 @@ var (
 	ErrLimitMismatch = etcdsync.ErrLimitMismatch
 	ErrNotLocked     = etcdsync.ErrNotLocked
 	ErrLost          = etcdsync.ErrLost
+	ErrStaleTicket   = etcdsync.ErrStaleTicket
 )

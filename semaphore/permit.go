@@ -136,3 +136,32 @@ func (p *Permit) Key() string {
 	}
 	return ""
 }
+
+// Detach lets go of the permit without releasing it, for another process to resume with
+// [Semaphore.Resume]: its key moves onto a lease of its own with the same TTL, which nobody
+// renews, so its units stay taken for that TTL unless the ticket is resumed, renewed
+// (`etcdsync renew`) or released (`etcdsync release --ticket`). The permit then holds
+// nothing, as after Release. See mutex.Mutex.Detach for the ticket.
+//
+// Errors: [ErrNotLocked] once released or detached. [ErrLost] if the permit was lost
+// before. etcd's error otherwise: the permit still holds.
+//
+// Cost: a LeaseTimeToLive, a LeaseGrant and one Txn.
+func (p *Permit) Detach(ctx context.Context) (ticket string, err error) {
+	if !p.made() {
+		return "", fmt.Errorf("semaphore: detach: %w", core.Unheld(fmt.Errorf("%w: no permit (a nil or zero Permit)", ErrInvalidOption)))
+	}
+	if err := p.releasing.Take(ctx); err != nil {
+		return "", p.s.errorf("detach", err)
+	}
+	defer p.releasing.Give()
+	if p.ended.Load() {
+		return "", p.s.errorf("detach", ErrNotLocked)
+	}
+	t, err := p.h.Detach(ctx)
+	if err != nil {
+		return "", p.s.errorf("detach", err)
+	}
+	p.ended.Store(true)
+	return t.String(), nil
+}

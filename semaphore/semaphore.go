@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -270,4 +271,45 @@ func (s *Semaphore) WatchRelease() (arm func() <-chan struct{}, stop func()) {
 		return core.NoReleases()
 	}
 	return s.q.WatchRelease(permitKind)
+}
+
+// Resume takes over the permit a [Permit.Detach] let go of, in this process or another,
+// with the same key, units and token: one Txn checks that the key is still the one the
+// ticket names and takes it over, so a ticket resumes once; the permit then renews its
+// lease itself (and revokes it once released) and is watched as an acquired one. s must be
+// on the permit's name and prefix; its limit is not checked, since the permit holds already.
+//
+// Errors: [ErrInvalidOption] for a malformed ticket, or one whose key is not a permit of
+// s's name; [etcdsync.ErrStaleTicket], saying why, when the permit is gone, was resumed
+// already, or its key was taken again: nothing is written then. etcd's error otherwise.
+//
+// Cost: a LeaseKeepAliveOnce and one Txn, then a watch of the key.
+func (s *Semaphore) Resume(ctx context.Context, ticket string) (*Permit, error) {
+	if err := s.queue().Unusable(); err != nil {
+		return nil, s.errorf("resume", err)
+	}
+	t, err := core.ParseTicket(ticket)
+	if err != nil {
+		return nil, s.errorf("resume", err)
+	}
+	units, ok := permitUnits(strings.TrimPrefix(t.Key, s.q.Prefix()+permitKind))
+	if !ok || !strings.HasPrefix(t.Key, s.q.Prefix()+permitKind) {
+		return nil, s.errorf("resume", fmt.Errorf("%w: the ticket's key %q is not a permit of this semaphore", ErrInvalidOption, t.Key))
+	}
+	h, err := s.q.Resume(ctx, t)
+	if err != nil {
+		return nil, s.errorf("resume", err)
+	}
+	s.tel.Held(h)
+	return newPermit(s, h, units), nil
+}
+
+// permitUnits is the units of a permit whose key under the permit prefix is rest: "L_N" for
+// one, "uK/L_N" for K.
+func permitUnits(rest string) (units int, ok bool) {
+	if k, key, found := strings.Cut(rest, "/"); found {
+		n, err := strconv.Atoi(strings.TrimPrefix(k, "u"))
+		return n, err == nil && strings.HasPrefix(k, "u") && n > 1 && key != "" && !strings.Contains(key, "/")
+	}
+	return 1, rest != ""
 }

@@ -153,14 +153,12 @@ func revokeLease(cli *clientv3.Client, id clientv3.LeaseID) {
 // deadline as the shared ones', and the key is watched. The lease is revoked once the hold
 // has ended and its key is gone.
 //
-// Errors: ErrInvalidOption if t's key is not under q's name; ErrStaleTicket, saying why,
-// when t no longer names the hold, having written nothing; etcd's error otherwise.
-// Cost: a LeaseKeepAliveOnce and one Txn, then a watch of the key.
+// The caller checks that t's key is one of its kind under q's name.
+//
+// Errors: ErrStaleTicket, saying why, when t no longer names the hold, having written
+// nothing; etcd's error otherwise. Cost: a LeaseKeepAliveOnce and one Txn, then a watch of
+// the key.
 func (q *Queue) Resume(ctx context.Context, t Ticket) (*Hold, error) {
-	rest, ok := strings.CutPrefix(t.Key, q.prefix)
-	if !ok || rest == "" || strings.Contains(rest, "/") {
-		return nil, fmt.Errorf("%w: ticket's key %s is not a key of %s", ErrInvalidOption, t.Key, q.prefix)
-	}
 	cli := q.cli
 	sent := time.Now()
 	ka, err := retry(ctx, func() (*clientv3.LeaseKeepAliveResponse, error) {
