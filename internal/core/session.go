@@ -305,9 +305,11 @@ func Shutdown(ctx context.Context, cli *clientv3.Client) error {
 	var errs []error
 	for _, s := range sharedOf(cli) {
 		for _, sess := range s.take() {
+			// Before the end: the holds it ends give their slots back, keys and all.
+			idle := sess.idle()
 			sess.end(errShutdown) // first: an acquisition that then finds the lease gone knows why
 			sess.ka.stop()
-			if sess.idle() {
+			if idle {
 				continue
 			}
 			_, err := retry(ctx, func() (*clientv3.LeaseRevokeResponse, error) {
