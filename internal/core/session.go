@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -43,6 +44,7 @@ type Session struct {
 	mu      sync.Mutex
 	users   int  // slots claimed on the lease (see claimSlot)
 	retired bool // takes no new acquisition; revoked once users is 0
+	full    bool // retired for holding maxLeaseKeys: let go, not revoked, once users is 0
 }
 
 // Lease is the session's lease.
@@ -84,27 +86,55 @@ func (s *Session) claim() {
 	s.mu.Unlock()
 }
 
-// unclaim counts one slot fewer; the last one out of a retired session has it revoked.
+// unclaim counts one slot fewer; the last one out of a retired session has it revoked, or,
+// for a full one, no longer renewed: its keys are gone, and a revoke would make its last
+// releases look to a waiter with WithLockDelay like keys that went with their lease.
 func (s *Session) unclaim() {
 	s.mu.Lock()
 	s.users--
 	last := s.retired && s.users == 0
+	full := s.full
 	s.mu.Unlock()
-	if last && s.ka != nil {
+	switch {
+	case last && s.ka != nil && full:
+		s.ka.cancel()
+	case last && s.ka != nil:
 		s.ka.retire()
 	}
 }
 
+// maxLeaseKeys bounds the keys of a shared lease: once that many slots are claimed on it,
+// the next acquisition takes a new lease. When a lease ends, etcd deletes its keys in one
+// apply, which stalls every other write on the cluster for as long (see
+// docs/performance.md); the bound keeps that stall short however many holds a client has.
+// An acquisition of several names puts all its keys on one lease, so a lease may carry up
+// to MaxNames-1 more. A var for the tests (SetMaxLeaseKeys).
+var maxLeaseKeys atomic.Int64
+
+func init() { maxLeaseKeys.Store(10_000) }
+
+// isFull reports whether the session has maxLeaseKeys slots claimed.
+func (s *Session) isFull() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int64(s.users) >= maxLeaseKeys.Load()
+}
+
 // retire takes the session out of use for new acquisitions: a write on it may be applied
 // late, after its cleanup found nothing to remove, and only the lease's revocation removes
-// such a key for sure. The lease is revoked once no slot is claimed on it.
+// such a key for sure. The lease is revoked once no slot is claimed on it; a full one's
+// (see maxLeaseKeys) is no longer renewed then.
 func (s *Session) retire() {
 	s.mu.Lock()
 	first := !s.retired
 	s.retired = true
-	idle := s.users == 0
+	idle, full := s.users == 0, s.full
 	s.mu.Unlock()
-	if first && idle && s.ka != nil {
+	switch {
+	case !first || !idle || s.ka == nil:
+	case full:
+		s.ka.cancel()
+	default:
 		s.ka.retire()
 	}
 }
@@ -203,6 +233,17 @@ func (s *sharedSession) live() *Session {
 	defer s.mu.Unlock()
 	if s.cur != nil && (s.cur.ended() || s.cur.isRetired()) {
 		s.cur = nil
+	}
+	if s.cur != nil && s.cur.isFull() {
+		// Full: it takes no new acquisition, and lives on beside the next until its
+		// last slot is freed.
+		full := s.cur
+		s.cur = nil
+		s.retired = append(slices.DeleteFunc(s.retired, (*Session).ended), full)
+		full.mu.Lock()
+		full.full = true
+		full.mu.Unlock()
+		full.retire()
 	}
 	return s.cur
 }

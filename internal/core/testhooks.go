@@ -38,3 +38,10 @@ func LingerDeletes() int { return lingerDeletes() }
 func HasHub(cli *clientv3.Client, name string) bool {
 	return hasHub(hubKey{cli: cli, prefix: NamePrefix(name), mode: deletesOnly})
 }
+
+// SetMaxLeaseKeys sets how many keys a shared lease carries before the next acquisition
+// takes a new one, and returns what restores it; not for use beside other tests.
+func SetMaxLeaseKeys(n int) (restore func()) {
+	old := maxLeaseKeys.Swap(int64(n))
+	return func() { maxLeaseKeys.Store(old) }
+}
