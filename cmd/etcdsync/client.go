@@ -139,6 +139,26 @@ func (c *connection) open() (*clientv3.Client, error) {
 	return cli, nil
 }
 
+// request opens a client for a command that sends a few requests, all within
+// --command-timeout: close closes the client and ends ctx.
+func (c *connection) request() (cli *clientv3.Client, ctx context.Context, close func(), err error) {
+	if cli, err = c.open(); err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.commandTimeout)
+	return cli, ctx, func() { cancel(); cli.Close() }, nil
+}
+
+// validNames refuses, as a usage error, the first name the primitives would.
+func validNames(names []string) error {
+	for _, n := range names {
+		if err := core.ValidateName(n); err != nil {
+			return usagef("%v", err)
+		}
+	}
+	return nil
+}
+
 // probe makes sure etcd answers within --dial-timeout, with one Range that counts the keys
 // under prefix (one the user may read), so that an unreachable etcd or a refused login or
 // permission fails now, with exit 69, rather than as a wait that never ends. With several

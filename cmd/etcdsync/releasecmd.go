@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -69,23 +68,16 @@ func (c *releaseCommand) parse(sub *subcommand, args []string, a *app) error {
 	case c.token < 0:
 		return usagef("--token %d is negative", c.token)
 	}
-	for _, n := range names {
-		if err := core.ValidateName(n); err != nil {
-			return usagef("%v", err)
-		}
-	}
-	return nil
+	return validNames(names)
 }
 
 // run releases the hold, or without --token shows who holds and exits 64.
 func (c *releaseCommand) run(a *app) (int, error) {
-	cli, err := c.conn.open()
+	cli, ctx, done, err := c.conn.request()
 	if err != nil {
 		return 0, err
 	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), c.conn.commandTimeout)
-	defer cancel()
+	defer done()
 	if c.ticket != "" {
 		return ticketCommand(a, c.conn, func() error {
 			t, _ := core.ParseTicket(c.ticket)
@@ -166,13 +158,11 @@ func (c *renewCommand) parse(sub *subcommand, args []string, a *app) error {
 }
 
 func (c *renewCommand) run(a *app) (int, error) {
-	cli, err := c.conn.open()
+	cli, ctx, done, err := c.conn.request()
 	if err != nil {
 		return 0, err
 	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), c.conn.commandTimeout)
-	defer cancel()
+	defer done()
 	return ticketCommand(a, c.conn, func() error {
 		ttl, err := core.RenewTicket(ctx, cli, c.ticket)
 		if err == nil {

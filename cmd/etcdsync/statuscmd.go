@@ -19,7 +19,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/etcdsync/etcdsync/admin"
-	"github.com/etcdsync/etcdsync/internal/core"
 )
 
 // statusCommand is `etcdsync status`, parsed.
@@ -83,12 +82,7 @@ func (c *statusCommand) parse(sub *subcommand, args []string, a *app) error {
 	if c.prefix != "" && !strings.HasSuffix(c.prefix, "/") {
 		return usagef("--prefix %q does not end with '/'", c.prefix)
 	}
-	for _, n := range names {
-		if err := core.ValidateName(n); err != nil {
-			return usagef("%v", err)
-		}
-	}
-	return nil
+	return validNames(names)
 }
 
 // run shows the status once, or at every change until a signal with --watch.
