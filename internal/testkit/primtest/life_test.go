@@ -22,6 +22,7 @@ func TestMaxHoldEndsTheHoldAndServesTheNext(t *testing.T) {
 	const d = time.Second
 	for _, k := range primtest.Kinds {
 		t.Run(k.Name, func(t *testing.T) {
+			t.Parallel()
 			ctx := etcdtest.Context(t)
 			name := "maxhold-" + k.Name
 			admin := cluster.Client(t)
@@ -50,6 +51,7 @@ func TestMaxHoldEndsTheHoldAndServesTheNext(t *testing.T) {
 func TestMaxHoldEndsDosContext(t *testing.T) {
 	for _, k := range primtest.Kinds {
 		t.Run(k.Name, func(t *testing.T) {
+			t.Parallel()
 			ctx := etcdtest.Context(t)
 			name := "maxhold-do-" + k.Name
 			l := k.First.Make(t, cluster.Client(t), name, etcdsync.WithMaxHold(time.Second))
@@ -83,6 +85,7 @@ func TestLockDelayFollowsALeaseThatWentNotARelease(t *testing.T) {
 			continue // a try does not wait in line: it takes a free name at once
 		}
 		t.Run(k.Name, func(t *testing.T) {
+			t.Parallel()
 			t.Run("lease revoked", func(t *testing.T) {
 				const d = 2 * time.Second
 				ctx := etcdtest.Context(t)
