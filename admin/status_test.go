@@ -33,7 +33,7 @@ func TestOwnerFields(t *testing.T) {
 // TestNamesRoundTrip: status shows the name whose escaped form a key holds.
 func TestNamesRoundTrip(t *testing.T) {
 	for _, name := range []string{"a", "a/b", "a%2Fb", "%", "100%/x", "ü/%25"} {
-		assert.Equal(t, name, unescapeName(strings.TrimSuffix(core.NamePrefix(name), "/")))
+		assert.Equal(t, name, core.UnescapeName(strings.TrimSuffix(core.NamePrefix(name), "/")))
 	}
 }
 

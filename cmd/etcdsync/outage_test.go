@@ -53,6 +53,9 @@ func testMajorityOutage(t *testing.T, h *harness) {
 	assert.Equal(t, "stopped", ev.next(t, 30*time.Second), "the holder's command was not stopped")
 	assert.Equal(t, exitLost, holder.wait(30*time.Second), holder.stderr.text())
 	assert.Contains(t, holder.stderr.text(), "local deadline")
+	// The outage lasts until the waiter's lease has run out too (its own local deadline),
+	// however soon the holder was gone.
+	waiter.stderr.awaitLine(t, "place in line lost", 30*time.Second)
 	require.NoError(t, c.RestartAll(down...))
 	assert.Equal(t, "waiter after", ev.next(t, time.Minute))
 	assert.Equal(t, 0, waiter.wait(30*time.Second), waiter.stderr.text())
