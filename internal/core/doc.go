@@ -10,8 +10,9 @@
 //   - options.go: Option and Config (TTL, session, prefix, meter).
 //   - client.go: a client's state, one per *clientv3.Client, dropped when the client closes:
 //     its shared sessions, its hubs, its keyWatch, its janitor and its clock.
-//   - session.go: the shared sessions (one lease per client and TTL, replaced after it
-//     expired; Shutdown) and their keep-alive with its local deadline.
+//   - session.go: the shared sessions (a lease per client and TTL, replaced after it
+//     expired, and once it carries maxLeaseKeys keys; Shutdown) and their keep-alive with
+//     its local deadline.
 //   - queue.go: Queue (a name's keys under one prefix) and Spec (what an acquisition asks:
 //     the kind of key, which kinds are ahead of it, how many units of how many); the weight
 //     of a semaphore's keys; Served, the one rule of who is served; Record.
@@ -21,6 +22,12 @@
 //   - hold.go: Hold, a granted key at its create revision (its fencing token), its end, and
 //     its release: one fenced delete for a hold or a Group (release, deleteFenced).
 //   - group.go: Group, the Holds of one acquisition of several names, which end as one.
+//   - life.go: a hold's life beyond its lease: its maximum (WithMaxHold, a timer per hold)
+//     and the lock-delay a waiter keeps after a predecessor whose lease went (WithLockDelay).
+//   - ticket.go: a hold that outlives its process: Detach onto a lease of its own, the
+//     Ticket, Resume (once per ticket), and the command's renewal and release by ticket.
+//   - released.go: an operator's release (admin.Release): the record it leaves, and how a
+//     holder or waiter whose key went reads it (ErrReleasedByOperator).
 //   - keywatch.go: the watch of a hold's key (Done, Err, OnEnd): on the client's one
 //     keyWatch stream, each create under a fresh ID, a watch cancelled or refused has its key
 //     read first; or, on a client whose KV or Watcher is wrapped, a monitor of its own.

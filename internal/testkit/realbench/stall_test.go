@@ -29,7 +29,8 @@ import (
 //   - "end=shutdown": mutex.Shutdown on the holder's client revokes them (TTL DefaultTTL), as
 //     a process does on its way out.
 //   - "end=expiry": the holder's client closes without a Shutdown, as a process that crashed:
-//     nothing renews its leases (TTL stallExpiryTTL) and etcd lets them expire.
+//     nothing renews its leases (TTL stallExpiryTTL, or ETCDSYNC_BENCH_STALL_TTL) and etcd
+//     lets them expire.
 //
 // The end runs from the Shutdown call (the Close) until a count of the holds' keys, read
 // every stallPoll from a third client on the leader, finds none; that must happen within
@@ -83,7 +84,7 @@ const (
 	stallBaseline   = time.Second     // the writer's run before the end
 	stallAfter      = 2 * time.Second // the writer's run after the keys are gone
 	stallPoll       = 100 * time.Millisecond
-	stallGoneWithin = time.Minute // the longest the keys may take to go once the end began
+	stallGoneWithin = 3 * time.Minute // the longest the keys may take to go once the end began
 )
 
 // stallHoldCount is N: 100,000, or ETCDSYNC_BENCH_HOLDS.
@@ -185,6 +186,13 @@ func runStall(b *testing.B, t *target, end string, n int, writer, reader *client
 	var holder counted
 	if end == stallExpiry {
 		ttl = stallExpiryTTL
+		if v := os.Getenv("ETCDSYNC_BENCH_STALL_TTL"); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < time.Second {
+				b.Fatalf("ETCDSYNC_BENCH_STALL_TTL=%q: not a TTL of 1s or more", v)
+			}
+			ttl = d
+		}
 		holder = t.clients(b, 1, 0)[0] // closed in the trial, never shut down
 	} else {
 		holder = t.oursClients(b, 1)[0] // shut down when b ends too: after a failure
