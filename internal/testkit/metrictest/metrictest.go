@@ -104,14 +104,18 @@ func (d Data) Sum(name string, attrs ...attribute.KeyValue) int64 {
 	return n
 }
 
-// Gauge is the values of the float gauge name, by its points' attribute sets' values of key.
+// Gauge is the values of the float gauge name, by the value of key in each point's
+// attributes ("" for a point without it).
 func (d Data) Gauge(name string, key attribute.Key) map[string]float64 {
 	vals := make(map[string]float64)
 	for _, m := range d.metrics(name) {
 		if g, ok := m.Data.(metricdata.Gauge[float64]); ok {
 			for _, p := range g.DataPoints {
-				v, _ := p.Attributes.Value(key)
-				vals[v.Emit()] = p.Value
+				name := "" // a point without key: an empty Value's Emit differs between versions
+				if v, ok := p.Attributes.Value(key); ok {
+					name = v.Emit()
+				}
+				vals[name] = p.Value
 			}
 		}
 	}
