@@ -399,12 +399,12 @@ func (a *acquisition) enqueue(ctx context.Context) (enqueued, error) {
 // served stays served. Near the head it sends no RPC itself.
 func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 	type waiting struct {
-		h *hub
-		w *queueWaiter
+		h  *hub
+		w  *queueWaiter
+		sl *slot // its key's
 	}
 	wake := make(chan struct{}, 1) // one for every waiter: each signal makes the loop look at all
 	var subs []waiting
-	var slotOf []*slot  // the slot of each of subs
 	var read []servedBy // names a read served (approach), for the lock-delay
 	delayed := false
 	defer func() {
@@ -429,17 +429,16 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 		}
 		w := newQueueWaiter(a.slots[i].key(), e.rev, snap, ahead, q.prefix+a.spec.Ahead, a.spec.slots())
 		w.weigh, w.wake, w.far = weigherOf(q, a.spec), wake, far
-		subs = append(subs, waiting{join(q.hubKey(), w), w})
-		slotOf = append(slotOf, a.slots[i])
+		subs = append(subs, waiting{join(q.hubKey(), w), w, a.slots[i]})
 	}
 	for {
 		pending := false
-		for j, s := range subs {
+		for _, s := range subs {
 			s.h.mu.Lock()
 			done, err := s.w.outcome()
 			s.h.mu.Unlock()
 			if err != nil {
-				return whyGone(ctx, a.cli(), slotOf[j], e.rev, err)
+				return whyGone(ctx, a.cli(), s.sl, e.rev, err)
 			}
 			pending = pending || !done
 		}

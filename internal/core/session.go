@@ -95,10 +95,19 @@ func (s *Session) unclaim() {
 	last := s.retired && s.users == 0
 	full := s.full
 	s.mu.Unlock()
+	if last {
+		s.letGo(full)
+	}
+}
+
+// letGo ends a retired session on which no slot is claimed any more: it revokes the lease,
+// or, for a full one, only stops renewing it.
+func (s *Session) letGo(full bool) {
 	switch {
-	case last && s.ka != nil && full:
+	case s.ka == nil:
+	case full:
 		s.ka.cancel()
-	case last && s.ka != nil:
+	default:
 		s.ka.retire()
 	}
 }
@@ -124,18 +133,18 @@ func (s *Session) isFull() bool {
 // late, after its cleanup found nothing to remove, and only the lease's revocation removes
 // such a key for sure. The lease is revoked once no slot is claimed on it; a full one's
 // (see maxLeaseKeys) is no longer renewed then.
-func (s *Session) retire() {
+func (s *Session) retire() { s.retireAs(false) }
+
+// retireAs retires the session, as full (see maxLeaseKeys) or not.
+func (s *Session) retireAs(full bool) {
 	s.mu.Lock()
 	first := !s.retired
 	s.retired = true
+	s.full = s.full || full
 	idle, full := s.users == 0, s.full
 	s.mu.Unlock()
-	switch {
-	case !first || !idle || s.ka == nil:
-	case full:
-		s.ka.cancel()
-	default:
-		s.ka.retire()
+	if first && idle {
+		s.letGo(full)
 	}
 }
 
@@ -240,10 +249,7 @@ func (s *sharedSession) live() *Session {
 		full := s.cur
 		s.cur = nil
 		s.retired = append(slices.DeleteFunc(s.retired, (*Session).ended), full)
-		full.mu.Lock()
-		full.full = true
-		full.mu.Unlock()
-		full.retire()
+		full.retireAs(true)
 	}
 	return s.cur
 }
