@@ -43,10 +43,16 @@ var errDeletedWhileWaiting = errors.New("deleted while waiting")
 
 // goneErr is the loss of a hold whose key is no longer the one it created: released by an
 // operator, with the record's reason, if a record of that release is there; else deleted
-// (or gone with its lease).
+// (or gone with its lease). The record is read only while the hold is held: a hold being
+// released sees its own delete go, which needs no reason and must cost no read.
 func (h *Hold) goneErr(ctx context.Context) error {
-	if err := releasedErr(ctx, h.cli, h.slot, h.rev); err != nil {
-		return err
+	h.mu.Lock()
+	live := h.state == held
+	h.mu.Unlock()
+	if live {
+		if err := releasedErr(ctx, h.cli, h.slot, h.rev); err != nil {
+			return err
+		}
 	}
 	return errKeyGone(h.key)
 }
