@@ -31,8 +31,8 @@ var (
 	// it: its key was released or went with its lease, the ticket was used to resume it
 	// already, or the name was taken again. Nothing was written.
 	ErrStaleTicket = core.ErrStaleTicket
-	// ErrLimitMismatch: a semaphore's limit differs from the one recorded in etcd for its
-	// name; the acquisition wrote nothing.
+	// ErrLimitMismatch: a semaphore's limit in etcd changed under an acquisition: it was
+	// lowered below the units a waiter asks (whose key is then deleted), or kept changing.
 	ErrLimitMismatch = core.ErrLimitMismatch
 	// ErrTimeout: trylock.Timeout ran out of time with the lock still busy.
 	ErrTimeout = core.ErrTimeout

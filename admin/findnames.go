@@ -58,9 +58,9 @@ func findNames(ctx context.Context, cli *clientv3.Client, prefix string) ([]name
 // a holder's or waiter's key: a lease in hex (etcd's concurrency.Mutex and Election,
 // etcdctl lock and elect), with "_" and a slot (etcdsync), or a time in decimal (etcd's
 // recipe.RWMutex), perhaps under read/, write/, permit/ or permit/uK/; or a semaphore's
-// limit record.
+// limit record or its marker.
 func syncKeyShape(rest string) bool {
-	if rest == core.RecordLimit {
+	if core.IsRecord(rest) {
 		return true
 	}
 	for _, kind := range []string{core.KindRead, core.KindWrite, core.KindPermit} {

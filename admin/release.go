@@ -64,7 +64,7 @@ func Release(ctx context.Context, cli *clientv3.Client, names []string, token in
 		prefixOf[len(keys)] = keyPrefix
 		for _, kv := range resp.Kvs {
 			// A semaphore's limit record may have been written with its first permit.
-			if kv.CreateRevision == token && string(kv.Key) != keyPrefix+core.RecordLimit {
+			if kv.CreateRevision == token && !core.IsRecord(strings.TrimPrefix(string(kv.Key), keyPrefix)) {
 				found = string(kv.Key)
 			}
 		}

@@ -181,8 +181,8 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) N
 	kinds := map[string]bool{}
 	for _, kv := range kvs {
 		rest := strings.TrimPrefix(string(kv.Key), keyPrefix)
-		if rest == core.RecordLimit {
-			if limit, err := strconv.Atoi(string(kv.Value)); err == nil {
+		if core.IsRecord(rest) {
+			if limit, err := strconv.Atoi(string(kv.Value)); err == nil && rest == core.RecordLimit {
 				ns.Limit = &limit
 			}
 			kinds[KindPermit] = true
@@ -233,6 +233,7 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) N
 			specs[e.Key] = s
 		}
 	}
+	heldThrough := core.Watermark(keyPrefix, kvs) // permits held beyond a lowered limit
 	served := core.Served(keyPrefix, keys, func(rel string) (core.Spec, bool) {
 		s, ok := specs[keyPrefix+rel]
 		return s, ok
@@ -246,7 +247,7 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) N
 		if e.Kind == KindPermit && ns.Limit == nil {
 			e.State = StateUnknown
 		}
-		holds := served[i]
+		holds := served[i] || e.Kind == KindPermit && e.Token <= heldThrough
 		switch {
 		case e.State != "":
 		case holds && e.Kind == KindCandidate:

@@ -14,12 +14,17 @@
 // before Acquire returns. Every client of a name must know permits of several units (see
 // CHANGELOG.md): one that does not counts such a key as one unit.
 //
-// The limit is part of the name's state: the first user records it in the key
-// "<name>/limit", which has no lease and stays after every permit is released. Every
-// acquisition compares it in the Txn that writes its key, so a handle built with another
-// limit gets [ErrLimitMismatch] and writes nothing. To change the limit, delete that key
-// while no permit is held (etcdctl del '<name>/limit'); the next acquisition records its
-// own. Names with '/' or '%' are escaped in keys, as in package mutex.
+// The limit is part of the name's state, in etcd: the first user records it in the key
+// "<name>/limit" (with a marker beside it, "<name>/limit/<n>"), which has no lease and stays
+// after every permit is released. From then on etcd's record is the limit, for every handle
+// whatever limit it was made with: New's limit is the one recorded for a name that has none.
+// Every acquisition compares the record in the Txn that writes its key; a handle that finds
+// another limit there follows it (asking more units than it is [ErrInvalidOption]).
+// [Semaphore.SetLimit] changes it while permits are held and waited for, and every waiter,
+// of every handle, learns of the change in order with the releases: a raise serves those
+// that now fit at once; after a lowering, the permits held keep holding and nobody new is
+// served until the units in use fit. Names with '/' or '%' are escaped in keys, as in
+// package mutex.
 //
 // A permit is not a fence. A process that pauses may wake after its lease expired and
 // another worker took its permit. Guard the writes a permit protects with

@@ -20,30 +20,31 @@ const (
 	limitName  = core.RecordLimit
 )
 
-// guardTries bounds how often an acquisition records the limit again after its guard
-// failed: only an operator deleting the record meanwhile makes it fail more than once.
+// guardTries bounds how often an acquisition reads the limit again after its guard
+// failed: only changes coming one after another (SetLimit, an operator's delete) make it
+// fail more than once.
 const guardTries = 5
 
-// Semaphore is a distributed counting semaphore on one name: at most Limit units held at
-// once by every client together, in permits of one unit (Acquire) or several (AcquireN).
-// It is safe for use by several goroutines; each acquisition takes a permit of its own.
+// Semaphore is a distributed counting semaphore on one name: at most its limit (etcd's
+// record; see the package doc) of units held at once by every client together, in permits
+// of one unit (Acquire) or several (AcquireN). It is safe for use by several goroutines; each acquisition takes a permit of its own.
 //
 // Only [New] makes a usable Semaphore. On the zero Semaphore and a nil *Semaphore, Acquire,
 // AcquireN, TryAcquire, TryAcquireN and InUse return [ErrInvalidOption] at once, Limit is 0,
 // and WatchRelease never yields.
 type Semaphore struct {
 	name     string
-	limit    int
+	limit    atomic.Int64 // as etcd last recorded it, to this handle's knowledge; New's until then
 	q        *core.Queue
 	limitKey string
-	spec     core.Spec
-	recorded atomic.Bool // etcd's limit record was found, or written, equal to limit
+	recorded atomic.Bool // etcd's limit record was found, or written: limit is etcd's
 	tel      *core.Telemetry
 }
 
-// New returns a Semaphore of limit units on name over cli. It does no I/O. Errors, wrapped
-// with the detail: [ErrInvalidName] for a bad name, [ErrInvalidOption] for a limit below 1,
-// a bad option or a nil cli.
+// New returns a Semaphore on name over cli, with limit the units to record for a name
+// whose limit etcd does not record yet (see the package doc). It does no I/O. Errors,
+// wrapped with the detail: [ErrInvalidName] for a bad name, [ErrInvalidOption] for a limit
+// below 1, a bad option or a nil cli.
 func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semaphore, error) {
 	if err := core.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("semaphore: %w", err)
@@ -58,39 +59,47 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 	if err != nil {
 		return nil, fmt.Errorf("semaphore %q: %w", name, err)
 	}
-	prefix := cfg.KeyPrefix(name)
-	limitKey := prefix + limitName
-	tel := core.NewTelemetry(cfg, core.PrimitiveSemaphore, name)
-	return &Semaphore{
+	s := &Semaphore{
 		name:     name,
-		limit:    limit,
 		q:        core.NewQueue(cli, cfg, name),
-		limitKey: limitKey,
-		tel:      tel,
-		spec: core.Spec{
-			Kind: permitKind, Ahead: permitKind, Capacity: limit, Tel: tel,
-			// Every write of a permit key checks the limit in the same Txn.
-			Guard: []clientv3.Cmp{clientv3.Compare(clientv3.Value(limitKey), "=", strconv.Itoa(limit))},
-		},
-	}, nil
+		limitKey: cfg.KeyPrefix(name) + limitName,
+		tel:      core.NewTelemetry(cfg, core.PrimitiveSemaphore, name),
+	}
+	s.limit.Store(int64(limit))
+	return s, nil
 }
 
-// specFor is the spec of an acquisition of n units starting now: its key's value says who
-// and since when. Core serves it once its n fit beside the units ahead of it.
-func (s *Semaphore) specFor(n int) core.Spec {
-	spec := s.spec
-	spec.Weight = n
-	spec.Value = core.OwnerValue("")
-	return spec
+// specFor is the spec of an acquisition of n units of limit starting now: its key's value
+// says who and since when. Core serves it once its n fit beside the units ahead of it, under
+// the limit in force while it waits; every write of its key checks, in the same Txn, that
+// etcd records limit.
+func (s *Semaphore) specFor(n, limit int) core.Spec {
+	return core.Spec{
+		Kind: permitKind, Ahead: permitKind, Capacity: limit, Weight: n, Tel: s.tel,
+		Value:        core.OwnerValue(""),
+		Guard:        []clientv3.Cmp{clientv3.Compare(clientv3.Value(s.limitKey), "=", strconv.Itoa(limit))},
+		CapacityMark: core.LimitMark,
+	}
 }
 
-// units checks n, the units an acquisition asks for.
-func (s *Semaphore) units(n int) error {
-	switch {
-	case n < 1:
+// units checks n, the units an acquisition asks for: at least 1, and at most the limit,
+// which it reads from etcd first when n is above Limit (a handle made with a lower limit
+// than etcd's, or one that has not seen a raise yet).
+func (s *Semaphore) units(ctx context.Context, n int) error {
+	if n < 1 {
 		return fmt.Errorf("%w: %d units is below 1", ErrInvalidOption, n)
-	case n > s.limit:
-		return fmt.Errorf("%w: %d units is over the limit of %d", ErrInvalidOption, n, s.limit)
+	}
+	if n <= s.Limit() {
+		return nil
+	}
+	if limit, err := core.ReadLimit(ctx, s.q.Client(), s.q.Prefix()); err != nil {
+		return err
+	} else if limit != 0 {
+		s.limit.Store(int64(limit))
+		s.recorded.Store(true)
+	}
+	if limit := s.Limit(); n > limit {
+		return fmt.Errorf("%w: %d units is over the limit of %d", ErrInvalidOption, n, limit)
 	}
 	return nil
 }
@@ -103,12 +112,41 @@ func (s *Semaphore) queue() *core.Queue {
 	return s.q
 }
 
-// Limit is the number of units, as given to [New]; 0 for a Semaphore not made by New.
+// Limit is the number of units as this handle last saw etcd record it, by an acquisition,
+// [Semaphore.InUse] or [Semaphore.SetLimit]; New's limit until then; 0 for a Semaphore not
+// made by New. It does no I/O.
 func (s *Semaphore) Limit() int {
-	if s == nil {
+	if s.queue() == nil {
 		return 0
 	}
-	return s.limit
+	return int(s.limit.Load())
+}
+
+// SetLimit changes the limit of the name to n units, for every handle and client: one Txn,
+// a compare-and-swap of etcd's record, made again on what it finds if another change came
+// first. A raise serves at once the waiters whose units now fit; after a lowering, permits
+// held keep holding and nobody new is served until the units in use fit beside what they
+// ask. A waiter asking more units than the new limit fails with [ErrLimitMismatch]. It
+// records n if etcd records no limit for the name.
+//
+// Errors: [ErrInvalidOption] for n below 1, having sent nothing, and when s was not made by
+// [New] or its client is closed. ctx's error, wrapped, when ctx ends first: the limit may
+// have changed then or not.
+//
+// Cost: one read and one Txn; one more Txn for a record written before SetLimit existed.
+func (s *Semaphore) SetLimit(ctx context.Context, n int) error {
+	if err := s.queue().Unusable(); err != nil {
+		return s.errorf("set limit", err)
+	}
+	if n < 1 {
+		return s.errorf("set limit", fmt.Errorf("%w: limit %d is below 1", ErrInvalidOption, n))
+	}
+	if err := core.ChangeLimit(ctx, s.q.Client(), s.q.Prefix(), n); err != nil {
+		return s.errorf("set limit", err)
+	}
+	s.limit.Store(int64(n))
+	s.recorded.Store(true)
+	return nil
 }
 
 // Acquire waits for a permit of one unit: s.AcquireN(ctx, 1).
@@ -121,13 +159,14 @@ func (s *Semaphore) Acquire(ctx context.Context) (*Permit, error) {
 // for ahead of it, so a waiter for many units at the head of the line is not overtaken by
 // smaller ones behind it, and two waiters for several units cannot deadlock each other. The
 // permit is one key: it is released, lost and fenced as one. The first acquisition on a
-// handle records the limit in etcd if nobody has.
+// handle reads etcd's limit, or records [Semaphore.Limit] if nobody has.
 //
-// Errors: [ErrInvalidOption] for n below 1 or above Limit, having sent nothing, and when s
-// was not made by [New] or its client is closed. [ErrLimitMismatch], having written
-// nothing, when etcd records another limit for the name. ctx's error, wrapped, when ctx
-// ends, having left no key (see [etcdsync] for how long that may take). [ErrLost]: the
-// session's lease expired while waiting.
+// Errors: [ErrInvalidOption] for n below 1 or above the limit, having written nothing (n
+// above Limit costs a read of etcd's limit first), and when s was not made by [New] or its
+// client is closed. [ErrLimitMismatch] when the limit is lowered below n while it waits,
+// having deleted its key, or keeps changing under it. ctx's error, wrapped, when ctx ends,
+// having left no key (see [etcdsync] for how long that may take). [ErrLost]: the session's
+// lease expired while waiting.
 //
 // Cost: one Txn uncontended, one more for the handle's first acquisition (the limit), and
 // one lease grant on the client's first use; a waiter adds no RPC once the release that
@@ -141,12 +180,12 @@ func (s *Semaphore) acquire(ctx context.Context, op, span string, n int) (_ *Per
 	if err := s.queue().Unusable(); err != nil {
 		return nil, s.errorf(op, err)
 	}
-	if err := s.units(n); err != nil {
+	if err := s.units(ctx, n); err != nil {
 		return nil, s.errorf(op, err)
 	}
 	ctx, a := s.tel.BeginWait(ctx, span)
 	defer func() { a.End(err) }()
-	h, err := s.take(ctx, func(ctx context.Context) (*core.Hold, error) { return s.q.Acquire(ctx, s.specFor(n), nil) })
+	h, err := s.take(ctx, n, func(ctx context.Context, spec core.Spec) (*core.Hold, error) { return s.q.Acquire(ctx, spec, nil) })
 	a.Held(h)
 	if err != nil {
 		return nil, s.errorf(op, err)
@@ -164,7 +203,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context) (*Permit, error) {
 // limit as [Semaphore.AcquireN] does.
 //
 // Errors: [ErrNoPermits] otherwise, having written nothing. ctx's error, [ErrInvalidOption]
-// and [ErrLimitMismatch] as for AcquireN.
+// and [ErrLimitMismatch] (the limit kept changing) as for AcquireN.
 //
 // Cost: one read-only Txn when the units are not free; when they are, that and the Txn that
 // takes them (one Txn in all when n is the whole limit); the limit's record as for
@@ -178,12 +217,12 @@ func (s *Semaphore) tryAcquire(ctx context.Context, op, span string, n int) (_ *
 	if err := s.queue().Unusable(); err != nil {
 		return nil, s.errorf(op, err)
 	}
-	if err := s.units(n); err != nil {
+	if err := s.units(ctx, n); err != nil {
 		return nil, s.errorf(op, err)
 	}
 	ctx, a := s.tel.BeginTry(ctx, span)
 	defer func() { a.End(err) }()
-	h, err := s.take(ctx, func(ctx context.Context) (*core.Hold, error) { return s.q.TryAcquire(ctx, s.specFor(n)) })
+	h, err := s.take(ctx, n, func(ctx context.Context, spec core.Spec) (*core.Hold, error) { return s.q.TryAcquire(ctx, spec) })
 	a.Held(h)
 	if errors.Is(err, core.ErrLocked) { // n == limit: the core's single-slot try
 		err = ErrNoPermits
@@ -194,40 +233,33 @@ func (s *Semaphore) tryAcquire(ctx context.Context, op, span string, n int) (_ *
 	return newPermit(s, h, n), nil
 }
 
-// take runs acquire once the limit is known to be recorded, and again after its guard
-// found the record changed (deleted by an operator) and it was recorded anew.
-func (s *Semaphore) take(ctx context.Context, acquire func(context.Context) (*core.Hold, error)) (*core.Hold, error) {
+// take runs acquire for n units once the limit is known from etcd, and again after its
+// guard found the record changed (a SetLimit, or an operator's delete) and the limit was
+// read anew.
+func (s *Semaphore) take(ctx context.Context, n int, acquire func(context.Context, core.Spec) (*core.Hold, error)) (*core.Hold, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // before any I/O
 	}
 	for range guardTries {
 		if !s.recorded.Load() {
-			if err := s.recordLimit(ctx); err != nil {
+			limit, err := core.EnsureLimit(ctx, s.q.Client(), s.q.Prefix(), s.Limit())
+			if err != nil {
 				return nil, err
 			}
+			s.limit.Store(int64(limit))
+			s.recorded.Store(true)
 		}
-		h, err := acquire(ctx)
+		limit := s.Limit()
+		if n > limit {
+			return nil, fmt.Errorf("%w: %d units is over the limit of %d that etcd records", ErrInvalidOption, n, limit)
+		}
+		h, err := acquire(ctx, s.specFor(n, limit))
 		if !errors.Is(err, core.ErrGuard) {
 			return h, err
 		}
 		s.recorded.Store(false)
 	}
 	return nil, fmt.Errorf("%w: the record %s kept changing", ErrLimitMismatch, s.limitKey)
-}
-
-// recordLimit writes the limit record unless there is one, and checks that it holds this
-// handle's limit.
-func (s *Semaphore) recordLimit(ctx context.Context) error {
-	want := strconv.Itoa(s.limit)
-	got, err := core.Record(ctx, s.q.Client(), s.limitKey, want)
-	if err != nil {
-		return err
-	}
-	if got != want {
-		return fmt.Errorf("%w: etcd records %q at %s, this handle has %d", ErrLimitMismatch, got, s.limitKey, s.limit)
-	}
-	s.recorded.Store(true)
-	return nil
 }
 
 // InUse is the number of units held now, by every client: the weight of the permit keys
@@ -242,10 +274,11 @@ func (s *Semaphore) InUse(ctx context.Context) (int, error) {
 	if err := s.queue().Unusable(); err != nil {
 		return 0, s.errorf("in use", err)
 	}
-	n, err := s.q.HeldUnits(ctx, permitKind, s.limit)
+	n, limit, err := s.q.HeldUnits(ctx, permitKind, s.Limit())
 	if err != nil {
 		return 0, s.errorf("in use", err)
 	}
+	s.limit.Store(int64(limit))
 	return n, nil
 }
 

@@ -33,6 +33,7 @@ func TestCommand(t *testing.T) {
 		{"LocksExcludeEachOther", testLocksExcludeEachOther},
 		{"SemaphoreRunsAtMostN", testSemaphoreRunsAtMostN},
 		{"SemaphoreUnitsAreTakenTogether", testSemaphoreUnits},
+		{"SetLimitStartsTheWaitersThatNowFit", testSetLimit},
 		{"ElectionHandsOverWhenTheLeaderExits", testElectionHandsOver},
 		{"ElectLoopRunsAgainAfterAnExit0AndALoss", testElectLoop},
 		{"ExitStatusIsTheCommands", testExitStatusIsTheCommands},
@@ -265,16 +266,18 @@ func testTimeoutAndBusy(t *testing.T, h *harness) {
 			assert.Equal(t, 0, free.code, "%s: %s", kind, free.stderr.text())
 			nothingLeft(t, cli, "", name+"-free")
 		}
-		assert.Len(t, keysOf(t, cli, "", name), 1+btoi(kind == "sem"), "%s: only the holder's key (and the limit)", kind)
+		assert.Len(t, keysOf(t, cli, "", name), 1+2*btoi(kind == "sem"), "%s: only the holder's key (and the limit's two)", kind)
 		release()
 		nothingLeft(t, cli, "", name)
 	}
-	// A semaphore whose limit etcd records otherwise is a usage error.
+	// etcd's record is the limit: another -n follows it, and units above it are a usage error.
 	holder := h.start(t, environ(), "sem", "-n", "2", "cmd-busy-limit")
 	holder.stdout.awaitLine(t, "ETCDSYNC_TOKEN=", 30*time.Second)
-	p := h.run(t, environ(), "sem", "-n", "3", "cmd-busy-limit", "--", "true")
+	p := h.run(t, environ(), "sem", "-n", "3", "--units", "3", "cmd-busy-limit", "--", "true")
 	assert.Equal(t, exitUsage, p.code, p.stderr.text())
-	assertOneLine(t, p.stderr.text(), "etcdsync sem: -n 3: ")
+	assertOneLine(t, p.stderr.text(), "etcdsync sem: --units 3: ")
+	p = h.run(t, environ(), "sem", "-n", "3", "cmd-busy-limit", "--", "true")
+	assert.Equal(t, 0, p.code, p.stderr.text())
 	holder.signal(syscall.SIGTERM)
 	assert.Equal(t, 0, holder.wait(30*time.Second), holder.stderr.text())
 	nothingLeft(t, cli, "", "cmd-busy-limit")
@@ -303,6 +306,32 @@ func testSemaphoreUnits(t *testing.T, h *harness) {
 	holder.signal(syscall.SIGTERM)
 	assert.Equal(t, 0, holder.wait(30*time.Second), holder.stderr.text())
 	assert.Equal(t, 0, waiter.wait(30*time.Second), waiter.stderr.text())
+	nothingLeft(t, cli, "", name)
+}
+
+// testSetLimit: with the one permit of a limit of 1 held, a waiting `sem` runs its command
+// once `sem --set-limit 2` raised the limit, while the holder still holds; --set-limit
+// without a positive N, or with a command, is a usage error that writes nothing.
+func testSetLimit(t *testing.T, h *harness) {
+	const name = "cmd-set-limit"
+	cli := cluster.Client(t)
+	before := etcdtest.Revision(t, cli)
+	for _, args := range [][]string{{"--set-limit", "0", name}, {"--set-limit", "2", name, "--", "true"}, {"--set-limit", "2", "--units", "1", name}} {
+		p := h.run(t, environ(), append([]string{"sem"}, args...)...)
+		assert.Equal(t, exitUsage, p.code, "%v: %s", args, p.stderr.text())
+	}
+	for _, w := range etcdtest.Writes(t, cli, before) { // other subtests write beside it
+		assert.NotContains(t, w, " "+core.NamePrefix(name), "a refused --set-limit wrote")
+	}
+	holder := h.start(t, environ(), "sem", "-n", "1", name)
+	holder.stdout.awaitLine(t, "ETCDSYNC_TOKEN=", 30*time.Second)
+	waiter := h.start(t, environ(), "sem", "-n", "1", name, "--", "true")
+	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name)+core.KindPermit, 2)
+	set := h.run(t, environ(), "sem", "--set-limit", "2", name)
+	assert.Equal(t, 0, set.code, set.stderr.text())
+	assert.Equal(t, 0, waiter.wait(30*time.Second), waiter.stderr.text())
+	holder.signal(syscall.SIGTERM)
+	assert.Equal(t, 0, holder.wait(30*time.Second), holder.stderr.text())
 	nothingLeft(t, cli, "", name)
 }
 
@@ -340,7 +369,7 @@ func testChildEnvironment(t *testing.T, h *harness) {
 			keyPrefix := prefix + "cmd-env%2Fa%25b c-" + kind + "/" + sub[kind]
 			assert.True(t, strings.HasPrefix(got[1], keyPrefix), "%s: key %q not under %q", kind, got[1], keyPrefix)
 			keys := keysOf(t, cli, prefix, name)
-			require.Len(t, keys, 1+btoi(kind == "sem"), "%s", kind)
+			require.Len(t, keys, 1+2*btoi(kind == "sem"), "%s", kind)
 			held := keys[len(keys)-1] // after a semaphore's limit record
 			assert.Equal(t, got[1], held.key)
 			assert.Equal(t, strconv.FormatInt(held.rev, 10), got[2], "%s: the token is the key's create revision", kind)
@@ -381,8 +410,8 @@ func testHoldWithoutACommand(t *testing.T, h *harness) {
 	p = h.start(t, environ(), "sem", "-n", "1", name+"-lost")
 	p.stdout.awaitLine(t, "ETCDSYNC_TOKEN=", 30*time.Second)
 	keys = keysOf(t, cli, "", name+"-lost")
-	require.Len(t, keys, 2) // the limit, then the permit
-	_, err = cli.Delete(etcdtest.Context(t), keys[1].key)
+	require.Len(t, keys, 3) // the limit and its marker, then the permit
+	_, err = cli.Delete(etcdtest.Context(t), keys[2].key)
 	require.NoError(t, err)
 	assert.Equal(t, exitLost, p.wait(30*time.Second))
 	assertOneLine(t, p.stderr.text(), `etcdsync sem: semaphore "cmd-hold-lost" lost`)

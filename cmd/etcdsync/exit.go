@@ -18,7 +18,7 @@ import (
 const (
 	exitOK        = 0
 	exitFree      = 1   // status --check: a name is free; release: no hold has that token
-	exitUsage     = 64  // EX_USAGE: a bad flag, argument, name, or a -n other than etcd's limit
+	exitUsage     = 64  // EX_USAGE: a bad flag, argument, name, or --units above etcd's limit
 	exitEtcd      = 69  // EX_UNAVAILABLE: etcd unreachable or refusing (TLS, auth, permission)
 	exitBusy      = 75  // EX_TEMPFAIL: --try found the name busy
 	exitMaxHold   = 123 // --max-hold passed: the hold ended by itself and the command was stopped

@@ -44,12 +44,16 @@ etcdsync rlock pricing-config -- etcdctl get --prefix pricing/ --write-out=json`
 		`Runs CMD while holding one of N permits of NAME (K of them with --units K, all at once
 or none): at most N commands at once across every host (N units), served first come,
 first served; a command waiting for K units is not overtaken by smaller ones behind it.
-Every user of NAME must give the same N: etcd records it at first use (exit 64 for
-another N; delete NAME/limit to change it).`,
+etcd records N at the name's first use, and from then on its record is the limit,
+whatever N later users give (exit 64 for --units above it). --set-limit N changes it
+while commands hold and wait, and exits: a raise starts the waiters that now fit at once;
+after a lowering, those that run go on and nobody new starts until the units in use fit.`,
 		`# at most 4 thumbnailers at once, on however many hosts
 etcdsync sem -n 4 thumbnailers -- ./make-thumbnails --batch 100
 # a training job that needs 4 of the 16 GPUs of the pool
-etcdsync sem -n 16 --units 4 gpus -- ./train --gpus 4`,
+etcdsync sem -n 16 --units 4 gpus -- ./train --gpus 4
+# the pool grew: 24 GPUs from now on, for the jobs running and waiting too
+etcdsync sem --set-limit 24 gpus`,
 	},
 	"elect": {
 		`Runs CMD once this candidate leads the election NAME: one leader at a time; the
@@ -74,6 +78,7 @@ func (c *holdCommand) define() *subcommand {
 	if c.verb == "sem" {
 		fs.IntVar(&c.limit, "n", 0, "how many (`N`) may hold at once (required)")
 		fs.IntVar(&c.units, "units", 1, "how many (`K`) of the N this command takes, from 1 to N")
+		fs.IntVar(&c.setLimit, "set-limit", 0, "change the limit of NAME to `N` for every user, and exit (no command)")
 	}
 	if c.verb == "elect" {
 		fs.StringVar(&c.value, "value", "", "the candidate's value, what observers see of the leader (default \"host=HOST pid=PID since=TIME\")")
@@ -153,6 +158,16 @@ func (c *holdCommand) parse(sub *subcommand, args []string, a *app) error {
 	switch {
 	case len(operands) == 0:
 		return usagef("NAME missing (etcdsync %s --help)", c.verb)
+	case set["set-limit"] && c.setLimit < 1:
+		return usagef("--set-limit %d: 1 or more", c.setLimit)
+	case set["set-limit"] && (len(rest) > 0 || len(operands) > 1):
+		return usagef("--set-limit changes the limit of one NAME and runs no command")
+	case set["set-limit"]:
+		for _, f := range []string{"n", "units", "try", "timeout", "max-hold", "lock-delay", "command-failed", "shell"} {
+			if set[f] {
+				return usagef("--set-limit takes no --%s: it holds nothing", f)
+			}
+		}
 	case c.verb == "sem" && !set["n"]:
 		return usagef("-n N missing: how many may hold at once")
 	case c.verb == "sem" && c.limit >= 1 && (c.units < 1 || c.units > c.limit):

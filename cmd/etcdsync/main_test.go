@@ -87,11 +87,11 @@ type keyInfo struct {
 }
 
 // nothingLeft fails the test if a key of name (under prefix) is left in etcd, but a
-// semaphore's limit record, which is meant to stay; it deletes that.
+// semaphore's limit record and marker, which are meant to stay; it deletes those.
 func nothingLeft(t *testing.T, cli *clientv3.Client, prefix, name string) {
 	t.Helper()
 	for _, k := range keysOf(t, cli, prefix, name) {
-		if k.key == prefix+core.NamePrefix(name)+core.RecordLimit {
+		if core.IsRecord(strings.TrimPrefix(k.key, prefix+core.NamePrefix(name))) {
 			if _, err := cli.Delete(etcdtest.Context(t), k.key); err != nil {
 				t.Fatal(err)
 			}

@@ -28,18 +28,19 @@ type holdCommand struct {
 	names   []string // lock: every name to hold at once, sorted, without duplicates
 	command []string // what to run; nil to hold until interrupted
 
-	conn    connection
-	ttl     time.Duration
-	prefix  string
-	timeout time.Duration
-	grace   time.Duration
-	try     bool
-	shell   bool
-	verbose bool
-	limit   int    // sem -n
-	units   int    // sem --units
-	value   string // elect --value
-	loop    bool   // elect --loop
+	conn     connection
+	ttl      time.Duration
+	prefix   string
+	timeout  time.Duration
+	grace    time.Duration
+	try      bool
+	shell    bool
+	verbose  bool
+	limit    int    // sem -n
+	units    int    // sem --units
+	setLimit int    // sem --set-limit
+	value    string // elect --value
+	loop     bool   // elect --loop
 
 	commandFailed int           // --command-failed: the status for every non-zero status of the command; 0 to pass it on
 	maxHold       time.Duration // --max-hold: 0 for none
@@ -115,6 +116,9 @@ func (c *holdCommand) acquirer(cli *clientv3.Client) (acquirer, error) {
 // run acquires, runs the command (or waits for a signal), releases, and returns the exit
 // status: the command's, or one of etcdsync's own with the error that says why.
 func (c *holdCommand) run(a *app) (int, error) {
+	if c.setLimit > 0 {
+		return c.changeLimit(a)
+	}
 	// From here on a signal is ours to handle: it cancels the wait, or goes to the command.
 	sigc := make(chan os.Signal, 8)
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
@@ -213,8 +217,8 @@ func (c *holdCommand) acquire(a *app, acq acquirer, sigc <-chan os.Signal) (hold
 		return nil, failf(exitBusy, "%s is busy", c.what())
 	case c.timeout > 0 && errors.Is(err, context.DeadlineExceeded):
 		return nil, failf(exitTimeout, "%s not acquired within %v", c.what(), c.timeout)
-	case errors.Is(err, semaphore.ErrLimitMismatch):
-		return nil, usagef("-n %d: %v", c.limit, err)
+	case errors.Is(err, semaphore.ErrLimitMismatch), c.verb == "sem" && errors.Is(err, semaphore.ErrInvalidOption):
+		return nil, usagef("--units %d: %v", c.units, err)
 	case errors.Is(err, core.ErrReleasedByOperator):
 		return nil, failf(exitLost, "the wait for %s was ended: %v", c.what(), err)
 	default:
@@ -322,4 +326,27 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// changeLimit is `sem --set-limit N NAME`: the limit changed for every user, within
+// --command-timeout.
+func (c *holdCommand) changeLimit(a *app) (int, error) {
+	cli, ctx, done, err := c.conn.request()
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	opts := []semaphore.Option{semaphore.WithTTL(c.ttl)}
+	if c.prefix != "" {
+		opts = append(opts, semaphore.WithPrefix(c.prefix))
+	}
+	s, err := semaphore.New(cli, c.name, c.setLimit, opts...)
+	if err != nil {
+		return 0, usagef("%v", err)
+	}
+	if err := s.SetLimit(ctx, c.setLimit); err != nil {
+		return 0, failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
+	}
+	a.logf("%s: limit set to %d", c.what(), c.setLimit)
+	return exitOK, nil
 }

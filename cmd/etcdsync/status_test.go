@@ -132,14 +132,14 @@ func testStatusGolden(t *testing.T, h *harness) {
 	}
 
 	p = core.NamePrefix(semName)
-	// The limit record of an earlier run (-count) would be older than every key here and
-	// shift the tokens' numbering.
-	_, err := cluster.Client(t).Delete(etcdtest.Context(t), p+core.RecordLimit)
+	// The limit's record and marker of an earlier run (-count) would be older than every key
+	// here and shift the tokens' numbering.
+	_, err := cluster.Client(t).Delete(etcdtest.Context(t), p+core.RecordLimit, clientv3.WithPrefix())
 	require.NoError(t, err)
 	// A limit of 4: permits of 2 and 1 hold; one of 2 waits, and one of 1 behind it though
 	// it would fit.
 	for i, units := range []int{2, 1, 2, 1} {
-		q.enqueue(p, int64(i+2), func(ctx context.Context, cli *clientv3.Client) (func(context.Context) error, error) {
+		q.enqueue(p, int64(i+3), func(ctx context.Context, cli *clientv3.Client) (func(context.Context) error, error) {
 			s, err := semaphore.New(cli, semName, 4)
 			if err != nil {
 				return nil, err

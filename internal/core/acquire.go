@@ -429,6 +429,9 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 		}
 		w := newQueueWaiter(a.slots[i].key(), e.rev, snap, ahead, q.prefix+a.spec.Ahead, a.spec.slots())
 		w.weigh, w.wake, w.far = weigherOf(q, a.spec), wake, far
+		if a.spec.CapacityMark != "" {
+			w.mark, w.units = q.prefix+a.spec.CapacityMark, a.spec.weight()
+		}
 		subs = append(subs, waiting{join(q.hubKey(), w), w, a.slots[i]})
 	}
 	for {

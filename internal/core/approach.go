@@ -35,6 +35,10 @@ import (
 // hears every release until its turn (docs/performance.md has 2 against 4, measured), and
 // not 1, so that the hub's watch and read are in place before its turn.
 //
+// A semaphore's waiter that approaches watches its limit's marker too (see limit.go): a
+// change of the limit ends the approach, and the hub, reading the name, counts under the
+// new limit.
+//
 // A waiter's own key is not watched while it approaches: its delete (an operator's, or a
 // lease's end the session has not yet noticed) is seen by the next read, when the keys it
 // watches go, and only then does its Lock end (with ErrReleasedByOperator for an
@@ -74,19 +78,27 @@ func (a *acquisition) far(q *Queue, ahead int) bool {
 func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev int64) (snap int64, ahead int, err error) {
 	cli, aheadRange := q.cli, q.prefix+a.spec.Ahead
 	near, need, w := int(nearAhead.Load()), a.spec.slots(), weigherOf(q, a.spec)
+	mark := ""
+	if a.spec.CapacityMark != "" {
+		mark = q.prefix + a.spec.CapacityMark
+	}
 	var b backoff
 	for {
 		// Its own key is read too: the read's revision is the waiter's new snapshot, and a
 		// delete of the key before it would be no news to the hub's events. Every key
 		// weighs at least one unit, so near+need keys hold the margin and the watched.
 		var sent int64
+		reads := []clientv3.Op{
+			clientv3.OpGet(key, clientv3.WithKeysOnly()),
+			clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev-1),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(near+need))),
+		}
+		if mark != "" {
+			reads = append(reads, clientv3.OpGet(mark, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+		}
 		resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
 			sent = clockOf(cli).now()
-			return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(
-				clientv3.OpGet(key, clientv3.WithKeysOnly()),
-				clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev-1),
-					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(near+need))),
-			).Commit()
+			return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(reads...).Commit()
 		})
 		if err == nil {
 			err = settleLinear(cli, resp.Header, sent)
@@ -101,6 +113,15 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 			return 0, 0, fmt.Errorf("%w: key %s %w", ErrLost, key, errDeletedWhileWaiting)
 		}
 		kvs, at := resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision
+		var marker *mvccpb.KeyValue // watched with the keys: the capacity's change ends the approach
+		if markers := resp.Responses[len(reads)-1].GetResponseRange().Kvs; mark != "" && len(markers) > 0 {
+			// None: a record of an older version, marked only before its first change; the
+			// waiter then learns of a change once it joins the hub, which reads the name.
+			if c, _ := markedIn(markers, mark); c != a.spec.capacity() || len(markers) != 1 {
+				return at, -1, nil // the capacity changed since the waiter queued: the hub reads it
+			}
+			marker = markers[0]
+		}
 		if len(kvs) < near+need { // every key ahead
 			weight := 0
 			for _, kv := range kvs {
@@ -115,7 +136,7 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 				break
 			}
 		}
-		gone, err := a.awaitDeletes(ctx, watched, need, w, at)
+		gone, err := a.awaitDeletes(ctx, watched, need, w, at, marker)
 		switch {
 		case err != nil:
 			return 0, 0, err
@@ -129,12 +150,12 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 }
 
 // awaitDeletes watches kvs, which a read at revision read found, until those left weigh
-// less than need (true), a watch ends without saying so (false: compacted, refused, or the
-// client closed), the session ends (its loss) or ctx ends. Each watch starts from the
-// present, as etcd serves a watch from the past only every 100 ms; if the present is past
-// read, one read of its key covers the revisions in between. They share the client's stream
-// with its hubs' watches.
-func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, need int, w weigher, read int64) (bool, error) {
+// less than need or marker, if not nil, is deleted (true), a watch ends without saying so
+// (false: compacted, refused, or the client closed), the session ends (its loss) or ctx
+// ends. Each watch starts from the present, as etcd serves a watch from the past only every
+// 100 ms; if the present is past read, one read of its key covers the revisions in between.
+// They share the client's stream with its hubs' watches.
+func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, need int, w weigher, read int64, marker *mvccpb.KeyValue) (bool, error) {
 	cli := a.cli()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(cli.Ctx()))
 	var wg sync.WaitGroup
@@ -142,10 +163,16 @@ func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, 
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()
 	defer context.AfterFunc(a.sess.ctx, cancel)()
-	gone := make(chan int, len(kvs)) // the index of a key deleted, or -1: a watch ended
+	watched := kvs
+	if marker != nil {
+		watched = append(kvs[:len(kvs):len(kvs)], marker)
+	}
+	gone := make(chan int, len(watched)) // the index of a key deleted, or -1: a watch ended
 	left := 0
-	for i, kv := range kvs {
-		left += w.of(string(kv.Key))
+	for i, kv := range watched {
+		if i < len(kvs) {
+			left += w.of(string(kv.Key))
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -159,8 +186,11 @@ func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, 
 	for left >= need {
 		select {
 		case i := <-gone:
-			if i < 0 {
+			switch {
+			case i < 0:
 				return false, a.watchEnded(ctx)
+			case i == len(kvs):
+				return true, nil // the marker: the capacity changed
 			}
 			left -= w.of(string(kvs[i].Key))
 		case <-wctx.Done():

@@ -16,6 +16,9 @@
 //   - queue.go: Queue (a name's keys under one prefix) and Spec (what an acquisition asks:
 //     the kind of key, which kinds are ahead of it, how many units of how many); the weight
 //     of a semaphore's keys; Served, the one rule of who is served; Record.
+//   - limit.go: a semaphore's limit in etcd, its record and marker, and its change while
+//     permits are held and waited for (SetLimit): how waiters hear of it, and who holds
+//     after a lowering.
 //   - acquire.go: the acquisition path, once for one name and for several: claim a slot per
 //     name, write every key in one Txn that reads what is ahead (acquisition.write: every
 //     write of an acquisition, and what each answer means), wait, grant or abandon; the tries.

@@ -80,6 +80,11 @@ type Spec struct {
 	// Guard, if not empty, is ANDed into the If of every Txn that may write the key: when
 	// it fails, the acquisition writes nothing and returns ErrGuard (see acquire.go).
 	Guard []clientv3.Cmp
+	// CapacityMark, if not empty, says that Capacity may change while the acquisition
+	// waits: a key "<CapacityMark><n>" under the name says the capacity in force, and its
+	// delete that it changed (see limit.go). The keys ahead are then weighed whatever
+	// Capacity is.
+	CapacityMark string
 }
 
 func (s Spec) capacity() int { return max(s.Capacity, 1) }
@@ -90,7 +95,7 @@ func (s Spec) weight() int { return max(s.Weight, 1) }
 func (s Spec) slots() int { return s.capacity() - s.weight() + 1 }
 
 // weighted reports whether the keys ahead may weigh more than one unit each.
-func (s Spec) weighted() bool { return s.capacity() > 1 }
+func (s Spec) weighted() bool { return s.capacity() > 1 || s.CapacityMark != "" }
 
 // keyKind is the sub-prefix the acquisition's key goes under: Kind, with its weight when
 // above one (see unitsKind).
@@ -195,34 +200,43 @@ func (w weigher) weight(resps []*etcdserverpb.ResponseOp) int {
 	return n
 }
 
-// HeldUnits is the weight of the keys of kind that hold now on a semaphore of limit units:
-// the longest run of them, oldest first, whose weights add up to no more than limit (a key
-// holds once what is ahead of it and its own weight fit, and what is ahead only shrinks, so
-// the keys that hold are always the oldest). One Range of at most limit keys, without
-// values, linearizable, retried through leader changes of etcd until ctx ends.
-func (q *Queue) HeldUnits(ctx context.Context, kind string, limit int) (int, error) {
+// HeldUnits is the weight of the keys of kind that hold now on a semaphore, and its limit,
+// both as of one revision: etcd's record of the limit (known without one), and the permits
+// that hold by heldPermits (see limit.go). One Txn of the record, its marker and at most
+// known permit keys without values, and one more if the record says more (permits beyond
+// the limit still hold after a lowering: at most as many as were read when it was made);
+// linearizable, retried through leader changes of etcd until ctx ends.
+func (q *Queue) HeldUnits(ctx context.Context, kind string, known int) (held, limit int, err error) {
 	w := weigher(q.prefix + kind + unitsMark)
-	resp, err := retry(ctx, func() (*clientv3.GetResponse, error) {
-		return q.cli.Get(clientv3.WithRequireLeader(ctx), q.prefix+kind, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(limit)))
-	})
-	if err != nil {
-		return 0, fmt.Errorf("read the keys under %s: %w", q.prefix+kind, err)
-	}
-	keys := make([]string, len(resp.Kvs))
-	for i, kv := range resp.Kvs {
-		keys[i] = string(kv.Key)
-	}
-	served := Served(q.prefix, keys, func(rel string) (Spec, bool) {
-		return Spec{Kind: kind, Ahead: kind, Capacity: limit, Weight: w.of(q.prefix + rel)}, true
-	})
-	held := 0
-	for i, k := range keys {
-		if served[i] {
-			held += w.of(k)
+	for most := known; ; {
+		resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(append(limitReads(q.prefix),
+				clientv3.OpGet(q.prefix+kind, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(most))))...).Commit()
+		})
+		if err != nil {
+			return 0, 0, fmt.Errorf("read the keys under %s: %w", q.prefix+kind, err)
 		}
+		l, err := limitOf(q.prefix, resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+		if err != nil {
+			return 0, 0, err
+		}
+		if l.n == 0 {
+			l.n = known
+		}
+		permits := resp.Responses[2].GetResponseRange().Kvs
+		holds := heldPermits(q.prefix, kind, permits, l)
+		if n := len(permits); n == most && holds[n-1] && resp.Responses[2].GetResponseRange().More {
+			most *= 2 // the last one read holds: the next may too
+			continue
+		}
+		for i, kv := range permits {
+			if holds[i] {
+				held += w.of(string(kv.Key))
+			}
+		}
+		return held, l.n, nil
 	}
-	return held, nil
 }
 
 // Served reports which keys of a name the queue serves now, by the one rule every
@@ -260,13 +274,14 @@ func Served(prefix string, keys []string, specOf func(rel string) (Spec, bool)) 
 
 // Record writes value at key unless the key exists, and returns what the key holds then:
 // value if this call or an earlier one wrote it, else what another writer recorded first.
-// The key has no lease: it outlives every session. One Txn, retried through leader changes
-// (a retry of a put that was applied finds its own value).
-func Record(ctx context.Context, cli *clientv3.Client, key, value string) (stored string, err error) {
+// The writes also are made with it, in the same Txn. The key has no lease: it outlives
+// every session. One Txn, retried through leader changes (a retry of a put that was
+// applied finds its own value).
+func Record(ctx context.Context, cli *clientv3.Client, key, value string, also ...clientv3.Op) (stored string, err error) {
 	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
 		return cli.Txn(clientv3.WithRequireLeader(ctx)).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, value)).
+			Then(append([]clientv3.Op{clientv3.OpPut(key, value)}, also...)...).
 			Else(clientv3.OpGet(key)).
 			Commit()
 	})

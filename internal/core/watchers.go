@@ -61,6 +61,8 @@ type queueWaiter struct {
 	prefix string  // where the keys that count against it live (the name prefix + Spec.Ahead)
 	slots  int     // it is served once fewer than slots keys are ahead
 	weigh  weigher // with units: what each key ahead weighs, counted instead of keys
+	mark   string  // with a capacity that may change: its marker's range (Spec.CapacityMark)
+	units  int     // with a mark: the units it asks, which with the capacity make slots
 
 	ahead  int  // keys in prefix created before rev and alive at snap
 	served bool // fewer than slots keys are ahead
@@ -102,6 +104,8 @@ func (w *queueWaiter) apply(_ int64, evs []event) {
 		case e.key == w.key:
 			w.fail(fmt.Errorf("%w: key %s %w", ErrLost, w.key, errDeletedWhileWaiting))
 			return
+		case w.mark != "" && strings.HasPrefix(e.key, w.mark):
+			unknown = true // the capacity changed: a read of the name says to what
 		case !strings.HasPrefix(e.key, w.prefix):
 		case e.created == 0:
 			unknown = true // etcd could not say when the key was created
@@ -155,6 +159,12 @@ func (w *queueWaiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
 	if !own {
 		w.fail(fmt.Errorf("%w: key %s %w", ErrLost, w.key, errDeletedWhileWaiting))
 		return
+	}
+	if c, ok := markedIn(kvs, w.mark); ok {
+		if w.slots = c - w.units + 1; w.slots < 1 {
+			w.fail(fmt.Errorf("%w: the limit is now %d, below the %d units asked", ErrLimitMismatch, c, w.units))
+			return
+		}
 	}
 	w.count(n, servedBy{prefix: w.prefix, rev: w.rev, from: from, to: rev})
 }

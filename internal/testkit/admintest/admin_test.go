@@ -65,7 +65,7 @@ func TestStatusShowsHoldersAndWaitersInOrder(t *testing.T) {
 	s2 := must(semaphore.New(cluster.Client(t), sem, 2))
 	var p2 *semaphore.Permit
 	waiting(t, func(ctx context.Context) (err error) { p2, err = s2.Acquire(ctx); return err },
-		func(ctx context.Context) error { return p2.Release(ctx) }, sem, 3) // the limit record too
+		func(ctx context.Context) error { return p2.Release(ctx) }, sem, 4) // the limit's record and marker too
 
 	leader := must(election.New(cli, elect))
 	require.NoError(t, leader.Campaign(ctx, "first"))

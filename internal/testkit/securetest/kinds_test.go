@@ -2,6 +2,7 @@ package securetest_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,13 +73,13 @@ func count(t *testing.T, cli *clientv3.Client, prefix string) int64 {
 }
 
 // assertNoLockKeys checks that prefix, a name's keys, holds no key but a semaphore's limit
-// record, which outlives every holder by design.
+// record and marker, which outlive every holder by design.
 func assertNoLockKeys(t *testing.T, cli *clientv3.Client, prefix string) {
 	t.Helper()
 	resp, err := cli.Get(etcdtest.Context(t), prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	require.NoError(t, err)
 	for _, kv := range resp.Kvs {
-		if string(kv.Key) != prefix+core.RecordLimit {
+		if !core.IsRecord(strings.TrimPrefix(string(kv.Key), prefix)) {
 			t.Errorf("key %s left", kv.Key)
 		}
 	}

@@ -30,8 +30,8 @@ const (
 )
 
 // The names that splitUser may take a part of: the sub-ranges their acquisitions write and
-// read (the limit record's as a prefix that only it falls under), but not the whole name,
-// which their waiters watch.
+// read (the limit record's as a prefix that only it and its marker fall under), but not the
+// whole name, which their waiters watch.
 const (
 	splitRW  = "reports"
 	splitSem = "quota"

@@ -58,8 +58,8 @@ func TestMetricsCountAKnownWorkload(t *testing.T) {
 }
 
 // TestMetricsCountAFailedAcquisitionAsError: an Acquire that fails for another reason than
-// a busy semaphore or its ctx (a limit mismatch) is an error outcome, and its span is
-// marked as an error.
+// a busy semaphore or its ctx (more units than etcd's limit, which the handle learns from
+// etcd) is an error outcome, and its span is marked as an error.
 func TestMetricsCountAFailedAcquisitionAsError(t *testing.T) {
 	sr := mt.Spans(t)
 	ctx, parent := mt.Parent(testContext(t), "request")
@@ -69,8 +69,8 @@ func TestMetricsCountAFailedAcquisitionAsError(t *testing.T) {
 	p, err := first.Acquire(ctx) // records the limit 2
 	require.NoError(t, err)
 	other := newSemaphore(t, cluster.Client(t), name, 3, semaphore.WithMeterProvider(r.Provider))
-	_, err = other.Acquire(ctx)
-	require.ErrorIs(t, err, semaphore.ErrLimitMismatch)
+	_, err = other.AcquireN(ctx, 3) // learns etcd's limit, 2, once under way
+	require.ErrorIs(t, err, semaphore.ErrInvalidOption)
 	require.NoError(t, p.Release(ctx))
 	parent.End()
 
@@ -79,10 +79,11 @@ func TestMetricsCountAFailedAcquisitionAsError(t *testing.T) {
 	assert.EqualValues(t, 1, d.Count(mt.AcquireDuration), "nothing else")
 	assert.EqualValues(t, 0, d.Count(mt.HoldDuration))
 	assert.EqualValues(t, 0, d.Sum(mt.Waiters), "waiters back to zero")
-	assert.Equal(t, []string{"acquired", "error"}, mt.Outcomes(sr, "etcdsync.semaphore.Acquire"))
+	assert.Equal(t, []string{"acquired"}, mt.Outcomes(sr, "etcdsync.semaphore.Acquire"))
+	assert.Equal(t, []string{"error"}, mt.Outcomes(sr, "etcdsync.semaphore.AcquireN"))
 	for _, s := range sr.Ended() {
-		if s.Name() == "etcdsync.semaphore.Acquire" && s.Status().Code == codes.Error {
-			assert.Contains(t, s.Status().Description, "limit mismatch")
+		if s.Name() == "etcdsync.semaphore.AcquireN" && s.Status().Code == codes.Error {
+			assert.Contains(t, s.Status().Description, "over the limit of 2")
 			return
 		}
 	}

@@ -157,43 +157,57 @@ func testTimeout(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func TestALimitOtherThanTheRecordedOneIsRefusedAndWritesNothing(t *testing.T) {
+// TestAHandleFollowsTheRecordedLimit: the first user records its limit (with its marker);
+// a handle made with another follows etcd's; units above etcd's limit are refused having
+// written nothing; after an operator deleted the record, the next user records its own and
+// a handle that knew the old one follows it.
+func TestAHandleFollowsTheRecordedLimit(t *testing.T) {
 	ctx := testContext(t)
-	const name = "mismatch"
+	const name = "follows"
 	admin := cluster.Client(t)
-	_, err := admin.Delete(ctx, core.NamePrefix(name)+"limit") // the record outlives a run of -count
+	_, err := admin.Delete(ctx, core.NamePrefix(name)+"limit", clientv3.WithPrefix()) // the record outlives a run of -count
 	require.NoError(t, err)
 	first := newSemaphore(t, cluster.Client(t), name, 3)
 	p, err := first.Acquire(ctx)
 	require.NoError(t, err)
-	resp, err := admin.Get(ctx, core.NamePrefix(name)+"limit")
+	resp, err := admin.Get(ctx, core.NamePrefix(name)+"limit", clientv3.WithPrefix())
 	require.NoError(t, err)
-	require.Len(t, resp.Kvs, 1, "the limit is recorded")
+	require.Len(t, resp.Kvs, 2, "the limit and its marker are recorded")
 	assert.Equal(t, "3", string(resp.Kvs[0].Value))
-	assert.Zero(t, resp.Kvs[0].Lease, "the limit record has a lease")
+	assert.Equal(t, core.NamePrefix(name)+"limit/3", string(resp.Kvs[1].Key))
+	for _, kv := range resp.Kvs {
+		assert.Zero(t, kv.Lease, "the limit's keys have a lease")
+	}
 
-	other := newSemaphore(t, cluster.Client(t), name, 2)
+	lower := newSemaphore(t, cluster.Client(t), name, 2)
+	p2, err := lower.AcquireN(ctx, 2)
+	require.NoError(t, err, "a handle made with a lower limit follows etcd's")
+	assert.Equal(t, 3, lower.Limit())
+	higher := newSemaphore(t, cluster.Client(t), name, 5)
 	before := etcdtest.Revision(t, admin)
-	_, err = other.Acquire(ctx)
-	assert.ErrorIs(t, err, semaphore.ErrLimitMismatch)
-	_, err = other.TryAcquire(ctx)
-	assert.ErrorIs(t, err, semaphore.ErrLimitMismatch)
-	etcdtest.NoWrites(t, admin, before, "a mismatched handle wrote")
+	_, err = higher.AcquireN(ctx, 4)
+	assert.ErrorIs(t, err, semaphore.ErrInvalidOption)
+	_, err = lower.TryAcquireN(ctx, 4)
+	assert.ErrorIs(t, err, semaphore.ErrInvalidOption)
+	etcdtest.NoWrites(t, admin, before, "units over etcd's limit wrote")
+	assert.Equal(t, 3, higher.Limit())
 	require.NoError(t, p.Release(ctx))
+	require.NoError(t, p2.Release(ctx))
 
 	// An operator resets the limit while no permit is held: the next user records its own,
-	// and a handle that knew the old one is refused by the guard in its acquiring Txn.
-	_, err = admin.Delete(ctx, core.NamePrefix(name)+"limit")
+	// and a handle that knew the old one finds it changed by the guard in its acquiring Txn.
+	_, err = admin.Delete(ctx, core.NamePrefix(name)+"limit", clientv3.WithPrefix())
 	require.NoError(t, err)
+	other := newSemaphore(t, cluster.Client(t), name, 2)
 	p, err = other.Acquire(ctx)
 	require.NoError(t, err)
-	before = etcdtest.Revision(t, admin)
-	_, err = first.Acquire(ctx)
-	assert.ErrorIs(t, err, semaphore.ErrLimitMismatch)
+	p2, err = first.Acquire(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, first.Limit())
 	_, err = first.TryAcquire(ctx)
-	assert.ErrorIs(t, err, semaphore.ErrLimitMismatch)
-	etcdtest.NoWrites(t, admin, before, "a handle with the old limit wrote")
+	assert.ErrorIs(t, err, semaphore.ErrNoPermits)
 	require.NoError(t, p.Release(ctx))
+	require.NoError(t, p2.Release(ctx))
 	assert.Zero(t, permitsOf(t, admin, name))
 }
 
@@ -360,7 +374,7 @@ func TestNestedNamesAreIndependent(t *testing.T) {
 	}
 }
 
-// TestInUseRidesOutAMemberStopping: InUse's read, refused twice with what a stopping member
+// TestInUseRidesOutAMemberStopping: InUse's read (a Txn of the limit and the permits), refused twice with what a stopping member
 // says ("raft: stopped", which etcd's client does not retry), is retried until it is
 // answered, as election's Leader is, instead of failing.
 func TestInUseRidesOutAMemberStopping(t *testing.T) {
@@ -371,7 +385,7 @@ func TestInUseRidesOutAMemberStopping(t *testing.T) {
 	p, err := s.Acquire(ctx)
 	require.NoError(t, err)
 	refused := make(chan struct{}, 2)
-	inj.Add(etcdtest.Rule{Method: "Range", Action: etcdtest.Refuse, Err: status.Error(codes.Unknown, "raft: stopped"), Times: 2,
+	inj.Add(etcdtest.Rule{Method: "Txn", Action: etcdtest.Refuse, Err: status.Error(codes.Unknown, "raft: stopped"), Times: 2,
 		Matched: func() { refused <- struct{}{} }})
 	n, err := s.InUse(ctx)
 	require.NoError(t, err)
