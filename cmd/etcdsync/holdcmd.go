@@ -76,8 +76,8 @@ func (c *holdCommand) define() *subcommand {
 	sub := newSubcommand(c.verb, h.about, h.example)
 	fs := sub.flags
 	if c.verb == "sem" {
-		fs.IntVar(&c.limit, "n", 0, "how many (`N`) may hold at once (required)")
-		fs.IntVar(&c.units, "units", 1, "how many (`K`) of the N this command takes, from 1 to N")
+		fs.IntVar(&c.limit, "n", 0, "how many (`N`) may hold at once, recorded at the name's first use; etcd's record is\nthe limit from then on (required, but with --set-limit)")
+		fs.IntVar(&c.units, "units", 1, "how many (`K`) of the limit this command takes, from 1 to the limit")
 		fs.IntVar(&c.setLimit, "set-limit", 0, "change the limit of NAME to `N` for every user, and exit (no command)")
 	}
 	if c.verb == "elect" {
