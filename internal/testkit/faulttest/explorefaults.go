@@ -64,14 +64,20 @@ var exploreFaults = []exploreFault{
 }
 
 func (x *exploration) drawFault() exploreFault {
+	faults := exploreFaults
+	if x.r.w.Disturb != nil {
+		faults = append(faults[:len(faults):len(faults)], exploreFault{"the primitive's own", 2, func(ctx context.Context, x *exploration) (string, error) {
+			return x.r.w.Disturb(ctx, x.r.env.Admin, x.r.name, x.rng)
+		}, anyEnv})
+	}
 	total := 0
-	for _, f := range exploreFaults {
+	for _, f := range faults {
 		if f.drawnOn(x.r.env) {
 			total += f.weight
 		}
 	}
 	n := x.rng.IntN(total)
-	for _, f := range exploreFaults {
+	for _, f := range faults {
 		if !f.drawnOn(x.r.env) {
 			continue
 		}

@@ -3,6 +3,7 @@ package faulttest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -88,6 +89,11 @@ type Workload struct {
 	// workers, several per handle, and checks that no read hold overlaps a write hold
 	// (Open's) and that readers too are served after each fault. It needs one slot.
 	OpenReader func(cli *clientv3.Client, name string) (Reader, error)
+	// Disturb, if set, is a disturbance of the primitive's own (a semaphore's limit lowered
+	// for a while) that Explore draws among its faults, over the admin client, on the lock
+	// called name. It must leave Slots as it found it before it returns, and never let more
+	// than Slots hold meanwhile; it says what it did.
+	Disturb func(ctx context.Context, cli *clientv3.Client, name string, rng *rand.Rand) (string, error)
 }
 
 func (w Workload) slots() int { return max(w.Slots, 1) }

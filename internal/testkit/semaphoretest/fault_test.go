@@ -1,6 +1,10 @@
 package semaphore_test
 
 import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -9,6 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/faulttest"
 	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
 	"github.com/etcdsync/etcdsync/semaphore"
@@ -50,7 +55,32 @@ func workload() faulttest.Workload {
 		KeyUnits: keyUnits,
 		Seed:     3, // the explorer's seed in CI: each primitive another of 1, 2, 3
 		Lost:     semaphore.ErrLost,
+		Disturb:  lowerTheLimitAWhile,
 	}
+}
+
+// lowerTheLimitAWhile lowers the limit to the most units a worker asks (so that no waiter
+// fails), for up to a second, and raises it back: waiters hear both changes in order with
+// the releases, approaching ones too, and the checks of the run (at most faultLimit units,
+// liveness once healed) hold across them. Both ride out etcd's unavailability until ctx
+// ends; a limit left lowered still serves every worker.
+func lowerTheLimitAWhile(ctx context.Context, cli *clientv3.Client, name string, rng *rand.Rand) (string, error) {
+	s, err := semaphore.New(cli, name, faultLimit)
+	if err != nil {
+		return "", err
+	}
+	lowered := slices.Max(faultUnits)
+	if err := s.SetLimit(ctx, lowered); err != nil {
+		return "", fmt.Errorf("lower the limit: %w", err)
+	}
+	d := time.Duration(rng.IntN(1000)) * time.Millisecond
+	if err := core.Pause(ctx, d); err != nil {
+		return "", err
+	}
+	if err := s.SetLimit(ctx, faultLimit); err != nil {
+		return "", fmt.Errorf("raise the limit back: %w", err)
+	}
+	return fmt.Sprintf("limit %d for %v, then %d", lowered, d, faultLimit), nil
 }
 
 // keyUnits reads a permit key's units: "…/permit/u<n>/…" holds n, any other key one.
