@@ -111,7 +111,7 @@ func heldPermits(prefix, kind string, kvs []*mvccpb.KeyValue, l limitState) []bo
 
 // EnsureLimit records limit n for the semaphore at prefix, with its marker, unless etcd
 // records one already, and returns the limit recorded then: n, or what another handle
-// recorded first. One Txn, and one more the first time; retried through leader changes.
+// recorded first. One Txn, retried through leader changes.
 func EnsureLimit(ctx context.Context, cli *clientv3.Client, prefix string, n int) (int, error) {
 	record := prefix + RecordLimit
 	stored, err := Record(ctx, cli, record, strconv.Itoa(n), clientv3.OpPut(prefix+LimitMark+strconv.Itoa(n), "0"))
