@@ -27,6 +27,16 @@ func newSubcommand(name, about, example string) *subcommand {
 	return &subcommand{synopsis: synopsis(name), about: about, example: example, flags: fs}
 }
 
+// operands parses args as parse does, with no limit and nothing after the operands, and
+// then the ETCDCTL_* variables of the flags the command line did not set (applyEnv).
+func (s *subcommand) operands(args []string, getenv func(string) string) ([]string, error) {
+	operands, _, err := s.parse(args, -1)
+	if err != nil {
+		return nil, err
+	}
+	return operands, applyEnv(s.flags, getenv)
+}
+
 // parse parses args, flags and operands mixed ("NAME --ttl 5s" as well as "--ttl 5s NAME"),
 // and returns up to max operands (-1: no limit) and what follows them unparsed: the command
 // to run, which keeps its own flags. A "--" ends the flags and is dropped; whatever follows

@@ -45,11 +45,8 @@ etcdsync release nightly-report --token 812 --reason "stuck since 02:00, ticket 
 }
 
 func (c *releaseCommand) parse(sub *subcommand, args []string, a *app) error {
-	names, _, err := sub.parse(args, -1)
+	names, err := sub.operands(args, a.getenv)
 	if err != nil {
-		return err
-	}
-	if err := applyEnv(sub.flags, a.getenv); err != nil {
 		return err
 	}
 	c.names = names
@@ -141,11 +138,8 @@ etcdsync renew "$(cat /run/deploy.ticket)"`)
 }
 
 func (c *renewCommand) parse(sub *subcommand, args []string, a *app) error {
-	operands, _, err := sub.parse(args, -1)
+	operands, err := sub.operands(args, a.getenv)
 	if err != nil {
-		return err
-	}
-	if err := applyEnv(sub.flags, a.getenv); err != nil {
 		return err
 	}
 	if len(operands) != 1 {

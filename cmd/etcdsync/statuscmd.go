@@ -58,11 +58,8 @@ etcdsync status --prefix app/ --json --watch`)
 }
 
 func (c *statusCommand) parse(sub *subcommand, args []string, a *app) error {
-	names, _, err := sub.parse(args, -1)
+	names, err := sub.operands(args, a.getenv)
 	if err != nil {
-		return err
-	}
-	if err := applyEnv(sub.flags, a.getenv); err != nil {
 		return err
 	}
 	c.names = names
