@@ -292,8 +292,9 @@ func (s *Semaphore) errorf(op string, err error) error {
 // WatchRelease lets a caller that retries a failed TryAcquire wake when a permit may have
 // come free instead of sleeping blindly; package trylock's Permits adapter uses it. Call
 // arm before each TryAcquire: its channel yields once a permit key of the name is deleted
-// after that (a Release, a waiter giving up, a lost lease), or when the watch cannot tell
-// whether one was, so a wake may be spurious. Call stop once done, from any goroutine; arm
+// after that (a Release, a waiter giving up, a lost lease) or the limit changes (its
+// marker's delete: a raise may make room), or when the watch cannot tell whether one was,
+// so a wake may be spurious. Call stop once done, from any goroutine; arm
 // is for one goroutine at a time. On a Semaphore not made by [New], arm's channel never
 // yields.
 //
@@ -303,7 +304,7 @@ func (s *Semaphore) WatchRelease() (arm func() <-chan struct{}, stop func()) {
 	if s.queue() == nil {
 		return core.NoReleases()
 	}
-	return s.q.WatchRelease(permitKind)
+	return s.q.WatchRelease("") // every key of the name but the record: permits and the marker
 }
 
 // Resume takes over the permit a [Permit.Detach] let go of, in this process or another,

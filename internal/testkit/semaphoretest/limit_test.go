@@ -245,3 +245,29 @@ func TestARecordWithoutAMarkerIsMarkedThenChanged(t *testing.T) {
 	require.NoError(t, a.p.Release(ctx))
 	require.NoError(t, p.Release(ctx))
 }
+
+// TestWatchReleaseWakesOnARaise: a retry of a failed TryAcquire (trylock's) is woken by a
+// raise of the limit as by a release.
+func TestWatchReleaseWakesOnARaise(t *testing.T) {
+	ctx := testContext(t)
+	const name = "watch-release-raise"
+	freshName(t, name)
+	s := newSemaphore(t, cluster.Client(t), name, 1)
+	p, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	arm, stop := s.WatchRelease()
+	defer stop()
+	_, err = s.TryAcquire(ctx)
+	require.ErrorIs(t, err, semaphore.ErrNoPermits)
+	woken := arm()
+	require.NoError(t, newSemaphore(t, cluster.Client(t), name, 1).SetLimit(ctx, 2))
+	select {
+	case <-woken:
+	case <-ctx.Done():
+		t.Fatal("a raise did not wake the retry")
+	}
+	p2, err := s.TryAcquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, p2.Release(ctx))
+	require.NoError(t, p.Release(ctx))
+}
