@@ -130,8 +130,8 @@ func (s *Semaphore) Limit() int {
 // records n if etcd records no limit for the name.
 //
 // Errors: [ErrInvalidOption] for n below 1, having sent nothing, and when s was not made by
-// [New] or its client is closed. ctx's error, wrapped, when ctx ends first: the limit may
-// have changed then or not.
+// [New] or its client is closed. ctx's error, wrapped: with ctx done already, having sent
+// nothing; when ctx ends first, the limit may have changed then or not.
 //
 // Cost: one read and one Txn; one more Txn for a record written before SetLimit existed.
 func (s *Semaphore) SetLimit(ctx context.Context, n int) error {
@@ -140,6 +140,9 @@ func (s *Semaphore) SetLimit(ctx context.Context, n int) error {
 	}
 	if n < 1 {
 		return s.errorf("set limit", fmt.Errorf("%w: limit %d is below 1", ErrInvalidOption, n))
+	}
+	if err := ctx.Err(); err != nil {
+		return s.errorf("set limit", err) // before any I/O
 	}
 	if err := core.ChangeLimit(ctx, s.q.Client(), s.q.Prefix(), n); err != nil {
 		return s.errorf("set limit", err)

@@ -194,7 +194,8 @@ func TestAWaiterForMoreThanALoweredLimitFails(t *testing.T) {
 	require.NoError(t, p.Release(ctx))
 }
 
-// TestSetLimitRefusesBadInputAndWritesNothing, and on a semaphore New did not make.
+// TestSetLimitRefusesBadInputAndWritesNothing, on a semaphore New did not make, and with a
+// ctx done already.
 func TestSetLimitRefusesBadInputAndWritesNothing(t *testing.T) {
 	ctx := testContext(t)
 	cli := cluster.Client(t)
@@ -202,6 +203,9 @@ func TestSetLimitRefusesBadInputAndWritesNothing(t *testing.T) {
 	assert.ErrorIs(t, newSemaphore(t, cli, "set-limit-bad", 2).SetLimit(ctx, 0), semaphore.ErrInvalidOption)
 	assert.ErrorIs(t, new(semaphore.Semaphore).SetLimit(ctx, 2), semaphore.ErrInvalidOption)
 	assert.Zero(t, new(semaphore.Semaphore).Limit())
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	assert.ErrorIs(t, newSemaphore(t, cli, "set-limit-bad", 2).SetLimit(done, 3), context.Canceled)
 	etcdtest.NoWrites(t, cli, before, "a refused SetLimit wrote")
 }
 
