@@ -40,6 +40,9 @@ var (
 	ErrNotLeader = core.ErrNotLeader
 	// ErrNoLeader: nobody leads the election.
 	ErrNoLeader = core.ErrNoLeader
+	// ErrNoCandidate: an election's transfer found no candidate with the value it named,
+	// or the candidate it chose did not take the leadership over.
+	ErrNoCandidate = core.ErrNoCandidate
 	// ErrMixedClusters: the client's endpoints are members of different etcd clusters, so
 	// a lock taken on one would exclude nobody on the other; no retry helps. The error
 	// names each cluster's ID in hex.

@@ -42,7 +42,9 @@ func findNames(ctx context.Context, cli *clientv3.Client, prefix string) ([]name
 		}
 		for _, kv := range resp.Kvs {
 			escaped, rest, ok := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
-			if ok && escaped != "" && !seen[escaped] && syncKeyShape(rest) {
+			// No name holds a NUL byte: such a key is a record beside a name's keys
+			// (core.ReleaseRecordKey, core.HandoverRecordKey).
+			if ok && escaped != "" && !seen[escaped] && !strings.Contains(escaped, "\x00") && syncKeyShape(rest) {
 				seen[escaped] = true
 				found = append(found, nameRange{name: core.UnescapeName(escaped), keyPrefix: prefix + escaped + "/"})
 			}

@@ -37,9 +37,21 @@ type Election struct {
 // resigned by another call), the turn stays taken until lead has returned: no other Run or
 // Campaign of the handle leads while a lead of it may still act.
 type term struct {
-	h     *core.Hold
-	ended bool // the leadership has ended: endTerm gives the turn back
+	h        *core.Hold
+	ended    bool                    // the leadership has ended: endTerm gives the turn back
+	stop     context.CancelCauseFunc // ends lead's ctx
+	transfer *transferRequest        // a Transfer waiting for lead to return; nil for none
 }
+
+// A transferRequest is a Transfer of a Run's term, which the Run carries out once lead has
+// returned (endTerm).
+type transferRequest struct {
+	to   string
+	done chan error // the outcome, once
+}
+
+// errTransferring is the cause of lead's ctx when a Transfer ends it.
+var errTransferring = fmt.Errorf("%w: the leadership is being transferred", ErrNotLocked)
 
 // errNoLeadership is what Resign, Proclaim and Err return without leadership: ErrNotLeader,
 // which also matches ErrNotLocked, the shared convention of Err without a hold.
@@ -91,12 +103,13 @@ func (e *Election) queue() *core.Queue {
 //
 // Cost: one Txn uncontended, and one lease grant on the client's first use.
 func (e *Election) Campaign(ctx context.Context, value string) error {
-	_, err := e.campaign(ctx, value, false)
+	_, err := e.campaign(ctx, value, nil)
 	return err
 }
 
-// campaign is Campaign, returning the leadership it won; for a Run's term if run.
-func (e *Election) campaign(ctx context.Context, value string, run bool) (_ *core.Hold, err error) {
+// campaign is Campaign, returning the leadership it won; for a Run's term if stop, which
+// ends its lead's ctx, is not nil.
+func (e *Election) campaign(ctx context.Context, value string, stop context.CancelCauseFunc) (_ *core.Hold, err error) {
 	if err := e.queue().Unusable(); err != nil {
 		return nil, e.errorf("campaign", err)
 	}
@@ -105,7 +118,7 @@ func (e *Election) campaign(ctx context.Context, value string, run bool) (_ *cor
 	if err := e.takeTurn(ctx); err != nil {
 		return nil, e.errorf("campaign", err)
 	}
-	h, err := e.q.Acquire(ctx, core.Spec{Value: value, Tel: e.tel}, nil)
+	h, err := e.q.Acquire(ctx, core.Spec{Value: value, Tel: e.tel, Handover: true}, nil)
 	if err == nil {
 		h.Done() // start the watch now: a loss from here on closes Done at once
 		if !h.Live() {
@@ -119,8 +132,8 @@ func (e *Election) campaign(ctx context.Context, value string, run bool) (_ *cor
 	}
 	a.Held(h)
 	e.mu.Lock()
-	if run {
-		e.term = &term{h: h}
+	if stop != nil {
+		e.term = &term{h: h, stop: stop}
 	}
 	e.setHoldLocked(h)
 	e.mu.Unlock()
@@ -172,21 +185,27 @@ func (e *Election) setHoldLocked(h *core.Hold) {
 func (e *Election) end(ctx context.Context, h *core.Hold) (ended bool, err error) {
 	ended, err = h.Release(ctx)
 	if ended {
-		e.mu.Lock()
-		if e.hold == h {
-			e.setHoldLocked(nil)
-		}
-		t := e.term
-		kept := t != nil && t.h == h
-		if kept {
-			t.ended = true
-		}
-		e.mu.Unlock()
-		if !kept {
-			<-e.turn
-		}
+		e.forget(h)
 	}
 	return ended, err
+}
+
+// forget drops h, a leadership of the handle that has ended, and gives the turn back,
+// unless h is a Run's term whose lead still runs (endTerm gives it back then).
+func (e *Election) forget(h *core.Hold) {
+	e.mu.Lock()
+	if e.hold == h {
+		e.setHoldLocked(nil)
+	}
+	t := e.term
+	kept := t != nil && t.h == h
+	if kept {
+		t.ended = true
+	}
+	e.mu.Unlock()
+	if !kept {
+		<-e.turn
+	}
 }
 
 // endTerm ends a Run's term on h once its lead has returned: it gives the turn back if h has
@@ -196,12 +215,22 @@ func (e *Election) endTerm(ctx context.Context, h *core.Hold) error {
 	e.mu.Lock()
 	t := e.term
 	ended := false
+	var transfer *transferRequest
 	if t != nil && t.h == h {
-		e.term, ended = nil, t.ended
+		e.term, ended, transfer = nil, t.ended, t.transfer
 	}
 	e.mu.Unlock()
 	if ended {
 		<-e.turn
+	}
+	if transfer != nil && !ended {
+		err := e.handOver(ctx, h, transfer.to)
+		transfer.done <- err
+		if err == nil {
+			return nil
+		}
+	} else if transfer != nil {
+		transfer.done <- e.errorf("transfer", fmt.Errorf("%w: the leadership was lost", ErrLost))
 	}
 	return e.resign(ctx, h)
 }

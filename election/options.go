@@ -51,5 +51,6 @@ var (
 	ErrNotLeader     = etcdsync.ErrNotLeader
 	ErrNotLocked     = etcdsync.ErrNotLocked
 	ErrNoLeader      = etcdsync.ErrNoLeader
+	ErrNoCandidate   = etcdsync.ErrNoCandidate
 	ErrLost          = etcdsync.ErrLost
 )

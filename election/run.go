@@ -47,8 +47,12 @@ func (e *Election) Run(ctx context.Context, value string, lead func(ctx context.
 		if err := cfg.awaitHealthy(ctx); err != nil {
 			return e.errorf("run", err)
 		}
-		h, err := e.campaign(ctx, value, true)
+		// stop ends lead's ctx early, for a Transfer (see campaign); its own ctx only
+		// signals, so that the term's release (a Transfer's handover) runs on Run's ctx.
+		sctx, stop := context.WithCancelCause(context.Background())
+		h, err := e.campaign(ctx, value, stop)
 		if err != nil {
+			stop(nil)
 			switch {
 			case ctx.Err() != nil:
 				return e.errorf("run", ctx.Err())
@@ -60,14 +64,22 @@ func (e *Election) Run(ctx context.Context, value string, lead func(ctx context.
 			}
 			continue
 		}
-		unhealthy, resigned := false, false
+		unhealthy, resigned, transferred := false, false, false
 		var leadErr error
 		err = core.Scoped(ctx, h, func(lctx context.Context) error {
+			lctx, cancel := context.WithCancelCause(lctx)
+			defer cancel(nil)
+			defer context.AfterFunc(sctx, func() { cancel(context.Cause(sctx)) })()
 			unhealthy, leadErr = cfg.lead(lctx, lead)
 			resigned = errors.Is(context.Cause(lctx), core.ErrReleasedEarly)
+			transferred = errors.Is(context.Cause(lctx), errTransferring)
 			return leadErr
 		}, func(ctx context.Context) error { return e.endTerm(ctx, h) })
-		why := stepDownOf(ctx, err, leadErr, unhealthy, resigned)
+		stop(nil)
+		if transferred {
+			err = nil // lead's error, and the handover's, are the Transfer's to report
+		}
+		why := stepDownOf(ctx, err, leadErr, unhealthy, resigned, transferred)
 		e.tel.SteppedDown(context.WithoutCancel(ctx), why)
 		switch why {
 		case core.StepDownCanceled:
@@ -85,10 +97,12 @@ func (e *Election) Run(ctx context.Context, value string, lead func(ctx context.
 // loss (or a Resign by another call while lead ran: to Run, its leadership was gone), a
 // failed health check, lead's error, or lead returning nil. Only lead's error while leading
 // stops Run: a resign that failed after lead returned nil is no reason to stop campaigning.
-func stepDownOf(ctx context.Context, err, leadErr error, unhealthy, resigned bool) core.StepDown {
+func stepDownOf(ctx context.Context, err, leadErr error, unhealthy, resigned, transferred bool) core.StepDown {
 	switch {
 	case ctx.Err() != nil:
 		return core.StepDownCanceled
+	case transferred:
+		return core.StepDownTransferred
 	case errors.Is(err, ErrLost) || resigned:
 		return core.StepDownLost
 	case unhealthy:

@@ -123,6 +123,17 @@ func acquire[T any](ctx context.Context, qs []*Queue, spec Spec, onKeys func([]s
 		}
 		if err == nil && e.most() >= spec.slots() {
 			err = a.wait(ctx, e)
+			if spec.Handover && errors.Is(err, errDeletedWhileWaiting) && a.sess.lostErr() == nil {
+				if h := a.takeHandover(ctx, e.rev); h != nil {
+					for _, sl := range a.slots {
+						sl.free() // its own key is gone: the handover deleted it
+					}
+					bound(a.qs, h)
+					if t, ok := any(h).(T); ok {
+						return t, nil
+					}
+				}
+			}
 		}
 		return grant(ctx, a, e.rev, err, mk)
 	})

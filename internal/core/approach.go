@@ -42,7 +42,9 @@ import (
 // A waiter's own key is not watched while it approaches: its delete (an operator's, or a
 // lease's end the session has not yet noticed) is seen by the next read, when the keys it
 // watches go, and only then does its Lock end (with ErrReleasedByOperator for an
-// operator's release). Its session's end is seen at once.
+// operator's release). Its session's end is seen at once. An election's candidate is the
+// exception (Spec.Handover): a handover to it deletes its key, which it must hear of at
+// once, so it watches its own key too.
 
 // maxApproachKeys is the largest threshold for which a waiter approaches: the most keys
 // it watches at once.
@@ -109,18 +111,22 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 		case err != nil:
 			return 0, 0, fmt.Errorf("read the keys ahead of %s: %w", a.describe(), err)
 		}
-		if own := resp.Responses[0].GetResponseRange().Kvs; len(own) == 0 || own[0].CreateRevision != rev {
+		own := resp.Responses[0].GetResponseRange().Kvs
+		if len(own) == 0 || own[0].CreateRevision != rev {
 			return 0, 0, fmt.Errorf("%w: key %s %w", ErrLost, key, errDeletedWhileWaiting)
 		}
 		kvs, at := resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision
-		var marker *mvccpb.KeyValue // watched with the keys: the capacity's change ends the approach
+		var extras []*mvccpb.KeyValue // watched with the keys: the delete of one ends the approach
+		if a.spec.Handover {
+			extras = append(extras, own[0]) // a handover to it deletes it (see handover.go)
+		}
 		if markers := resp.Responses[len(reads)-1].GetResponseRange().Kvs; mark != "" && len(markers) > 0 {
 			// None: a record of an older version, marked only before its first change; the
 			// waiter then learns of a change once it joins the hub, which reads the name.
 			if c, _ := markedIn(markers, mark); c != a.spec.capacity() || len(markers) != 1 {
 				return at, -1, nil // the capacity changed since the waiter queued: the hub reads it
 			}
-			marker = markers[0]
+			extras = append(extras, markers[0]) // the capacity's change ends the approach
 		}
 		if len(kvs) < near+need { // every key ahead
 			weight := 0
@@ -136,7 +142,7 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 				break
 			}
 		}
-		gone, err := a.awaitDeletes(ctx, watched, need, w, at, marker)
+		gone, err := a.awaitDeletes(ctx, watched, need, w, at, extras)
 		switch {
 		case err != nil:
 			return 0, 0, err
@@ -150,12 +156,12 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 }
 
 // awaitDeletes watches kvs, which a read at revision read found, until those left weigh
-// less than need or marker, if not nil, is deleted (true), a watch ends without saying so
+// less than need or one of extras is deleted (true), a watch ends without saying so
 // (false: compacted, refused, or the client closed), the session ends (its loss) or ctx
 // ends. Each watch starts from the present, as etcd serves a watch from the past only every
 // 100 ms; if the present is past read, one read of its key covers the revisions in between.
 // They share the client's stream with its hubs' watches.
-func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, need int, w weigher, read int64, marker *mvccpb.KeyValue) (bool, error) {
+func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, need int, w weigher, read int64, extras []*mvccpb.KeyValue) (bool, error) {
 	cli := a.cli()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(cli.Ctx()))
 	var wg sync.WaitGroup
@@ -163,10 +169,7 @@ func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, 
 	defer cancel()
 	defer context.AfterFunc(ctx, cancel)()
 	defer context.AfterFunc(a.sess.ctx, cancel)()
-	watched := kvs
-	if marker != nil {
-		watched = append(kvs[:len(kvs):len(kvs)], marker)
-	}
+	watched := append(kvs[:len(kvs):len(kvs)], extras...)
 	gone := make(chan int, len(watched)) // the index of a key deleted, or -1: a watch ended
 	left := 0
 	for i, kv := range watched {
@@ -189,8 +192,8 @@ func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, 
 			switch {
 			case i < 0:
 				return false, a.watchEnded(ctx)
-			case i == len(kvs):
-				return true, nil // the marker: the capacity changed
+			case i >= len(kvs):
+				return true, nil // an extra: the hub reads what changed
 			}
 			left -= w.of(string(kvs[i].Key))
 		case <-wctx.Done():

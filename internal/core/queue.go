@@ -85,6 +85,10 @@ type Spec struct {
 	// delete that it changed (see limit.go). The keys ahead are then weighed whatever
 	// Capacity is.
 	CapacityMark string
+	// Handover, for an election's candidate, says that its key may be deleted by a handover
+	// of the leader's key to it (see handover.go): a wait that sees its key deleted then
+	// reads the record of the handover, and holds that key if it was handed it.
+	Handover bool
 }
 
 func (s Spec) capacity() int { return max(s.Capacity, 1) }

@@ -348,15 +348,16 @@ type StepDown int
 
 // The causes of a step-down.
 const (
-	StepDownLost      StepDown = iota // the leadership was lost
-	StepDownUnhealthy                 // the health check failed
-	StepDownReturned                  // lead returned nil: Run campaigns again
-	StepDownError                     // lead returned an error: Run stops
-	StepDownCanceled                  // Run's ctx ended
+	StepDownLost        StepDown = iota // the leadership was lost
+	StepDownUnhealthy                   // the health check failed
+	StepDownReturned                    // lead returned nil: Run campaigns again
+	StepDownError                       // lead returned an error: Run stops
+	StepDownCanceled                    // Run's ctx ended
+	StepDownTransferred                 // the leadership was transferred: Run campaigns again
 	stepDowns
 )
 
-var stepDownNames = [stepDowns]string{"lost", "unhealthy", "returned", "error", "canceled"}
+var stepDownNames = [stepDowns]string{"lost", "unhealthy", "returned", "error", "canceled", "transferred"}
 
 // SteppedDown counts one term of election.Run that ended, for why.
 func (t *Telemetry) SteppedDown(ctx context.Context, why StepDown) {
