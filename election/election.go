@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -26,11 +27,14 @@ type Election struct {
 	turn      chan struct{} // full from Campaign until the leadership ends, by Resign or loss
 	resigning core.Turn     // one Resign at a time: taken while one runs
 	tel       *core.Telemetry
+	pref      int           // WithPreference's
+	settle    time.Duration // WithSettle's
 
 	mu      sync.Mutex
 	hold    *core.Hold
 	changed chan struct{} // closed, and replaced, whenever hold changes
 	term    *term         // the leadership a Run's lead runs on, until lead has returned
+	asker   *heldAsker    // what asks the leadership to move, once followed (ask.go)
 }
 
 // A term is the leadership that a Run's lead runs on. If it ends while lead runs (lost, or
@@ -44,10 +48,11 @@ type term struct {
 }
 
 // A transferRequest is a Transfer of a Run's term, which the Run carries out once lead has
-// returned (endTerm).
+// returned (endTerm): to the candidate to matches, or, with stepDown, a Resign.
 type transferRequest struct {
-	to   string
-	done chan error // the outcome, once
+	to       core.Match
+	stepDown bool
+	done     chan error // the outcome, once
 }
 
 // errTransferring is the cause of lead's ctx when a Transfer ends it.
@@ -77,6 +82,8 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 		turn:    make(chan struct{}, 1),
 		changed: make(chan struct{}),
 		tel:     core.NewTelemetry(cfg, core.PrimitiveElection, name),
+		pref:    cfg.Preference,
+		settle:  cfg.Settle,
 	}, nil
 }
 
@@ -118,7 +125,11 @@ func (e *Election) campaign(ctx context.Context, value string, stop context.Canc
 	if err := e.takeTurn(ctx); err != nil {
 		return nil, e.errorf("campaign", err)
 	}
-	h, err := e.q.Acquire(ctx, core.Spec{Value: value, Tel: e.tel, Handover: true}, nil)
+	spec := core.Spec{Value: value, Tel: e.tel, Handover: true}
+	if e.pref > 0 {
+		spec.Kind = core.PreferenceKind(e.pref)
+	}
+	h, err := e.q.Acquire(ctx, spec, nil)
 	if err == nil {
 		h.Done() // start the watch now: a loss from here on closes Done at once
 		if !h.Live() {
@@ -223,13 +234,18 @@ func (e *Election) endTerm(ctx context.Context, h *core.Hold) error {
 	if ended {
 		<-e.turn
 	}
-	if transfer != nil && !ended {
+	switch {
+	case transfer != nil && !ended && transfer.stepDown:
+		err := e.resign(ctx, h)
+		transfer.done <- err
+		return err
+	case transfer != nil && !ended:
 		err := e.handOver(ctx, h, transfer.to)
 		transfer.done <- err
 		if err == nil {
 			return nil
 		}
-	} else if transfer != nil {
+	case transfer != nil:
 		transfer.done <- e.errorf("transfer", fmt.Errorf("%w: the leadership was lost", ErrLost))
 	}
 	return e.resign(ctx, h)

@@ -64,6 +64,19 @@ func (e *Election) Run(ctx context.Context, value string, lead func(ctx context.
 			}
 			continue
 		}
+		// A request to move the leadership, or a more preferred candidate (ask.go), ends the
+		// term as a Transfer does.
+		termOver, yielded := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(yielded)
+			if k := e.asking(h); k != nil {
+				select {
+				case <-k.asked:
+					_ = e.yield(ctx, h, k)
+				case <-termOver:
+				}
+			}
+		}()
 		unhealthy, resigned, transferred := false, false, false
 		var leadErr error
 		err = core.Scoped(ctx, h, func(lctx context.Context) error {
@@ -76,6 +89,8 @@ func (e *Election) Run(ctx context.Context, value string, lead func(ctx context.
 			return leadErr
 		}, func(ctx context.Context) error { return e.endTerm(ctx, h) })
 		stop(nil)
+		close(termOver)
+		<-yielded
 		if transferred {
 			err = nil // lead's error, and the handover's, are the Transfer's to report
 		}

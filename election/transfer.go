@@ -33,13 +33,20 @@ func (e *Election) Transfer(ctx context.Context, to string) (err error) {
 	}
 	ctx, a := e.tel.BeginRelease(ctx, "etcdsync.election.Transfer")
 	defer func() { a.End(err) }()
-	h := e.current()
+	return e.transfer(ctx, e.current(), transferRequest{to: core.Match{Value: to}})
+}
+
+// transfer moves h, the handle's leadership, as r says: to a candidate, or, with
+// r.stepDown, by a Resign; once the lead of a Run's term on h has returned.
+func (e *Election) transfer(ctx context.Context, h *core.Hold, r transferRequest) error {
 	_ = h.EndIfClientClosed()
 	if h == nil || !h.Live() {
 		return e.errorf("transfer", errNoLeadership)
 	}
-	if err := e.q.HasCandidate(ctx, h, to); err != nil {
-		return e.errorf("transfer", err)
+	if !r.stepDown {
+		if err := e.q.HasCandidate(ctx, h, r.to); err != nil {
+			return e.errorf("transfer", err)
+		}
 	}
 	e.mu.Lock()
 	if t := e.term; t != nil && t.h == h && !t.ended {
@@ -47,24 +54,27 @@ func (e *Election) Transfer(ctx context.Context, to string) (err error) {
 			e.mu.Unlock()
 			return e.errorf("transfer", fmt.Errorf("%w: a transfer of this leadership is under way", ErrNotLeader))
 		}
-		req := &transferRequest{to: to, done: make(chan error, 1)}
-		t.transfer = req
+		r.done = make(chan error, 1)
+		t.transfer = &r
 		e.mu.Unlock()
 		t.stop(errTransferring)
 		select {
-		case err := <-req.done:
+		case err := <-r.done:
 			return err
 		case <-ctx.Done():
 			return e.errorf("transfer", fmt.Errorf("%w (the transfer is made once lead returns)", ctx.Err()))
 		}
 	}
 	e.mu.Unlock()
-	return e.handOver(ctx, h, to)
+	if r.stepDown {
+		return e.resign(ctx, h)
+	}
+	return e.handOver(ctx, h, r.to)
 }
 
-// handOver hands h, the handle's leadership, to the candidate whose value is to, and forgets
-// it once handed.
-func (e *Election) handOver(ctx context.Context, h *core.Hold, to string) error {
+// handOver hands h, the handle's leadership, to the candidate to matches, and forgets it
+// once handed.
+func (e *Election) handOver(ctx context.Context, h *core.Hold, to core.Match) error {
 	if err := e.resigning.Take(ctx); err != nil {
 		return e.errorf("transfer", err)
 	}

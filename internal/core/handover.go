@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +40,13 @@ const handoverWait = 5 * time.Second
 // chose did not take the leadership over (see handover.go).
 var ErrNoCandidate = errors.New("etcdsync: no such candidate")
 
+// TransferRequestKey is where a request that the leader of the name transfer its
+// leadership lies (election's RequestTransfer, `etcdsync transfer`): laid out as
+// ReleaseRecordKey, outside the name's range.
+func TransferRequestKey(namePrefix string) string {
+	return strings.TrimSuffix(namePrefix, "/") + "\x00transfer"
+}
+
 // HandoverRecordKey is where the record of a handover to key lies, key being under
 // namePrefix: laid out as ReleaseRecordKey's, with "\x00handover/", outside the name's range.
 func HandoverRecordKey(namePrefix, key string) string {
@@ -52,16 +60,62 @@ type handoverRecord struct {
 }
 
 // handsOver reports whether key, of the queue's name, is of a candidate that takes a
-// handover: etcdsync's layout "<lease hex>_<slot>", not etcd's "<lease hex>".
+// handover: etcdsync's layout "<lease hex>_<slot>", perhaps under a preference
+// (PreferenceKind), not etcd's "<lease hex>".
 func (q *Queue) handsOver(key string) bool {
 	rest, ok := strings.CutPrefix(key, q.prefix)
+	if _, r, ok := CutPreference(rest); ok {
+		rest = r
+	}
 	return ok && strings.Contains(rest, "_") && !strings.Contains(rest, "/")
 }
 
+// PreferenceKind is the kind (Spec.Kind) of an election's candidate with preference n > 0:
+// its key is "<name>/p<n>/<lease hex>_<slot>", so that a leader learns who is preferred
+// from the keys themselves, watching "<name>/p" (no lease in hex starts with 'p').
+func PreferenceKind(n int) string { return "p" + strconv.Itoa(n) + "/" }
+
+// PreferenceRange is the key prefix of the name's candidates with a preference.
+func PreferenceRange(namePrefix string) string { return namePrefix + "p" }
+
+// CutPreference splits rest, what follows a name's prefix in a key, into a candidate's
+// preference and what follows it; ok is false if rest has none.
+func CutPreference(rest string) (n int, after string, ok bool) {
+	p, after, found := strings.Cut(rest, "/")
+	if !found || len(p) < 2 || p[0] != 'p' {
+		return 0, rest, false
+	}
+	n, err := strconv.Atoi(p[1:])
+	if err != nil || n <= 0 || p[1] == '0' || p[1] == '+' {
+		return 0, rest, false
+	}
+	return n, after, true
+}
+
+// A Match picks the candidate a transfer goes to: the one with key Key if Key is set, else
+// the oldest whose value is Value.
+type Match struct {
+	Key, Value string
+}
+
+func (m Match) String() string {
+	if m.Key != "" {
+		return fmt.Sprintf("with key %q", m.Key)
+	}
+	return fmt.Sprintf("%q", m.Value)
+}
+
+func (m Match) matches(kv *mvccpb.KeyValue) bool {
+	if m.Key != "" {
+		return string(kv.Key) == m.Key
+	}
+	return string(kv.Value) == m.Value
+}
+
 // findCandidate reads the name, linearizably: own is h's key if it is still h's and on its
-// lease, and x the oldest other key whose value is to and that takes a handover. ErrLost if
+// lease, and x the oldest other key that to matches and that takes a handover. ErrLost if
 // h's key is not; ErrNoCandidate, saying what there is, if no key is x. One Range.
-func (q *Queue) findCandidate(ctx context.Context, h *Hold, to string) (own, x *mvccpb.KeyValue, err error) {
+func (q *Queue) findCandidate(ctx context.Context, h *Hold, to Match) (own, x *mvccpb.KeyValue, err error) {
 	resp, err := retry(ctx, func() (*clientv3.GetResponse, error) {
 		return q.cli.Get(clientv3.WithRequireLeader(ctx), q.prefix, clientv3.WithPrefix(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
@@ -74,7 +128,7 @@ func (q *Queue) findCandidate(ctx context.Context, h *Hold, to string) (own, x *
 		switch {
 		case string(kv.Key) == h.key:
 			own = kv
-		case x != nil || string(kv.Value) != to:
+		case x != nil || !to.matches(kv):
 		case q.handsOver(string(kv.Key)):
 			x = kv
 		default:
@@ -86,26 +140,26 @@ func (q *Queue) findCandidate(ctx context.Context, h *Hold, to string) (own, x *
 		h.observe(errKeyGone(h.key))
 		return nil, nil, errKeyGone(h.key)
 	case x == nil && foreign:
-		return nil, nil, fmt.Errorf("%w: the candidate %q is not etcdsync's (etcd's own Election cannot take a handover)", ErrNoCandidate, to)
+		return nil, nil, fmt.Errorf("%w: the candidate %v is not etcdsync's (etcd's own Election cannot take a handover)", ErrNoCandidate, to)
 	case x == nil:
-		return nil, nil, fmt.Errorf("%w: no candidate has the value %q", ErrNoCandidate, to)
+		return nil, nil, fmt.Errorf("%w: no candidate %v", ErrNoCandidate, to)
 	}
 	return own, x, nil
 }
 
-// HasCandidate reports, as ErrNoCandidate, that no candidate that takes a handover has the
-// value to; ErrLost if h's key is no longer its own. One Range.
-func (q *Queue) HasCandidate(ctx context.Context, h *Hold, to string) error {
+// HasCandidate reports, as ErrNoCandidate, that no candidate that takes a handover matches
+// to; ErrLost if h's key is no longer its own. One Range.
+func (q *Queue) HasCandidate(ctx context.Context, h *Hold, to Match) error {
 	_, _, err := q.findCandidate(ctx, h, to)
 	return err
 }
 
-// HandOver hands h, a leadership, to the oldest candidate whose value is to (see above) and
+// HandOver hands h, a leadership, to the candidate to matches (see above) and
 // ends h once that candidate has accepted. Errors: ErrNoCandidate when there is none, or it
 // did not accept within handoverWait (h is then held again); ErrLost when h's key is not its
 // own; ctx's error. Cost: one Range, one Txn, a watch of the record until the candidate
 // accepts, and one Txn more to take the key back.
-func (q *Queue) HandOver(ctx context.Context, h *Hold, to string) error {
+func (q *Queue) HandOver(ctx context.Context, h *Hold, to Match) error {
 	if !h.Live() {
 		return errKeyGone(h.key)
 	}
@@ -142,7 +196,7 @@ func (q *Queue) HandOver(ctx context.Context, h *Hold, to string) error {
 				if try < 2 {
 					continue // the candidate left, or the key changed: read again
 				}
-				return fmt.Errorf("%w: the candidate %q kept changing", ErrNoCandidate, to)
+				return fmt.Errorf("%w: the candidate %v kept changing", ErrNoCandidate, to)
 			}
 			at = recs[0].CreateRevision
 		}
@@ -251,4 +305,100 @@ func (a *acquisition) takeHandover(ctx context.Context, rev int64) *Hold {
 	sl := &slot{k: r.Key, name: len(q.prefix), stem: -1, sess: a.sess}
 	a.sess.claim()
 	return newHold(q.cli, a.sess, sl, r.Token)
+}
+
+// A TransferRequest asks the leader of a name to move its leadership: to the candidate
+// whose value is To, or, with To nil, to step down. It lies at TransferRequestKey, on the
+// lease of the one who asks, and the leader deletes it once it has done what it asks, or
+// found that it cannot (see election's RequestTransfer).
+type TransferRequest struct {
+	To *string `json:"to,omitempty"`
+	// Key and Token are of the leadership it asks: a later one (another leader, or the key
+	// handed over) answers it without doing what it asks.
+	Key   string `json:"key"`
+	Token int64  `json:"token"`
+	By    string `json:"by"` // the process that asks: OwnerValue's host and pid
+}
+
+// ParseTransferRequest reads the request kv, a key at TransferRequestKey.
+func ParseTransferRequest(kv *mvccpb.KeyValue) (TransferRequest, bool) {
+	var r TransferRequest
+	return r, json.Unmarshal(kv.Value, &r) == nil
+}
+
+// ErrTransferAsked: a request to transfer the leadership of the name is there already.
+var ErrTransferAsked = errors.New("a transfer of the leadership is asked already")
+
+// AskTransfer writes the request r of the name's leader, on the lease of the shared
+// session, unless one is there (ErrTransferAsked), and waits until it is gone: the leader
+// answered it, or the lease went. When ctx ends first, it deletes the request (fenced on
+// its create revision) before returning ctx's error. One Txn, a watch, and one Txn more
+// to take it back.
+func (q *Queue) AskTransfer(ctx context.Context, r TransferRequest) error {
+	key := TransferRequestKey(q.prefix)
+	val, _ := json.Marshal(r)
+	created, err := withSession(ctx, q.sessions, func(sess *Session) (int64, error) {
+		resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
+				If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+				Then(clientv3.OpPut(key, string(val), clientv3.WithLease(sess.Lease()))).
+				Else(clientv3.OpGet(key)).
+				Commit()
+		})
+		switch {
+		case err != nil:
+			return 0, err
+		case resp.Succeeded:
+			return resp.Header.Revision, nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 1 && clientv3.LeaseID(kvs[0].Lease) == sess.Lease() && string(kvs[0].Value) == string(val) {
+			return kvs[0].CreateRevision, nil // a try whose answer was lost wrote it
+		}
+		return 0, ErrTransferAsked
+	})
+	if err != nil {
+		return fmt.Errorf("ask for a transfer: %w", err)
+	}
+	kv := &mvccpb.KeyValue{Key: []byte(key), CreateRevision: created}
+	for ctx.Err() == nil && !awaitDelete(clientv3.WithRequireLeader(ctx), q.cli, kv, created) {
+		// The watch broke (compaction, a leader change of etcd): read whether it is gone.
+		resp, err := retry(ctx, func() (*clientv3.GetResponse, error) {
+			return q.cli.Get(clientv3.WithRequireLeader(ctx), key, clientv3.WithKeysOnly())
+		})
+		if err == nil && (len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != created) {
+			return nil
+		}
+		if err := Pause(ctx, 100*time.Millisecond); err != nil {
+			break
+		}
+	}
+	if ctx.Err() == nil {
+		return nil
+	}
+	dctx, cancel := Detached(ctx)
+	defer cancel()
+	_, _ = retry(dctx, func() (*clientv3.TxnResponse, error) {
+		return q.cli.Txn(clientv3.WithRequireLeader(dctx)).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", created)).
+			Then(clientv3.OpDelete(key)).
+			Commit()
+	})
+	return ctx.Err()
+}
+
+// AnswerTransfer deletes the request kv, which the leader has answered, if it is still
+// the one it read (a compare on its create revision). One Txn, best effort.
+func (q *Queue) AnswerTransfer(ctx context.Context, kv *mvccpb.KeyValue) {
+	if kv == nil {
+		return
+	}
+	dctx, cancel := Detached(ctx)
+	defer cancel()
+	_, _ = retry(dctx, func() (*clientv3.TxnResponse, error) {
+		return q.cli.Txn(clientv3.WithRequireLeader(dctx)).
+			If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
+			Then(clientv3.OpDelete(string(kv.Key))).
+			Commit()
+	})
 }

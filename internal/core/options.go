@@ -31,6 +31,8 @@ type Config struct {
 	NameAttribute bool
 	MaxHold       time.Duration // WithMaxHold's: a hold ends by itself after it; 0: never
 	LockDelay     time.Duration // WithLockDelay's
+	Preference    int           // an election candidate's WithPreference; 0 for none
+	Settle        time.Duration // an election's WithSettle: DefaultSettle without it
 	noTelemetry   bool          // WithoutTelemetry
 	errs          []error
 	ttlSet        bool
@@ -104,13 +106,42 @@ func WithLockDelay(d time.Duration) Option {
 	}
 }
 
+// MaxPreference is the highest preference WithPreference takes.
+const MaxPreference = 1_000_000
+
+// WithPreference makes an election's candidate preferred as leader over those of a lower
+// preference (0 without it), from 0 to MaxPreference.
+func WithPreference(n int) Option {
+	return func(c *Config) {
+		if n < 0 || n > MaxPreference {
+			c.errs = append(c.errs, fmt.Errorf("%w: preference %d is not within 0 to %d", ErrInvalidOption, n, MaxPreference))
+			return
+		}
+		c.Preference = n
+	}
+}
+
+// DefaultSettle is an election's settle time without WithSettle.
+const DefaultSettle = 10 * time.Second
+
+// WithSettle sets an election's settle time, from 100 ms to an hour.
+func WithSettle(d time.Duration) Option {
+	return func(c *Config) {
+		if d < 100*time.Millisecond || d > time.Hour {
+			c.errs = append(c.errs, fmt.Errorf("%w: settle time %v is not within 100ms to 1h", ErrInvalidOption, d))
+			return
+		}
+		c.Settle = d
+	}
+}
+
 // KeyPrefix is the key prefix that holds every key of name under c's prefix.
 func (c Config) KeyPrefix(name string) string { return c.Prefix + NamePrefix(name) }
 
 // Options applies opts to the defaults and reports every invalid one, wrapped around
 // ErrInvalidOption.
 func Options(opts []Option) (Config, error) {
-	c := Config{TTL: DefaultTTL}
+	c := Config{TTL: DefaultTTL, Settle: DefaultSettle}
 	for _, opt := range opts {
 		if opt == nil {
 			c.errs = append(c.errs, fmt.Errorf("%w: nil option", ErrInvalidOption))

@@ -195,3 +195,118 @@ func TestATransferNobodyAcceptsIsTakenBack(t *testing.T) {
 	require.NoError(t, leader.Resign(ctx))
 	primtest.AwaitKeys(t, admin, name, 0)
 }
+
+// TestAMorePreferredCandidateTakesOverAfterTheSettleTime: Runs of preference 0, 0, 5 and 3
+// on one name: the leader of preference 0 hands over to the candidate of 5 once it has
+// waited the settle time, ahead of the one of 0 that came before it; that leader never
+// hands over to the candidate of 3, nor back.
+func TestAMorePreferredCandidateTakesOverAfterTheSettleTime(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	const name, settle = "transfer-preferred", 300 * time.Millisecond
+	admin := cluster.Client(t)
+	watcher := newElection(t, cluster.Client(t), name)
+	octx, stopObserving := context.WithCancel(ctx)
+	defer stopObserving()
+	obs := watcher.Observe(octx)
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs))
+
+	rctx, stopRuns := context.WithCancel(ctx)
+	var terms [4]atomic.Int64
+	var runs []<-chan error
+	start := func(i int, value string, pref int) {
+		e := newElection(t, cluster.Client(t), name, election.WithPreference(pref), election.WithSettle(settle))
+		runs = append(runs, etcdtest.Async(func() error {
+			return e.Run(rctx, value, func(lctx context.Context) error {
+				terms[i].Add(1)
+				<-lctx.Done()
+				return nil
+			})
+		}))
+	}
+	start(0, "low", 0)
+	assert.Equal(t, "low", primtest.NextLeader(t, obs).Value)
+	start(1, "also-low", 0)
+	primtest.AwaitKeys(t, admin, name, 2)
+	began := time.Now()
+	start(2, "high", 5)
+	assert.Equal(t, "high", primtest.NextLeader(t, obs).Value, "the most preferred leads")
+	assert.GreaterOrEqual(t, time.Since(began), settle, "not before it waited the settle time")
+	start(3, "middle", 3)
+	primtest.AwaitKeys(t, admin, name, 4) // the three others wait
+	select {
+	case l := <-obs:
+		t.Fatalf("the leader changed to %+v: a transfer to a less preferred candidate", l)
+	case <-time.After(4 * settle):
+	}
+	assert.EqualValues(t, 1, terms[0].Load())
+	assert.Zero(t, terms[1].Load(), "the candidate passed over never led")
+	assert.EqualValues(t, 1, terms[2].Load())
+	assert.Zero(t, terms[3].Load())
+	stopRuns()
+	for _, r := range runs {
+		assert.ErrorIs(t, etcdtest.Within(t, r, 10*time.Second, "a Run"), context.Canceled)
+	}
+	primtest.AwaitKeys(t, admin, name, 0)
+}
+
+// TestRequestTransferMovesALeadership: a request moves a Run's leadership to the candidate
+// named, then steps the new leader (a Campaign that heeds Asked) down; a request nobody
+// heeds is withdrawn when its ctx ends; one naming nobody is answered at once.
+func TestRequestTransferMovesALeadership(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	const name = "transfer-request"
+	admin := cluster.Client(t)
+	asker := newElection(t, cluster.Client(t), name)
+	_, err := asker.RequestTransfer(ctx, "b")
+	assert.ErrorIs(t, err, election.ErrNoLeader)
+
+	a := newElection(t, cluster.Client(t), name)
+	rctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	leading := make(chan struct{}, 4)
+	ran := etcdtest.Async(func() error {
+		return a.Run(rctx, "a", func(lctx context.Context) error {
+			leading <- struct{}{}
+			<-lctx.Done()
+			return nil
+		})
+	})
+	etcdtest.Within(t, leading, 10*time.Second, "the Run leads")
+	b := newElection(t, cluster.Client(t), name)
+	bwon := campaignAsync(ctx, b, "b")
+	primtest.AwaitKeys(t, admin, name, 2)
+
+	l, err := asker.RequestTransfer(ctx, "nobody")
+	assert.ErrorIs(t, err, election.ErrNoCandidate)
+	assert.Equal(t, "a", l.Value, "the leader stays")
+	l, err = asker.RequestTransfer(ctx, "b")
+	require.NoError(t, err)
+	assert.Equal(t, "b", l.Value)
+	require.NoError(t, etcdtest.Within(t, bwon, 10*time.Second, "b's Campaign"))
+	primtest.AwaitKeys(t, admin, name, 2) // the Run campaigns again, behind b
+
+	// b leads by Campaign: a request waits for it to heed Asked.
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = asker.RequestTransfer(short, "")
+	cancel()
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	etcdtest.AwaitKeys(t, admin, core.TransferRequestKey(core.NamePrefix(name)), 0)
+	require.NoError(t, b.Yield(ctx), "nothing asked: nothing done")
+	require.NoError(t, b.Err())
+
+	asked := etcdtest.Async(func() error {
+		l, err := asker.RequestTransfer(ctx, "")
+		if err == nil && l.Value != "a" {
+			err = fmt.Errorf("after the step-down %q leads", l.Value)
+		}
+		return err
+	})
+	etcdtest.Within(t, b.Asked(), 10*time.Second, "b is asked")
+	require.NoError(t, b.Yield(ctx))
+	require.NoError(t, etcdtest.Within(t, asked, 10*time.Second, "the request"))
+	etcdtest.Within(t, leading, 10*time.Second, "the Run leads again")
+	assert.ErrorIs(t, b.Err(), election.ErrNotLeader)
+	stopRun()
+	assert.ErrorIs(t, etcdtest.Within(t, ran, 10*time.Second, "Run"), context.Canceled)
+	primtest.AwaitKeys(t, admin, name, 0)
+}

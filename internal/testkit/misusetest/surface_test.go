@@ -245,6 +245,21 @@ func electionCalls(e *election.Election, admin *clientv3.Client) []call {
 		}},
 		{name: "Proclaim", kind: needs, run: func(ctx context.Context) error { return e.Proclaim(ctx, "w") }, noHold: election.ErrNotLeader},
 		{name: "Resign", kind: needs, run: e.Resign, noHold: election.ErrNotLeader},
+		{name: "Transfer", kind: needs, run: func(ctx context.Context) error { return e.Transfer(ctx, "w") }, noHold: election.ErrNotLeader},
+		{name: "Yield", kind: needs, run: e.Yield, noHold: election.ErrNotLeader},
+		{name: "RequestTransfer", kind: reads, run: func(ctx context.Context) error {
+			_, err := e.RequestTransfer(ctx, "w")
+			if errors.Is(err, election.ErrNoLeader) {
+				return nil // nobody to ask: fine where reading is
+			}
+			return err
+		}},
+		{name: "Asked", kind: reports, run: func(context.Context) error {
+			if e.Asked() != nil {
+				return errors.New("Asked without leadership is not nil")
+			}
+			return nil
+		}},
 		{name: "Leader", kind: reads, run: func(ctx context.Context) error {
 			_, err := e.Leader(ctx)
 			if errors.Is(err, election.ErrNoLeader) {

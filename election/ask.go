@@ -1,0 +1,300 @@
+package election
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// An asker follows, for one leadership, what asks it to move: a request of the name
+// ([Election.RequestTransfer], `etcdsync transfer`), and the candidates of a higher
+// preference than the handle's ([WithPreference]) once one of them has waited a settle time
+// and the leadership has lasted as long. Its goroutine reads the request and the candidates
+// with a preference, then watches both, until it is asked, the leadership ends or the
+// client closes.
+type asker struct {
+	asked chan struct{} // closed once asked
+	ask   transferRequest
+	req   *mvccpb.KeyValue // the request that asked, to delete once answered; nil for none
+	stop  context.CancelFunc
+	done  chan struct{} // closed once its goroutine has returned
+}
+
+// asking returns the asker of h, the handle's leadership, starting it if need be; nil
+// without leadership.
+func (e *Election) asking(h *core.Hold) *asker {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if h == nil || e.hold != h {
+		return nil
+	}
+	if e.asker == nil || e.asker.h != h {
+		ctx, cancel := context.WithCancel(e.q.Client().Ctx())
+		k := &asker{asked: make(chan struct{}), stop: cancel, done: make(chan struct{})}
+		e.asker = &heldAsker{h: h, k: k}
+		h.OnEnd(func(error) { cancel() })
+		go e.follow(ctx, h, k)
+	}
+	return e.asker.k
+}
+
+// heldAsker is the asker of the leadership h.
+type heldAsker struct {
+	h *core.Hold
+	k *asker
+}
+
+// preferred is a candidate of a higher preference than the handle's, as the asker knows it.
+type preferred struct {
+	n    int
+	seen time.Time // when the asker first saw it (or started)
+	rev  int64     // its key's create revision
+}
+
+// follow is the asker's goroutine (see asker).
+func (e *Election) follow(ctx context.Context, h *core.Hold, k *asker) {
+	defer close(k.done)
+	cli, prefix := e.q.Client(), e.q.Prefix()
+	reqKey, prefRange := core.TransferRequestKey(prefix), core.PreferenceRange(prefix)
+	start := time.Now()
+	cands := map[string]*preferred{}
+	note := func(kv *mvccpb.KeyValue, now time.Time) {
+		key := string(kv.Key)
+		n, _, ok := core.CutPreference(key[len(prefix):])
+		if !ok || n <= e.pref || key == h.Key() {
+			return
+		}
+		if c := cands[key]; c != nil && c.rev == kv.CreateRevision {
+			return
+		}
+		cands[key] = &preferred{n: n, seen: now, rev: kv.CreateRevision}
+	}
+	for ctx.Err() == nil {
+		resp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).
+			Then(clientv3.OpGet(reqKey), clientv3.OpGet(prefRange, clientv3.WithPrefix())).Commit()
+		if err != nil {
+			if core.Pause(ctx, 500*time.Millisecond) != nil {
+				return
+			}
+			continue
+		}
+		rev, now := resp.Header.Revision, time.Now()
+		if reqs := resp.Responses[0].GetResponseRange().Kvs; len(reqs) == 1 && e.heed(ctx, h, k, reqs[0]) {
+			return
+		}
+		present := map[string]bool{}
+		for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+			present[string(kv.Key)] = true
+			note(kv, now)
+		}
+		for key := range cands {
+			if !present[key] {
+				delete(cands, key)
+			}
+		}
+		if e.follows(ctx, h, k, cands, note, start, rev) {
+			return
+		}
+	}
+}
+
+// follows watches the request and the preferred candidates from revision rev on, and
+// reports true once the asker was asked (or must stop), false when a watch broke and the
+// asker must read again.
+func (e *Election) follows(ctx context.Context, h *core.Hold, k *asker, cands map[string]*preferred,
+	note func(*mvccpb.KeyValue, time.Time), start time.Time, rev int64) bool {
+	cli, prefix := e.q.Client(), e.q.Prefix()
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	reqs := cli.Watch(wctx, core.TransferRequestKey(prefix), clientv3.WithRev(rev+1))
+	prefs := cli.Watch(wctx, core.PreferenceRange(prefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		next, choice := time.Duration(0), ""
+		if wait := e.settle - now.Sub(start); wait > 0 {
+			next = wait // the leadership has not lasted a settle time yet
+		} else {
+			var best *preferred
+			for key, c := range cands {
+				switch wait := e.settle - now.Sub(c.seen); {
+				case wait > 0:
+					if next == 0 || wait < next {
+						next = wait
+					}
+				case best == nil || c.n > best.n || c.n == best.n && c.rev < best.rev:
+					best, choice = c, key
+				}
+			}
+		}
+		if choice != "" {
+			to := core.Match{Key: choice}
+			err := e.q.HasCandidate(ctx, h, to)
+			switch {
+			case err == nil:
+				k.ask = transferRequest{to: to}
+				close(k.asked)
+				return true
+			case errors.Is(err, ErrNoCandidate):
+				delete(cands, choice) // gone meanwhile: its delete is on its way
+				continue
+			default:
+				return ctx.Err() != nil || !h.Live()
+			}
+		}
+		if next > 0 {
+			timer.Reset(next)
+		}
+		select {
+		case wr, ok := <-reqs:
+			if !ok || wr.Err() != nil {
+				return ctx.Err() != nil
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.PUT && e.heed(ctx, h, k, ev.Kv) {
+					return true
+				}
+			}
+		case wr, ok := <-prefs:
+			if !ok || wr.Err() != nil {
+				return ctx.Err() != nil
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					delete(cands, string(ev.Kv.Key))
+				} else {
+					note(ev.Kv, time.Now())
+				}
+			}
+		case <-timer.C:
+		case <-ctx.Done():
+			return true
+		}
+		if next > 0 && !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// heed takes up the request kv: the asker is asked if the request can be done (true);
+// otherwise the request is answered, deleted, at once (a candidate it names is not there).
+func (e *Election) heed(ctx context.Context, h *core.Hold, k *asker, kv *mvccpb.KeyValue) bool {
+	r, ok := core.ParseTransferRequest(kv)
+	if !ok || r.Key != h.Key() || r.Token != h.Token() {
+		// Of another leadership: the leader it asked is gone, or handed this one its key
+		// (and answers it itself); it asks nothing of this one.
+		e.q.AnswerTransfer(ctx, kv)
+		return false
+	}
+	ask := transferRequest{stepDown: true}
+	if r.To != nil {
+		ask = transferRequest{to: core.Match{Value: *r.To}}
+		if err := e.q.HasCandidate(ctx, h, ask.to); err != nil {
+			e.q.AnswerTransfer(ctx, kv)
+			return false
+		}
+	}
+	k.ask, k.req = ask, kv
+	close(k.asked)
+	return true
+}
+
+// Asked returns a channel that is closed once this handle's leadership is asked to move: by
+// a request ([Election.RequestTransfer], `etcdsync transfer`), or, with [WithPreference], by
+// a candidate of a higher preference that has waited a settle time while the leadership
+// lasted as long. [Election.Run] heeds it by itself; a leader by Campaign that wants to heed
+// it stops its work and calls [Election.Yield]. Without leadership the channel is nil (it
+// never closes).
+//
+// Cost: the first call on a leadership reads the request and the candidates with a
+// preference (one Txn) and watches both while it lasts.
+func (e *Election) Asked() <-chan struct{} {
+	if e.queue() == nil {
+		return nil
+	}
+	if k := e.asking(e.current()); k != nil {
+		return k.asked
+	}
+	return nil
+}
+
+// Yield does what [Election.Asked] asked: a [Election.Transfer] to the candidate named, or
+// a [Election.Resign] for a request to step down, and answers the request. It returns nil,
+// doing nothing, when nothing was asked.
+//
+// Errors: those of Transfer, or of Resign; [ErrNotLeader] without leadership.
+func (e *Election) Yield(ctx context.Context) error {
+	if e.queue() == nil {
+		return e.errorf("yield", fmt.Errorf("%w (%w)", e.queue().Unusable(), errNoLeadership))
+	}
+	h := e.current()
+	k := e.asking(h)
+	if k == nil {
+		return e.errorf("yield", errNoLeadership)
+	}
+	select {
+	case <-k.asked:
+	default:
+		return nil
+	}
+	return e.yield(ctx, h, k)
+}
+
+// yield does what k, the asker of h, was asked.
+func (e *Election) yield(ctx context.Context, h *core.Hold, k *asker) error {
+	defer e.q.AnswerTransfer(ctx, k.req)
+	return e.transfer(ctx, h, k.ask)
+}
+
+// RequestTransfer asks the leader of the name to transfer its leadership to the candidate
+// whose value is to, or, with to "", to step down (the next candidate in line then leads), and
+// returns the leader after the leader answered. A leader heeds it when it leads by
+// [Election.Run], or watches [Election.Asked]; another never answers, and RequestTransfer
+// waits until ctx ends. The request lies in etcd on this handle's lease, so it goes with its
+// process.
+//
+// Errors: [ErrNoLeader] when nobody leads. [ErrNoCandidate] when, after the leader answered,
+// the candidate to does not lead (none had that value, or it did not take over). An error
+// when another request is pending. ctx's error, wrapped, when ctx ends first: the request is
+// then withdrawn. [ErrInvalidOption]: e was not made by [New], or its client is closed.
+//
+// Cost: one Range, one Txn, a watch until the leader answers, and one Range.
+func (e *Election) RequestTransfer(ctx context.Context, to string) (Leader, error) {
+	if err := e.queue().Unusable(); err != nil {
+		return Leader{}, e.errorf("request transfer", err)
+	}
+	before, err := e.q.Head(ctx)
+	switch {
+	case err != nil:
+		return Leader{}, e.errorf("request transfer", err)
+	case before.Token == 0:
+		return Leader{}, e.errorf("request transfer", ErrNoLeader)
+	}
+	r := core.TransferRequest{Key: before.Key, Token: before.Token, By: core.OwnerValue("")}
+	if to != "" {
+		r.To = &to
+	}
+	if err := e.q.AskTransfer(ctx, r); err != nil {
+		return Leader{}, e.errorf("request transfer", err)
+	}
+	after, err := e.Leader(ctx)
+	switch {
+	case errors.Is(err, ErrNoLeader):
+		return Leader{}, nil // stepped down, and nobody else was in line
+	case err != nil:
+		return Leader{}, err
+	case to != "" && after.Value != to:
+		return after, e.errorf("request transfer", fmt.Errorf("%w: %q leads (before: %q)", ErrNoCandidate, after.Value, before.Value))
+	}
+	return after, nil
+}
