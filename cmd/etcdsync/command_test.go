@@ -36,6 +36,8 @@ func TestCommand(t *testing.T) {
 		{"SetLimitStartsTheWaitersThatNowFit", testSetLimit},
 		{"ElectionHandsOverWhenTheLeaderExits", testElectionHandsOver},
 		{"ElectLoopRunsAgainAfterAnExit0AndALoss", testElectLoop},
+		{"TransferMovesTheLeadership", testTransfer},
+		{"ElectPreferTakesOverAfterSettle", testElectPrefer},
 		{"ExitStatusIsTheCommands", testExitStatusIsTheCommands},
 		{"TimeoutAndBusyHaveCodesOfTheirOwn", testTimeoutAndBusy},
 		{"TheCommandSeesNameKeyAndToken", testChildEnvironment},

@@ -5,14 +5,15 @@
 //
 // Usage:
 //
-//	etcdsync lock    [flags] NAME [NAME...] [-- CMD [ARGS...]]
-//	etcdsync rlock   [flags] NAME [-- CMD [ARGS...]]
-//	etcdsync sem     -n N [--units K] [flags] NAME [-- CMD [ARGS...]]
-//	etcdsync elect   [--value V] [--loop] [flags] NAME [-- CMD [ARGS...]]
-//	etcdsync status  [--prefix P] [--kind lock|election] [--json] [--watch | --check] [flags] [NAME...]
-//	etcdsync release --token T [--reason TEXT] [flags] NAME [NAME...] | --ticket TICKET
-//	etcdsync renew   [flags] TICKET
-//	etcdsync help    [COMMAND]
+//	etcdsync lock     [flags] NAME [NAME...] [-- CMD [ARGS...]]
+//	etcdsync rlock    [flags] NAME [-- CMD [ARGS...]]
+//	etcdsync sem      -n N [--units K] [flags] NAME [-- CMD [ARGS...]]
+//	etcdsync elect    [--value V] [--loop] [--prefer N] [flags] NAME [-- CMD [ARGS...]]
+//	etcdsync transfer [--to VALUE] [flags] NAME
+//	etcdsync status   [--prefix P] [--kind lock|election] [--json] [--watch | --check] [flags] [NAME...]
+//	etcdsync release  --token T [--reason TEXT] [flags] NAME [NAME...] | --ticket TICKET
+//	etcdsync renew    [flags] TICKET
+//	etcdsync help     [COMMAND]
 //	etcdsync version
 //
 // lock, rlock, sem and elect wait their turn (first come, first served), run CMD directly
@@ -28,11 +29,15 @@
 // none (mutex.Multi: one key per name, one token), and takes CMD only after "--";
 // ETCDSYNC_NAME and ETCDSYNC_KEY then list the names and keys one per line. lock --detach
 // prints a ticket and exits, leaving the hold for its --ttl: renew TICKET renews it once,
-// release --ticket TICKET releases it. status without NAME lists every name at the root of
-// the keyspace, or under --prefix.
+// release --ticket TICKET releases it. transfer asks an election's leader (elect, or a Go
+// Run) to stop its command and hand the leadership to the candidate of --to VALUE, or to
+// step down; elect --prefer N makes a leader of a lower N do so by itself once this
+// candidate has waited --settle. status without NAME lists every name at the root of the
+// keyspace, or under --prefix.
 //
 // Exit status: the command's, 128+N if it died of signal N (with --command-failed N, N for
-// every status but 0); 0 without CMD, released on a signal; 64 usage, 69 etcd unreachable
+// every status but 0); 0 without CMD, released on a signal, and for elect after a
+// transfer; 1 transfer: nothing changed; 64 usage, 69 etcd unreachable
 // or refusing, 75 busy (--try), 123 --max-hold passed, 124 --timeout, 125 hold lost, 126
 // command not runnable, 127 command not found, 128+N signal N while waiting or stopping
 // the command.

@@ -15,7 +15,8 @@ var usages = []struct{ verb, synopsis string }{
 	{"lock", "[flags] NAME [NAME...] [-- CMD [ARGS...]]"},
 	{"rlock", "[flags] NAME [-- CMD [ARGS...]]"},
 	{"sem", "-n N [--units K] [flags] NAME [-- CMD [ARGS...]]"},
-	{"elect", "[--value V] [--loop] [flags] NAME [-- CMD [ARGS...]]"},
+	{"elect", "[--value V] [--loop] [--prefer N] [flags] NAME [-- CMD [ARGS...]]"},
+	{"transfer", "[--to VALUE] [flags] NAME"},
 	{"status", "[--prefix P] [--kind lock|election] [--json] [--watch | --check] [flags] [NAME...]"},
 	{"release", "--token T [--reason TEXT] [flags] NAME [NAME...] | --ticket TICKET"},
 	{"renew", "[flags] TICKET"},
@@ -37,7 +38,7 @@ func synopsis(verb string) string {
 func usageLines() []string {
 	var lines []string
 	for _, u := range usages {
-		lines = append(lines, strings.TrimRight(fmt.Sprintf("etcdsync %-7s %s", u.verb, u.synopsis), " "))
+		lines = append(lines, strings.TrimRight(fmt.Sprintf("etcdsync %-8s %s", u.verb, u.synopsis), " "))
 	}
 	return lines
 }
@@ -60,7 +61,8 @@ CMD, etcdsync holds until SIGINT, SIGTERM or SIGHUP.
 release ends the hold whose token is T (fenced: a NAME taken again since is never
 touched), with a reason its holder reads. lock --detach takes the lock, prints a ticket
 and exits, leaving the hold for its --ttl: renew TICKET renews it once, release --ticket
-TICKET releases it, and Go's mutex.Resume takes it over. status shows who holds each NAME and who waits (--kind election: the keys directly
+TICKET releases it, and Go's mutex.Resume takes it over. transfer asks an election's
+leader to hand its leadership to another candidate, or to step down. status shows who holds each NAME and who waits (--kind election: the keys directly
 under a name are an election's); without NAME, every name at the root of the keyspace,
 or under --prefix P.
 
@@ -70,15 +72,18 @@ follows after --grace (10s), or at once on a second signal.
 
 Exit status: the command's own (128+N if it died of signal N; N for every status but 0
 with --command-failed N), or etcdsync's:
-  0      without CMD: released after SIGINT, SIGTERM or SIGHUP
+  0      without CMD: released after SIGINT, SIGTERM or SIGHUP; elect: the leadership
+         was handed over (transfer, --prefer), its CMD stopped
   1      status --check: a NAME is free (0: every one is held); release: no key of a
-         NAME has that token, nothing changed
+         NAME has that token, nothing changed; transfer: nobody leads, or no candidate
+         has that value, or it did not take over, nothing changed
   64     usage: a bad flag, argument or name
   69     etcd could not be reached, or refused (TLS, login, permission), or the wait
          failed; not for a waiter whose key or lease was removed: it waits again
-  75     --try: the name is busy
+  75     --try: the name is busy; transfer: another transfer is asked already
   123    --max-hold passed: the command was stopped, the hold ended
-  124    --timeout passed before the hold was granted
+  124    --timeout passed before the hold was granted (transfer: the leader did not
+         answer)
   125    the hold was lost while the command ran; it was stopped (or an operator
          released the wait: etcdsync release)
   126    the command could not be run

@@ -190,4 +190,25 @@ func (c candidate) try(context.Context) (hold, error) {
 	return nil, errors.New("an election has no try")
 }
 
-func (h leaderHold) release(ctx context.Context) error { return h.Resign(ctx) }
+// release resigns, or, when the leadership was asked to move (Asked), does that (Yield).
+func (h leaderHold) release(ctx context.Context) error {
+	select {
+	case <-h.Asked():
+		return h.Yield(ctx)
+	default:
+		return h.Resign(ctx)
+	}
+}
+
+// asker is a hold that may be asked to let go: an election's leadership (transfer, a more
+// preferred candidate).
+type asker interface{ Asked() <-chan struct{} }
+
+// askedOf is the channel closed once h is asked to let go; nil (never) for a hold that
+// cannot be.
+func askedOf(h hold) <-chan struct{} {
+	if a, ok := h.(asker); ok {
+		return a.Asked()
+	}
+	return nil
+}

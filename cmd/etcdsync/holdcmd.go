@@ -62,11 +62,16 @@ lost. On a name without '/' and '%', etcdctl elect and etcd's concurrency.Electi
 see the same leader. With --loop, a candidate whose leadership was lost (CMD stopped,
 as with exit 125), or whose CMD exited 0, campaigns again and runs CMD again when it
 leads, until interrupted: a daemon that must always have one active copy. Any other
-exit of CMD ends the loop with its status.`,
+exit of CMD ends the loop with its status. When etcdsync transfer asks the leader to
+hand over, or a candidate of a higher --prefer has waited --settle, the leader stops
+CMD as on a loss, hands the leadership over once CMD's group is gone, and exits 0 (with
+--loop, campaigns again).`,
 		`# one active billing worker among the replicas; a standby takes over when it stops
 etcdsync elect --value "$(hostname):8080" billing-leader -- ./billing-worker
 # the same, and a replica whose worker lost the leadership stands again
-etcdsync elect --loop billing-leader -- ./billing-worker`,
+etcdsync elect --loop billing-leader -- ./billing-worker
+# the new version's replicas are preferred: each takes over once it has waited 30s
+etcdsync elect --loop --prefer 2 --settle 30s billing-leader -- ./billing-worker-v2`,
 	},
 }
 
@@ -82,7 +87,9 @@ func (c *holdCommand) define() *subcommand {
 	}
 	if c.verb == "elect" {
 		fs.StringVar(&c.value, "value", "", "the candidate's value, what observers see of the leader (default \"host=HOST pid=PID since=TIME\")")
-		fs.BoolVar(&c.loop, "loop", false, "after a loss, or after CMD exits 0, campaign again and run CMD again, until interrupted")
+		fs.BoolVar(&c.loop, "loop", false, "after a loss, a transfer, or after CMD exits 0, campaign again and run CMD again, until\ninterrupted")
+		fs.IntVar(&c.prefer, "prefer", 0, "this candidate's preference `N`, 0 to 1000000: a leader of a lower one hands over to it\nonce it has waited --settle")
+		fs.DurationVar(&c.settle, "settle", 0, "how long a more preferred candidate waits, and a leader leads, before a leader hands\nover for preference (default 10s)")
 	}
 	fs.DurationVar(&c.ttl, "ttl", mutex.DefaultTTL, "lease TTL: how long others wait for this hold if etcdsync dies or loses etcd")
 	fs.StringVar(&c.prefix, "prefix", "", "put the name's keys under this `prefix`, which ends with '/'")

@@ -57,6 +57,8 @@ func newCommand(verb string) command {
 		return &releaseCommand{}
 	case "renew":
 		return &renewCommand{}
+	case "transfer":
+		return &transferCommand{}
 	}
 	return nil
 }
@@ -74,7 +76,7 @@ func run(args []string, a *app) int {
 		fmt.Fprintf(a.stderr, "etcdsync: %s\n", message(err.Error()))
 		return exitCode(err)
 	case verb == "":
-		fmt.Fprintln(a.stderr, "etcdsync: no command: lock, rlock, sem, elect, status, release or renew (etcdsync --help)")
+		fmt.Fprintln(a.stderr, "etcdsync: no command: lock, rlock, sem, elect, transfer, status, release or renew (etcdsync --help)")
 		return exitUsage
 	}
 	switch verb {

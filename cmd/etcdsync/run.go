@@ -36,11 +36,13 @@ type holdCommand struct {
 	try      bool
 	shell    bool
 	verbose  bool
-	limit    int    // sem -n
-	units    int    // sem --units
-	setLimit int    // sem --set-limit
-	value    string // elect --value
-	loop     bool   // elect --loop
+	limit    int           // sem -n
+	units    int           // sem --units
+	setLimit int           // sem --set-limit
+	value    string        // elect --value
+	loop     bool          // elect --loop
+	prefer   int           // elect --prefer
+	settle   time.Duration // elect --settle
 
 	commandFailed int           // --command-failed: the status for every non-zero status of the command; 0 to pass it on
 	maxHold       time.Duration // --max-hold: 0 for none
@@ -103,6 +105,12 @@ func (c *holdCommand) acquirer(cli *clientv3.Client) (acquirer, error) {
 		s, err = semaphore.New(cli, c.name, c.limit, opts...)
 		a = permits{s: s, units: c.units}
 	case c.verb == "elect":
+		if c.prefer != 0 {
+			opts = append(opts, election.WithPreference(c.prefer))
+		}
+		if c.settle != 0 {
+			opts = append(opts, election.WithSettle(c.settle))
+		}
 		var e *election.Election
 		e, err = election.New(cli, c.name, opts...)
 		a = candidate{e: e, value: c.value}
@@ -286,6 +294,9 @@ func (c *holdCommand) holdUntilSignalled(a *app, h hold, sigc <-chan os.Signal) 
 		return 0, failf(lossStatus(h.Err()), "%s lost: %v", c.what(), h.Err())
 	case sig := <-sigc:
 		a.logf("%s: releasing on %s", c.what(), signame(sig))
+		return exitOK, nil
+	case <-askedOf(h):
+		a.logf("%s: asked to hand the leadership over", c.what())
 		return exitOK, nil
 	}
 }

@@ -50,6 +50,9 @@ func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal) (int, er
 	a.logf("%s: command started: pid and process group %d", c.what(), g.pid)
 	end := c.supervise(a, h, g, sigc)
 	switch {
+	case end.asked && !end.lost && c.stopSignal == nil:
+		a.logf("%s: the command was stopped to hand the leadership over", c.what())
+		return exitOK, nil
 	case end.lost:
 		if lossStatus(h.Err()) == exitMaxHold {
 			return 0, failf(exitMaxHold, "%s held for --max-hold %v: the command was stopped", c.what(), c.maxHold)
@@ -78,6 +81,7 @@ func (c *holdCommand) commandStatus(a *app, status int) int {
 // ending is how a supervised command's process group ended.
 type ending struct {
 	lost   bool   // the hold was lost while the group lived
+	asked  bool   // the leadership was asked to move (elect): the group was stopped for it
 	ended  bool   // the group is gone (g.status says how the command ended); not if it outlived SIGKILL by killWait
 	killed string // why the group got SIGKILL, if it did
 }
@@ -98,7 +102,7 @@ const (
 // c.stopSignal), and when the command exits leaving processes behind.
 func (c *holdCommand) supervise(a *app, h hold, g *group, sigc <-chan os.Signal) ending {
 	var end ending
-	done, exited := h.Done(), g.exited
+	done, exited, asked := h.Done(), g.exited, askedOf(h)
 	phase := notStopping
 	var kill, giveUp *time.Timer
 	defer func() {
@@ -138,6 +142,11 @@ func (c *holdCommand) supervise(a *app, h hold, g *group, sigc <-chan os.Signal)
 			end.lost = true
 			a.logf("%s: lost: %v", c.what(), h.Err())
 			terminate(syscall.SIGTERM, "hold lost")
+		case <-asked:
+			asked = nil
+			end.asked = true
+			a.logf("%s: asked to hand the leadership over", c.what())
+			terminate(syscall.SIGTERM, "leadership asked to move")
 		case sig := <-sigc:
 			switch {
 			case c.stopSignal != nil:

@@ -1,0 +1,109 @@
+//go:build unix
+
+package main
+
+import (
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+)
+
+// testTransfer: `etcdsync transfer --to` moves the leadership of an `elect --loop` to the
+// candidate named: the leader's command is stopped, the candidate's starts with the same
+// token, and the old leader campaigns again; without --to the leader steps down; refusals
+// change nothing and say why.
+func testTransfer(t *testing.T, h *harness) {
+	const name = "cmd-transfer"
+	cli := cluster.Client(t)
+	ev := newEvents(t)
+	body := `trap 'echo "stopped $ID" >"$EV"; exit 0' TERM; echo "lead $ID $ETCDSYNC_TOKEN" >"$EV"; sleep 300 & wait`
+	start := func(id string, flags ...string) *process {
+		env := environ("EV="+ev.path, "ID="+id)
+		args := append(append([]string{"elect", "--loop", "--value", id}, flags...), name)
+		return h.start(t, env, append(args, script(body)...)...)
+	}
+	lead := func() (string, int64) {
+		t.Helper()
+		f := strings.Fields(ev.next(t, 30*time.Second))
+		require.Len(t, f, 3)
+		require.Equal(t, "lead", f[0])
+		tok, err := strconv.ParseInt(f[2], 10, 64)
+		require.NoError(t, err)
+		return f[1], tok
+	}
+
+	p := h.run(t, environ(), "transfer", name)
+	assert.Equal(t, exitFree, p.code, "nobody leads: %s", p.stderr.text())
+	a := start("a")
+	who, token := lead()
+	require.Equal(t, "a", who)
+	b := start("b")
+	c := start("c")
+	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), 3)
+
+	before := etcdtest.Revision(t, cli)
+	for _, tc := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"transfer", "--to", "nobody", name}, exitFree},
+		{[]string{"transfer", "--to", "", name}, exitUsage},
+		{[]string{"transfer"}, exitUsage},
+		{[]string{"transfer", name, "other"}, exitUsage},
+	} {
+		p := h.run(t, environ(), tc.args...)
+		assert.Equal(t, tc.code, p.code, "%v: %s", tc.args, p.stderr.text())
+	}
+	for _, w := range etcdtest.Writes(t, cli, before) { // other subtests write beside it
+		assert.NotContains(t, w, " "+core.NamePrefix(name), "a refused transfer wrote")
+	}
+
+	p = h.run(t, environ(), "transfer", "--to", "c", name)
+	require.Equal(t, 0, p.code, p.stderr.text())
+	assert.Equal(t, "c token "+strconv.FormatInt(token, 10)+"\n", p.stdout.text())
+	assert.Equal(t, "stopped a", ev.next(t, 30*time.Second), "the leader's command is stopped first")
+	who, got := lead()
+	assert.Equal(t, "c", who, "the candidate named leads, ahead of b")
+	assert.Equal(t, token, got, "the token passes with the key")
+	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), 3) // a campaigns again (--loop)
+
+	p = h.run(t, environ(), "transfer", name)
+	require.Equal(t, 0, p.code, p.stderr.text())
+	assert.Equal(t, "stopped c", ev.next(t, 30*time.Second))
+	who, got = lead()
+	assert.Equal(t, "b", who, "after a step-down the next in line leads")
+	assert.Greater(t, got, token)
+	for _, p := range []*process{a, b, c} {
+		p.signal(syscall.SIGTERM)
+	}
+	for _, p := range []*process{a, b, c} {
+		assert.Equal(t, 128+15, p.wait(30*time.Second), p.stderr.text())
+	}
+	nothingLeft(t, cli, "", name)
+}
+
+// testElectPrefer: a candidate of a higher --prefer takes the leadership over once it has
+// waited --settle; the leader's command is stopped and the leader exits 0 (no --loop).
+func testElectPrefer(t *testing.T, h *harness) {
+	const name = "cmd-elect-prefer"
+	cli := cluster.Client(t)
+	ev := newEvents(t)
+	body := `trap 'echo "stopped $ID" >"$EV"; exit 0' TERM; echo "lead $ID" >"$EV"; sleep 300 & wait`
+	old := h.start(t, environ("EV="+ev.path, "ID=old"), append([]string{"elect", "--settle", "200ms", name}, script(body)...)...)
+	assert.Equal(t, "lead old", ev.next(t, 30*time.Second))
+	preferred := h.start(t, environ("EV="+ev.path, "ID=new"), append([]string{"elect", "--prefer", "1", "--settle", "200ms", name}, script(body)...)...)
+	assert.Equal(t, "stopped old", ev.next(t, 30*time.Second))
+	assert.Equal(t, "lead new", ev.next(t, 30*time.Second))
+	assert.Equal(t, 0, old.wait(30*time.Second), old.stderr.text())
+	preferred.signal(syscall.SIGTERM)
+	assert.Equal(t, 128+15, preferred.wait(30*time.Second), preferred.stderr.text())
+	nothingLeft(t, cli, "", name)
+}
