@@ -185,6 +185,8 @@ func (q *Queue) HandOver(ctx context.Context, h *Hold, to Match) error {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound) && try < 2:
 			continue // the candidate's lease ended: so did its key; choose again
 		case err != nil:
+			// It may have been applied, or be applied later: this leadership is over.
+			q.giveUp(ctx, h, err)
 			return fmt.Errorf("hand %s over: %w", h.key, err)
 		}
 		at := resp.Header.Revision
@@ -228,7 +230,7 @@ func (q *Queue) awaitAccept(ctx context.Context, h *Hold, own, x, rec *mvccpb.Ke
 	if err != nil {
 		// The key is on the candidate's lease with the record beside it, or taken back: a
 		// leader that cannot tell must not go on leading.
-		h.observe(fmt.Errorf("%w: key %s: handed over, and then etcd could not be reached: %w", ErrLost, h.key, err))
+		q.giveUp(ctx, h, err)
 		return fmt.Errorf("hand %s over: %w", h.key, err)
 	}
 	if resp.Succeeded {
@@ -244,7 +246,40 @@ func (q *Queue) awaitAccept(ctx context.Context, h *Hold, own, x, rec *mvccpb.Ke
 		return fmt.Errorf("%w: the candidate %q did not take the leadership over within %v", ErrNoCandidate, x.Value, handoverWait)
 	}
 	h.observe(errKeyGone(h.key))
-	return fmt.Errorf("%w: the candidate's lease ended as it took the leadership over", ErrNoCandidate)
+	if len(recs) > 0 { // the candidate dropped the key, unsure whether it had accepted
+		_, _ = q.cli.Txn(clientv3.WithRequireLeader(bctx)).
+			If(clientv3.Compare(clientv3.CreateRevision(string(rec.Key)), "=", rec.CreateRevision)).
+			Then(clientv3.OpDelete(string(rec.Key))).Commit()
+	}
+	return fmt.Errorf("%w: the candidate's lease ended, or it gave the leadership up, as it took it over", ErrNoCandidate)
+}
+
+// giveUp ends h, a leadership whose handover etcd may or may not apply (err: no answer),
+// as lost, and deletes its key if it is still on h's lease, so that it is held by nobody
+// for no longer than it takes: the next candidate then leads, and a handover applied late
+// finds no key to hand. If that delete gets no answer either, the session is retired, and
+// its lease revoked once its other holds end, taking the key with it.
+func (q *Queue) giveUp(ctx context.Context, h *Hold, err error) {
+	h.observe(fmt.Errorf("%w: key %s: its handover got no answer: %w", ErrLost, h.key, err))
+	dropKey(ctx, q.cli, h.sess, h.key, h.rev)
+}
+
+// dropKey deletes key, created at rev, if it is on sess's lease (see giveUp), and does also
+// either way. One Txn.
+func dropKey(ctx context.Context, cli *clientv3.Client, sess *Session, key string, rev int64, also ...clientv3.Op) {
+	dctx, cancel := Detached(ctx)
+	defer cancel()
+	_, err := retry(dctx, func() (*clientv3.TxnResponse, error) {
+		return cli.Txn(clientv3.WithRequireLeader(dctx)).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev),
+				clientv3.Compare(clientv3.LeaseValue(key), "=", sess.Lease())).
+			Then(append([]clientv3.Op{clientv3.OpDelete(key)}, also...)...).
+			Else(also...).
+			Commit()
+	})
+	if err != nil {
+		sess.retire()
+	}
 }
 
 // handedOver ends h, whose key another lease now holds: done closes, its final error is nil,
@@ -289,9 +324,9 @@ func (a *acquisition) takeHandover(ctx context.Context, rev int64) *Hold {
 	})
 	if err != nil {
 		// Whether it accepted is unknown: the key may be on this session's lease with nobody
-		// holding it. The session is retired, so that its lease is revoked once its other
-		// holds end, and the key with it.
-		a.sess.retire()
+		// holding it. It is deleted if it is (the next candidate then leads, and the
+		// leader's take-back finds nothing to take), or its lease revoked later.
+		dropKey(ctx, q.cli, a.sess, r.Key, r.Token, clientv3.OpDelete(rec))
 		return nil
 	}
 	if !tresp.Succeeded {
