@@ -19,6 +19,19 @@
 // again after half a second, with a new lease. Every term is a hold in the metrics, and its
 // end counts in etcdsync.leader.stepdowns by cause.
 //
+// The leadership can be handed over in place: [Election.Transfer] gives it to a chosen
+// candidate ahead of the others, who keep their order behind it; [WithPreference] makes a
+// Run's leader do so by itself for a more preferred candidate that has waited a settle time;
+// [Election.RequestTransfer] (and `etcdsync transfer`) asks the leader from anywhere, and a
+// Run heeds it. The leader's key stays where it is, the oldest of the name: one Txn moves it
+// onto the candidate's lease with the candidate's value, so etcd's own Election, `etcdctl
+// elect` and the candidates passed over see one more leader and keep waiting. The fencing
+// token passes with the key: the successive leaders' tokens never decrease, and increase
+// at every change of leader but a transfer, where the key and its token move from a leader
+// that has stopped (Run ends lead first) to the candidate. A compare that the old leader
+// made before its transfer is the new leader's too: stop the leader's writes before
+// Transfer, as Run does.
+//
 // One handle is one candidate: several Runs, or Runs and Campaigns, on one [Election] take
 // turns. A Run's term keeps the handle's turn until its lead has returned, also after a
 // loss, so no other Run or Campaign of the handle leads while a lead of it may still act;

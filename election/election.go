@@ -333,8 +333,9 @@ func (e *Election) current() *core.Hold {
 }
 
 // Token is the leadership's fencing token: its key's create revision, strictly increasing
-// across the successive leaders of the name; 0 without leadership. Like Done, Err, IsOwner
-// and Key, it does no I/O.
+// across the successive leaders of the name, but a transfer, which hands the key and its
+// token on (see the package doc); 0 without leadership. Like Done, Err, IsOwner and Key, it
+// does no I/O.
 func (e *Election) Token() int64 {
 	return e.current().Token()
 }

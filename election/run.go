@@ -15,9 +15,11 @@ const runPause = 500 * time.Millisecond
 
 // Run is the leader loop: it campaigns with value and, once leading, calls lead with a ctx
 // that ends as soon as the leadership ends (lost: context.Cause matches [ErrLost]; resigned
-// by another call: it matches [ErrNotLocked]) or ctx ends; after lead returns (never before:
-// leadership is kept while lead runs), it resigns and campaigns again, until ctx ends. A
-// campaign that fails with ErrLost is tried again.
+// by another call: it matches [ErrNotLocked]), it is to move (a [Election.Transfer], a
+// request, a more preferred candidate: [Election.Asked]; the cause matches ErrNotLocked), or
+// ctx ends; after lead returns (never before: leadership is kept while lead runs), it
+// resigns, or hands the leadership over, and campaigns again, until ctx ends. A campaign
+// that fails with ErrLost is tried again.
 //
 // The term is Run's own: the handle takes no other leadership until lead has returned,
 // also after a loss, and Run's resign ends that term's leadership only (see the package doc
@@ -29,7 +31,8 @@ const runPause = 500 * time.Millisecond
 // nil lead or a bad [WithHealthCheck], having campaigned for nothing; on an Election not
 // made by [New], as Campaign. Other errors of Campaign stop it.
 //
-// Cost: a Campaign and a Resign per term, and the watch of the leadership while lead runs.
+// Cost: a Campaign and a Resign per term, the watch of the leadership while lead runs, and
+// the asker's read and two watches per term (see Asked).
 func (e *Election) Run(ctx context.Context, value string, lead func(ctx context.Context) error, opts ...RunOption) error {
 	var cfg runConfig
 	for _, opt := range opts {

@@ -40,8 +40,11 @@ func (e *Election) Transfer(ctx context.Context, to string) (err error) {
 // r.stepDown, by a Resign; once the lead of a Run's term on h has returned.
 func (e *Election) transfer(ctx context.Context, h *core.Hold, r transferRequest) error {
 	_ = h.EndIfClientClosed()
-	if h == nil || !h.Live() {
+	switch {
+	case h == nil:
 		return e.errorf("transfer", errNoLeadership)
+	case !h.Live():
+		return e.resign(ctx, h) // ErrLost, and forgotten, as by Resign
 	}
 	if !r.stepDown {
 		if err := e.q.HasCandidate(ctx, h, r.to); err != nil {

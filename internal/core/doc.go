@@ -29,6 +29,9 @@
 //     and the lock-delay a waiter keeps after a predecessor whose lease went (WithLockDelay).
 //   - ticket.go: a hold that outlives its process: Detach onto a lease of its own, the
 //     Ticket, Resume (once per ticket), and the command's renewal and release by ticket.
+//   - handover.go: an election's leadership handed to a chosen candidate (Transfer): the
+//     leader's key moved onto the candidate's lease in one Txn, the candidate's acceptance,
+//     the take-back; a candidate's preference in its key; a request to transfer.
 //   - released.go: an operator's release (admin.Release): the record it leaves, and how a
 //     holder or waiter whose key went reads it (ErrReleasedByOperator).
 //   - keywatch.go: the watch of a hold's key (Done, Err, OnEnd): on the client's one

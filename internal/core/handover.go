@@ -184,6 +184,8 @@ func (q *Queue) HandOver(ctx context.Context, h *Hold, to Match) error {
 		switch {
 		case errors.Is(err, rpctypes.ErrLeaseNotFound) && try < 2:
 			continue // the candidate's lease ended: so did its key; choose again
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return fmt.Errorf("%w: the leases of the candidates %v kept ending", ErrNoCandidate, to)
 		case err != nil:
 			// It may have been applied, or be applied later: this leadership is over.
 			q.giveUp(ctx, h, err)
@@ -194,7 +196,12 @@ func (q *Queue) HandOver(ctx context.Context, h *Hold, to Match) error {
 			// A try whose answer was lost may have been applied: then the key is on the
 			// candidate's lease and the record is there, created by that Txn.
 			held, recs := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
-			if len(held) != 1 || held[0].CreateRevision != h.rev || held[0].Lease != x.Lease || len(recs) != 1 || string(recs[0].Value) != string(val) {
+			handed := len(held) == 1 && held[0].CreateRevision == h.rev && held[0].Lease == x.Lease
+			if handed && len(recs) == 0 {
+				h.handedOver() // and accepted already
+				return nil
+			}
+			if !handed || len(recs) != 1 || string(recs[0].Value) != string(val) {
 				if try < 2 {
 					continue // the candidate left, or the key changed: read again
 				}

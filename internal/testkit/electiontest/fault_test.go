@@ -2,7 +2,9 @@ package election_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -35,8 +37,9 @@ func workload() faulttest.Workload {
 			if err != nil {
 				return nil, err
 			}
-			return primtest.NewCandidate(e), nil
+			return heedingCandidate{primtest.NewCandidate(e)}, nil
 		},
+		Disturb: askAStepDown,
 		Observe: observe,
 		Prefix:  core.NamePrefix,
 		TTL:     faultTTL,
@@ -109,4 +112,50 @@ func observe(ctx context.Context, cli *clientv3.Client, name string) func(contex
 			}
 		}
 	}
+}
+
+// heedingCandidate is a Candidate that follows the requests to its leadership from the
+// grant on and does what one asked at its Unlock (Yield: a step-down), so that the requests
+// of askAStepDown reach the workers that lead by Campaign too; those that lead by Run heed
+// them by themselves.
+type heedingCandidate struct{ *primtest.Candidate }
+
+func (c heedingCandidate) Lock(ctx context.Context) error {
+	if err := c.Candidate.Lock(ctx); err != nil {
+		return err
+	}
+	c.Asked()
+	return nil
+}
+
+func (c heedingCandidate) Unlock(ctx context.Context) error {
+	select {
+	case <-c.Asked():
+		return c.Yield(ctx)
+	default:
+		return c.Resign(ctx)
+	}
+}
+
+// askAStepDown asks the leader, from the admin client, to step down, and waits up to two
+// TTLs for the answer (a Run ends its lead and resigns; a Campaign's worker resigns at its
+// Unlock): the request and the asker that follows it ride out the faults, and the checks of
+// the run (one leader, linearizability, liveness once healed, no key left) hold across it.
+func askAStepDown(ctx context.Context, cli *clientv3.Client, name string, _ *rand.Rand) (string, error) {
+	e, err := election.New(cli, name, election.WithTTL(faultTTL))
+	if err != nil {
+		return "", err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*faultTTL)
+	defer cancel()
+	l, err := e.RequestTransfer(rctx, "")
+	switch {
+	case errors.Is(err, election.ErrNoLeader):
+		return "a step-down asked: nobody led", nil
+	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		return "a step-down asked: no answer within two TTLs (withdrawn)", nil
+	case err != nil:
+		return "", fmt.Errorf("ask a step-down: %w", err)
+	}
+	return fmt.Sprintf("a step-down asked: %q leads after it", l.Value), nil
 }

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/semaphore"
@@ -63,6 +64,54 @@ func BenchmarkFleetDrainSemaphore(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkFleetDrainElection is BenchmarkFleetDrain for an election: the holder leads,
+// each waiter campaigns once, leads, and resigns at once. The rival is etcd's
+// concurrency.Election doing the same, one session per client.
+func BenchmarkFleetDrainElection(b *testing.B) {
+	sizes := slices.Concat(fleetSizes, fleetExtra(b))
+	forEachCluster(b, func(b *testing.B, t *target) {
+		for _, n := range sizes {
+			b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) { benchFleetElection(b, t, n) })
+		}
+	})
+}
+
+const fleetElectName = "fleet-elect" // ours' election; etcd's prefix is root+"etcd-"+fleetElectName
+
+func benchFleetElection(b *testing.B, t *target, n int) {
+	ctx := context.Background()
+	ours := t.oursClients(b, n+1)
+	oursLocks := make([]exclusive, n+1)
+	for i, cli := range ours {
+		e, err := election.New(cli.Client, fleetElectName, election.WithPrefix(t.root))
+		must(b, err)
+		oursLocks[i] = candidacy{e}
+	}
+	etcd, sessions := t.etcdClients(b, n+1)
+	etcdLocks := make([]exclusive, n+1)
+	for i, s := range sessions {
+		etcdLocks[i] = candidacy{concurrency.NewElection(s, t.root+"etcd-"+fleetElectName)}
+	}
+	warmLocks(b, ctx, oursLocks, etcdLocks)
+	oursSide := drainSide("ours", ours, oursLocks, t.root+core.NamePrefix(fleetElectName))
+	etcdSide := drainSide("etcd", etcd, etcdLocks, t.root+"etcd-"+fleetElectName+"/")
+	b.Cleanup(func() { oursSide.stop(); etcdSide.stop() })
+	reportScrape := scrapeCost(b, t)
+	t.measure(b, comparison{
+		ours:    oursSide.side,
+		rival:   etcdSide.side,
+		commits: t.commitSides(b),
+		slack:   time.Duration(n) * time.Second,
+	})
+	reportScrape()
+}
+
+// candidacy is a candidate as an exclusive: Lock campaigns, Unlock resigns.
+type candidacy struct{ c candidate }
+
+func (c candidacy) Lock(ctx context.Context) error   { return c.c.Campaign(ctx, "v") }
+func (c candidacy) Unlock(ctx context.Context) error { return c.c.Resign(ctx) }
 
 const (
 	fleetSemName  = "fleet-sem" // the semaphore's name; its rival's is fleetSemName+"-mutex"
