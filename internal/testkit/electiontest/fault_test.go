@@ -146,6 +146,13 @@ func askAStepDown(ctx context.Context, cli *clientv3.Client, name string, _ *ran
 	if err != nil {
 		return "", err
 	}
+	// The request lies on a lease of the admin client's: let it go after, with its
+	// keep-alive, as the run's own clients are let go.
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = election.Shutdown(sctx, cli)
+	}()
 	rctx, cancel := context.WithTimeout(ctx, 2*faultTTL)
 	defer cancel()
 	l, err := e.RequestTransfer(rctx, "")
