@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/internal/core"
@@ -75,21 +76,35 @@ func (e *Election) follow(ctx context.Context, h *core.Hold, k *asker) {
 		}
 		cands[key] = &preferred{n: n, seen: now, rev: kv.CreateRevision}
 	}
+	requests := true // false once etcd refused to let this client read the request's key
 	for ctx.Err() == nil {
-		resp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).
-			Then(clientv3.OpGet(reqKey), clientv3.OpGet(prefRange, clientv3.WithPrefix())).Commit()
-		if err != nil {
+		reads := []clientv3.Op{clientv3.OpGet(prefRange, clientv3.WithPrefix())}
+		if requests {
+			reads = append(reads, clientv3.OpGet(reqKey))
+		}
+		resp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(reads...).Commit()
+		switch {
+		case errors.Is(err, rpctypes.ErrPermissionDenied) && requests:
+			// A grant of the name's keys alone: the request beside the name is out of
+			// reach, so no request can ask this leader anything; preferences still can.
+			requests = false
+			continue
+		case errors.Is(err, rpctypes.ErrPermissionDenied):
+			return // nothing can ask this leader to move
+		case err != nil:
 			if core.Pause(ctx, 500*time.Millisecond) != nil {
 				return
 			}
 			continue
 		}
 		rev, now := resp.Header.Revision, time.Now()
-		if reqs := resp.Responses[0].GetResponseRange().Kvs; len(reqs) == 1 && e.heed(ctx, h, k, reqs[0]) {
-			return
+		if requests {
+			if reqs := resp.Responses[1].GetResponseRange().Kvs; len(reqs) == 1 && e.heed(ctx, h, k, reqs[0]) {
+				return
+			}
 		}
 		present := map[string]bool{}
-		for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
 			present[string(kv.Key)] = true
 			note(kv, now)
 		}
@@ -98,21 +113,24 @@ func (e *Election) follow(ctx context.Context, h *core.Hold, k *asker) {
 				delete(cands, key)
 			}
 		}
-		if e.follows(ctx, h, k, cands, note, start, rev) {
+		if e.follows(ctx, h, k, cands, note, start, rev, requests) {
 			return
 		}
 	}
 }
 
-// follows watches the request and the preferred candidates from revision rev on, and
-// reports true once the asker was asked (or must stop), false when a watch broke and the
-// asker must read again.
+// follows watches the request (if requests) and the preferred candidates from revision rev
+// on, and reports true once the asker was asked (or must stop), false when a watch broke and
+// the asker must read again.
 func (e *Election) follows(ctx context.Context, h *core.Hold, k *asker, cands map[string]*preferred,
-	note func(*mvccpb.KeyValue, time.Time), start time.Time, rev int64) bool {
+	note func(*mvccpb.KeyValue, time.Time), start time.Time, rev int64, requests bool) bool {
 	cli, prefix := e.q.Client(), e.q.Prefix()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	reqs := cli.Watch(wctx, core.TransferRequestKey(prefix), clientv3.WithRev(rev+1))
+	var reqs clientv3.WatchChan // nil, never ready, without requests
+	if requests {
+		reqs = cli.Watch(wctx, core.TransferRequestKey(prefix), clientv3.WithRev(rev+1))
+	}
 	prefs := cli.Watch(wctx, core.PreferenceRange(prefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()

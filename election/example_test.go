@@ -51,3 +51,29 @@ func Example() {
 	// written as leader: true
 	// leader: replica-1
 }
+
+// A rolling upgrade: the new version's replicas campaign with a higher preference, and the
+// old leader's Run hands its leadership to one of them once it has waited the settle time.
+// An operator can also move it by hand (RequestTransfer, or etcdsync transfer).
+func ExampleWithPreference() {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"localhost:2379"}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer cli.Close()
+	ctx := context.Background()
+
+	const version = 2 // the old replicas run with 1
+	e, err := election.New(cli, "billing-leader", election.WithPreference(version))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = e.Run(ctx, "replica-7 v2", func(ctx context.Context) error {
+		fmt.Println("leading")
+		<-ctx.Done() // a loss, a transfer to a candidate preferred over v2, or ctx's end
+		return nil
+	})
+	fmt.Println(err)
+}

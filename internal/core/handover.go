@@ -186,6 +186,8 @@ func (q *Queue) HandOver(ctx context.Context, h *Hold, to Match) error {
 			continue // the candidate's lease ended: so did its key; choose again
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			return fmt.Errorf("%w: the leases of the candidates %v kept ending", ErrNoCandidate, to)
+		case err != nil && refused(err):
+			return fmt.Errorf("hand %s over: %w", h.key, err) // not applied: the leader leads on
 		case err != nil:
 			// It may have been applied, or be applied later: this leadership is over.
 			q.giveUp(ctx, h, err)

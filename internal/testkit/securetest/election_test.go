@@ -2,9 +2,11 @@ package securetest_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/election"
@@ -58,4 +60,27 @@ func runElection(t *testing.T, a, b, admin *clientv3.Client, name, keys string, 
 	_, err = eb.Leader(ctx)
 	assert.ErrorIs(t, err, election.ErrNoLeader)
 	assertNoLockKeys(t, admin, keys)
+}
+
+// TestTransferOutsideTheGrantLeavesTheLeaderLeading: a leader whose grant covers its
+// election's keys alone cannot write the record of a handover beside them: Transfer is
+// refused with ErrPermissionDenied, writes nothing, and the leader leads on.
+func TestTransferOutsideTheGrantLeavesTheLeaderLeading(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	admin := cluster.Client(t)
+	leader, err := election.New(cluster.ClientAs(t, nameUser), namedElection, election.WithPrefix(appPrefix))
+	require.NoError(t, err)
+	require.NoError(t, leader.Campaign(ctx, "leader"))
+	other, err := election.New(cluster.ClientAs(t, appUser), namedElection, election.WithPrefix(appPrefix))
+	require.NoError(t, err)
+	won := etcdtest.Async(func() error { return other.Campaign(ctx, "other") })
+	etcdtest.AwaitKeys(t, admin, appPrefix+core.NamePrefix(namedElection), 2)
+	rev := etcdtest.Revision(t, admin)
+	err = leader.Transfer(ctx, "other")
+	assert.ErrorIs(t, err, rpctypes.ErrPermissionDenied)
+	etcdtest.NoWrites(t, admin, rev, "a refused transfer")
+	require.NoError(t, leader.Err(), "the leader leads on")
+	require.NoError(t, leader.Resign(ctx))
+	require.NoError(t, etcdtest.Within(t, won, 10*time.Second, "the other candidate"))
+	require.NoError(t, other.Resign(ctx))
 }

@@ -19,7 +19,11 @@ const (
 	tenantUser = "tenant"    // READWRITE on tenantPrefix: the namespace of the namespaced clients
 	splitUser  = "split"     // READWRITE on the kinds of splitRW and splitSem, not on their names
 	revocable  = "revocable" // READWRITE on revocablePrefix, which tests revoke and grant again
+	nameUser   = "named"     // READWRITE on the keys of namedElection alone, not beside them
 )
+
+// namedElection is the election of nameUser, under appPrefix.
+const namedElection = "named-leader"
 
 const (
 	appPrefix       = "app/"
@@ -41,6 +45,7 @@ var grants = etcdtest.Grants{
 	appUser:    {appPrefix},
 	tenantUser: {tenantPrefix},
 	revocable:  {revocablePrefix},
+	nameUser:   {appPrefix + core.NamePrefix(namedElection)},
 	splitUser: {
 		splitPrefix + core.NamePrefix(splitRW) + core.KindRead,
 		splitPrefix + core.NamePrefix(splitRW) + core.KindWrite,
