@@ -23,8 +23,6 @@ type asker struct {
 	asked chan struct{} // closed once asked
 	ask   transferRequest
 	req   *mvccpb.KeyValue // the request that asked, to delete once answered; nil for none
-	stop  context.CancelFunc
-	done  chan struct{} // closed once its goroutine has returned
 }
 
 // asking returns the asker of h, the handle's leadership, starting it if need be; nil
@@ -37,7 +35,7 @@ func (e *Election) asking(h *core.Hold) *asker {
 	}
 	if e.asker == nil || e.asker.h != h {
 		ctx, cancel := context.WithCancel(e.q.Client().Ctx())
-		k := &asker{asked: make(chan struct{}), stop: cancel, done: make(chan struct{})}
+		k := &asker{asked: make(chan struct{})}
 		e.asker = &heldAsker{h: h, k: k}
 		h.OnEnd(func(error) { cancel() })
 		go e.follow(ctx, h, k)
@@ -60,7 +58,6 @@ type preferred struct {
 
 // follow is the asker's goroutine (see asker).
 func (e *Election) follow(ctx context.Context, h *core.Hold, k *asker) {
-	defer close(k.done)
 	cli, prefix := e.q.Client(), e.q.Prefix()
 	reqKey, prefRange := core.TransferRequestKey(prefix), core.PreferenceRange(prefix)
 	start := time.Now()
@@ -163,8 +160,8 @@ func (e *Election) follows(ctx context.Context, h *core.Hold, k *asker, cands ma
 			case errors.Is(err, ErrNoCandidate):
 				delete(cands, choice) // gone meanwhile: its delete is on its way
 				continue
-			default:
-				return ctx.Err() != nil || !h.Live()
+			default: // lost, or etcd refused the read: read again after a pause
+				return ctx.Err() != nil || !h.Live() || core.Pause(ctx, 500*time.Millisecond) != nil
 			}
 		}
 		if next > 0 {
