@@ -39,7 +39,8 @@ func workload() faulttest.Workload {
 			}
 			return heedingCandidate{primtest.NewCandidate(e)}, nil
 		},
-		Disturb: askAStepDown,
+		Disturb:   askToMove,
+		HandsOver: true,
 		Observe: observe,
 		Prefix:  core.NamePrefix,
 		TTL:     faultTTL,
@@ -131,20 +132,34 @@ func (c heedingCandidate) Lock(ctx context.Context) error {
 func (c heedingCandidate) Unlock(ctx context.Context) error {
 	select {
 	case <-c.Asked():
-		return c.Yield(ctx)
+		err := c.Yield(ctx)
+		if errors.Is(err, election.ErrNoCandidate) {
+			return c.Resign(ctx) // the candidate left, or did not take over: it was taken back
+		}
+		return err
 	default:
 		return c.Resign(ctx)
 	}
 }
 
-// askAStepDown asks the leader, from the admin client, to step down, and waits up to two
-// TTLs for the answer (a Run ends its lead and resigns; a Campaign's worker resigns at its
-// Unlock): the request and the asker that follows it ride out the faults, and the checks of
-// the run (one leader, linearizability, liveness once healed, no key left) hold across it.
-func askAStepDown(ctx context.Context, cli *clientv3.Client, name string, _ *rand.Rand) (string, error) {
+// askToMove asks the leader, from the admin client, to step down, or, as often, to hand its
+// leadership over to a candidate drawn among those waiting, and waits up to two TTLs for the
+// answer (a Run ends its lead first; a Campaign's worker answers at its Unlock): the request,
+// the asker that follows it and the handover ride out the faults, and the checks of the run
+// (one leader, linearizability with the token handed over, liveness once healed, no key
+// left) hold across them.
+func askToMove(ctx context.Context, cli *clientv3.Client, name string, rng *rand.Rand) (string, error) {
 	e, err := election.New(cli, name, election.WithTTL(faultTTL))
 	if err != nil {
 		return "", err
+	}
+	to, what := "", "a step-down"
+	if rng.IntN(2) == 0 {
+		resp, err := cli.Get(ctx, core.NamePrefix(name), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		if err == nil && len(resp.Kvs) > 1 {
+			kv := resp.Kvs[1+rng.IntN(len(resp.Kvs)-1)]
+			to, what = string(kv.Value), fmt.Sprintf("a transfer to %q", kv.Value)
+		}
 	}
 	// The request lies on a lease of the admin client's: let it go after, with its
 	// keep-alive, as the run's own clients are let go.
@@ -155,14 +170,16 @@ func askAStepDown(ctx context.Context, cli *clientv3.Client, name string, _ *ran
 	}()
 	rctx, cancel := context.WithTimeout(ctx, 2*faultTTL)
 	defer cancel()
-	l, err := e.RequestTransfer(rctx, "")
+	l, err := e.RequestTransfer(rctx, to)
 	switch {
 	case errors.Is(err, election.ErrNoLeader):
-		return "a step-down asked: nobody led", nil
+		return what + " asked: nobody led", nil
+	case errors.Is(err, election.ErrNoCandidate):
+		return what + " asked: not made (" + err.Error() + ")", nil
 	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-		return "a step-down asked: no answer within two TTLs (withdrawn)", nil
+		return what + " asked: no answer within two TTLs (withdrawn)", nil
 	case err != nil:
-		return "", fmt.Errorf("ask a step-down: %w", err)
+		return "", fmt.Errorf("ask %s: %w", what, err)
 	}
-	return fmt.Sprintf("a step-down asked: %q leads after it", l.Value), nil
+	return fmt.Sprintf("%s asked: %q leads after it", what, l.Value), nil
 }

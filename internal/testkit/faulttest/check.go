@@ -72,7 +72,7 @@ func (r *Run) Verify(dir string) (summary string, violations []string, err error
 	r.untoldMu.Lock()
 	violations = append(violations, r.untold...)
 	r.untoldMu.Unlock()
-	if v := linearizability(ops, landed, r.w.slots(), len(r.workers), dir); v != "" {
+	if v := linearizability(ops, landed, r.w.slots(), len(r.workers), r.w.HandsOver, dir); v != "" {
 		violations = append(violations, v)
 	}
 	if v := r.keysLeft(ctx, ops); v != "" {
@@ -164,14 +164,18 @@ func exclusionViolations(ops []Op, slots int) []string {
 
 // cleanHolds returns the (write) holds released cleanly, by the time their acquire returned.
 func cleanHolds(ops []Op) []hold {
-	acquired := map[int64]Op{}
+	type holder struct {
+		worker int
+		token  int64 // one token may be two holds: a hold handed over (Workload.HandsOver)
+	}
+	acquired := map[holder]Op{}
 	var holds []hold
 	for _, op := range ops {
 		switch {
 		case op.Kind == Acquire:
-			acquired[op.Token] = op
+			acquired[holder{op.Worker, op.Token}] = op
 		case op.Kind == Release && op.Outcome == OK:
-			if a, ok := acquired[op.Token]; ok {
+			if a, ok := acquired[holder{op.Worker, op.Token}]; ok {
 				holds = append(holds, hold{a, op})
 			}
 		}
@@ -183,8 +187,8 @@ func cleanHolds(ops []Op) []hold {
 // linearizability checks the history against lockModel with porcupine and describes the
 // failure, if any, writing porcupine's visualization to dir. The model has no readers:
 // read holds are left out, and readWriteViolations checks them.
-func linearizability(ops []Op, landed map[int64]bool, slots, workers int, dir string) string {
-	model := lockModel(slots)
+func linearizability(ops []Op, landed map[int64]bool, slots, workers int, handsOver bool, dir string) string {
+	model := lockModel(slots, handsOver)
 	history := operations(ops, landed, workers)
 	result, info := porcupine.CheckOperationsVerbose(model, history, linearizeTimeout)
 	switch result {

@@ -86,7 +86,9 @@ type modelInput struct {
 // lockModel specifies a lock with slots holders at a time guarding a fenced register.
 //
 //   - An acquire of token T adds T to the holders; with one slot T must exceed every token
-//     granted before (the queue is FIFO by create revision). When T's units do not fit
+//     granted before (the queue is FIFO by create revision), or, for a lock that hands its
+//     key over (Workload.HandsOver: an election's transfer), be the highest one granted,
+//     held by nobody any more: the hold it was handed. When T's units do not fit
 //     beside the holders', holders are evicted until they do, any set of them with none to
 //     spare: their holds were lost (lease expired, revoked) without anyone seeing it yet.
 //     Eviction is the model's only non-determinism.
@@ -98,12 +100,12 @@ type modelInput struct {
 //
 // Ambiguous writes are resolved before checking (their marker key tells whether they
 // landed): those that landed are accepted writes that may take effect until the end of time.
-func lockModel(slots int) porcupine.Model {
+func lockModel(slots int, handsOver bool) porcupine.Model {
 	nm := porcupine.NondeterministicModel{
 		Init: func() []any { return []any{lockState{}} },
 		Step: func(state, input, output any) []any {
 			s, in, out := state.(lockState), input.(modelInput), output.(Outcome)
-			if next, ok := step(s, in, out, slots); ok {
+			if next, ok := step(s, in, out, slots, handsOver); ok {
 				return next
 			}
 			return nil
@@ -130,10 +132,11 @@ func lockModel(slots int) porcupine.Model {
 }
 
 // step returns the states s may move to when in ends with out.
-func step(s lockState, in modelInput, out Outcome, slots int) ([]any, bool) {
+func step(s lockState, in modelInput, out Outcome, slots int, handsOver bool) ([]any, bool) {
 	switch in.kind {
 	case Acquire:
-		if s.holds(in.token) || (slots == 1 && in.token <= s.top) {
+		handed := handsOver && in.token == s.top
+		if s.holds(in.token) || (slots == 1 && in.token <= s.top && !handed) {
 			return nil, false
 		}
 		if s.used+in.units <= slots {

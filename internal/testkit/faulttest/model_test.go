@@ -36,6 +36,7 @@ func TestModel(t *testing.T) {
 		counted    bool // the register counts the writes that landed
 		exclusive  bool // no overlap between holds released cleanly
 		linearizes bool
+		handsOver  bool // Workload.HandsOver
 	}{{
 		desc: "hand-off", slots: 1, value: 2, counted: true, exclusive: true, linearizes: true,
 		ops: []Op{
@@ -43,6 +44,34 @@ func TestModel(t *testing.T) {
 			at(1, Acquire, 20, OK, 3, 6), write(1, 20, 2, 1, OK, 7, 8), at(1, Release, 20, OK, 9, 10),
 		},
 		landed: map[int64]bool{1: true, 2: true},
+	}, {
+		// A transfer: the leader's release and the candidate's acquire of the same token
+		// overlap (the candidate's Campaign returns once it accepted, within the Yield).
+		desc: "a handover", slots: 1, value: 2, counted: true, exclusive: true, linearizes: true, handsOver: true,
+		ops: []Op{
+			at(0, Acquire, 10, OK, 0, 1), write(0, 10, 1, 0, OK, 2, 3), at(0, Release, 10, OK, 4, 6),
+			at(1, Acquire, 10, OK, 3, 5), write(1, 10, 2, 1, OK, 7, 8), at(1, Release, 10, OK, 9, 10),
+		},
+		landed: map[int64]bool{1: true, 2: true},
+	}, {
+		desc: "a token granted twice, where no hold hands over", slots: 1, value: 2, counted: true, exclusive: true, linearizes: false,
+		ops: []Op{
+			at(0, Acquire, 10, OK, 0, 1), write(0, 10, 1, 0, OK, 2, 3), at(0, Release, 10, OK, 4, 6),
+			at(1, Acquire, 10, OK, 3, 5), write(1, 10, 2, 1, OK, 7, 8), at(1, Release, 10, OK, 9, 10),
+		},
+		landed: map[int64]bool{1: true, 2: true},
+	}, {
+		desc: "a handover while the leader still holds", slots: 1, value: 1, counted: true, exclusive: false, linearizes: false, handsOver: true,
+		ops: []Op{
+			at(0, Acquire, 10, OK, 0, 1), at(1, Acquire, 10, OK, 2, 3), write(0, 10, 1, 0, OK, 4, 5), at(0, Release, 10, OK, 6, 7),
+			at(1, Release, 10, OK, 8, 9),
+		},
+		landed: map[int64]bool{1: true},
+	}, {
+		desc: "an older token after a handover", slots: 1, counted: true, exclusive: true, linearizes: false, handsOver: true,
+		ops: []Op{
+			at(0, Acquire, 20, OK, 0, 1), at(0, Release, 20, OK, 2, 3), at(1, Acquire, 10, OK, 4, 5), at(1, Release, 10, OK, 6, 7),
+		},
 	}, {
 		desc: "two holders released cleanly overlap", slots: 1, counted: true, exclusive: false, linearizes: false,
 		ops: []Op{at(0, Acquire, 10, OK, 0, 1), at(1, Acquire, 20, OK, 0, 2), at(0, Release, 10, OK, 3, 4), at(1, Release, 20, OK, 5, 6)},
@@ -122,7 +151,7 @@ func TestModel(t *testing.T) {
 			assert.Equal(t, tc.counted, len(reg) == 0, "register: %v", reg)
 			excl := exclusionViolations(tc.ops, tc.slots)
 			assert.Equal(t, tc.exclusive, len(excl) == 0, "exclusion: %v", excl)
-			lin := linearizability(tc.ops, tc.landed, tc.slots, 3, t.TempDir())
+			lin := linearizability(tc.ops, tc.landed, tc.slots, 3, tc.handsOver, t.TempDir())
 			assert.Equal(t, tc.linearizes, lin == "", "linearizability: %s", lin)
 			if lin != "" {
 				assert.Contains(t, lin, "linearizability.html", "visualization written")

@@ -90,7 +90,7 @@ func TestReadsAreLeftOutOfTheModel(t *testing.T) {
 		at(1, Acquire, 20, OK, 7, 14), write(1, 20, 2, 1, OK, 15, 16), at(1, Release, 20, OK, 17, 18),
 	}
 	landed := map[int64]bool{1: true, 2: true}
-	assert.Empty(t, linearizability(ops, landed, 1, 4, t.TempDir()))
+	assert.Empty(t, linearizability(ops, landed, 1, 4, false, t.TempDir()))
 	assert.Equal(t, "2 acquires; writes: 2 accepted, 0 refused, 0 ambiguous (0 landed); releases: 2 ok, 0 lost, 0 ambiguous; "+
 		"3 read holds; read releases: 1 ok, 1 lost, 1 ambiguous", summarize(ops, landed))
 	assert.Equal(t, "[12ms, 13ms] worker 4 read-release -> ambiguous", ops[8].String())

@@ -65,6 +65,10 @@ type Workload struct {
 	// semaphore(n); at most maxSlots. A hold whose Locker has a Units method (see Units)
 	// takes that many of them.
 	Slots int
+	// HandsOver says that a hold may hand its key over to the next holder (an election's
+	// transfer), who then holds with the same token: the model takes an acquire of the
+	// highest token granted, held by nobody any more, as such a handover.
+	HandsOver bool
 	// KeyUnits, if set, says how many slots the hold of a key under Prefix takes; nil counts
 	// one for every key. The compaction fault reads it to tell when someone waits.
 	KeyUnits func(key string) int
