@@ -41,12 +41,12 @@ func workload() faulttest.Workload {
 		},
 		Disturb:   askToMove,
 		HandsOver: true,
-		Observe: observe,
-		Prefix:  core.NamePrefix,
-		TTL:     faultTTL,
-		Slots:   1,
-		Seed:    1, // the explorer's seed in CI: each primitive another of 1, 2, 3
-		Lost:    election.ErrLost,
+		Observe:   observe,
+		Prefix:    core.NamePrefix,
+		TTL:       faultTTL,
+		Slots:     1,
+		Seed:      1, // the explorer's seed in CI: each primitive another of 1, 2, 3
+		Lost:      election.ErrLost,
 	}
 }
 
