@@ -20,6 +20,7 @@ import (
 // with a preference, then watches both, until it is asked, the leadership ends or the
 // client closes.
 type asker struct {
+	h     *core.Hold    // the leadership it follows
 	asked chan struct{} // closed once asked
 	ask   transferRequest
 	req   *mvccpb.KeyValue // the request that asked, to delete once answered; nil for none
@@ -35,18 +36,12 @@ func (e *Election) asking(h *core.Hold) *asker {
 	}
 	if e.asker == nil || e.asker.h != h {
 		ctx, cancel := context.WithCancel(e.q.Client().Ctx())
-		k := &asker{asked: make(chan struct{})}
-		e.asker = &heldAsker{h: h, k: k}
+		k := &asker{h: h, asked: make(chan struct{})}
+		e.asker = k
 		h.OnEnd(func(error) { cancel() })
 		go e.follow(ctx, h, k)
 	}
-	return e.asker.k
-}
-
-// heldAsker is the asker of the leadership h.
-type heldAsker struct {
-	h *core.Hold
-	k *asker
+	return e.asker
 }
 
 // preferred is a candidate of a higher preference than the handle's, as the asker knows it.

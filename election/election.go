@@ -34,7 +34,7 @@ type Election struct {
 	hold    *core.Hold
 	changed chan struct{} // closed, and replaced, whenever hold changes
 	term    *term         // the leadership a Run's lead runs on, until lead has returned
-	asker   *heldAsker    // what asks the leadership to move, once followed (ask.go)
+	asker   *asker        // what asks the leadership to move, once followed (ask.go)
 }
 
 // A term is the leadership that a Run's lead runs on. If it ends while lead runs (lost, or

@@ -46,7 +46,12 @@ func (e *Election) transfer(ctx context.Context, h *core.Hold, r transferRequest
 	case !h.Live():
 		return e.resign(ctx, h) // ErrLost, and forgotten, as by Resign
 	}
-	if !r.stepDown {
+	e.mu.Lock()
+	t := e.term
+	running := t != nil && t.h == h && !t.ended
+	e.mu.Unlock()
+	if running && !r.stepDown {
+		// Before lead is ended for it: a transfer that cannot be made leaves lead alone.
 		if err := e.q.HasCandidate(ctx, h, r.to); err != nil {
 			return e.errorf("transfer", err)
 		}
