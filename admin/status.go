@@ -43,6 +43,9 @@ type Entry struct {
 	TTL      *int64            `json:"ttl,omitempty"`   // seconds the lease has left; -1 expired; absent if unknown
 	Owner    map[string]string `json:"owner"`           // the value's key=value fields; null if it names no owner
 	Value    string            `json:"value"`
+	// Mode is what a write key's hold is now, when it changed in place: "read" (a
+	// downgraded write hold) or "upgradable" (an upgradable read); "" for a writer.
+	Mode string `json:"mode,omitempty"`
 
 	LeaseID clientv3.LeaseID `json:"-"` // the lease, 0 for none
 }
@@ -208,6 +211,7 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) N
 			Key:     string(kv.Key),
 			Token:   kv.CreateRevision,
 			Value:   string(kv.Value),
+			Mode:    modeOf(kind, string(kv.Value)),
 			Owner:   parseOwner(string(kv.Value)),
 			LeaseID: clientv3.LeaseID(kv.Lease),
 		})
@@ -225,16 +229,16 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) N
 	slices.SortFunc(ns.Queue, func(a, b Entry) int {
 		return cmp.Or(cmp.Compare(a.Token, b.Token), strings.Compare(a.Key, b.Key))
 	})
-	keys := make([]string, len(ns.Queue))
+	keys, modes := make([]string, len(ns.Queue)), make([]string, len(ns.Queue))
 	specs := make(map[string]core.Spec, len(ns.Queue))
 	for i, e := range ns.Queue {
-		keys[i] = e.Key
+		keys[i], modes[i] = e.Key, core.ModeOf(e.Value)
 		if s, ok := specOf(e, ns.Limit); ok {
 			specs[e.Key] = s
 		}
 	}
 	heldThrough := core.Watermark(keyPrefix, kvs) // permits held beyond a lowered limit
-	served := core.Served(keyPrefix, keys, func(rel string) (core.Spec, bool) {
+	served := core.Served(keyPrefix, keys, modes, func(rel, _ string) (core.Spec, bool) {
 		s, ok := specs[keyPrefix+rel]
 		return s, ok
 	})
@@ -261,14 +265,25 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) N
 	return ns
 }
 
+// modeOf is the mode of a key of kind with value: a write key's, else none.
+func modeOf(kind, value string) string {
+	if kind != KindWrite {
+		return ""
+	}
+	return core.ModeOf(value)
+}
+
 // specOf is the spec the key of e was written with, for core.Served: who holds is decided
 // by the rule the primitives wait on. A permit of a name whose limit is unknown has none:
 // whether it holds cannot be told (its state is unknown).
 func specOf(e Entry, limit *int) (core.Spec, bool) {
 	switch e.Kind {
 	case KindRead:
-		return core.Spec{Kind: core.KindRead, Ahead: core.KindWrite}, true
+		return core.Spec{Kind: core.KindRead, Ahead: core.KindWrite, Passes: []string{core.ModeRead, core.ModeUpgradable}}, true
 	case KindWrite:
+		if e.Mode == core.ModeUpgradable {
+			return core.Spec{Kind: core.KindWrite, Ahead: core.KindWrite, Passes: []string{core.ModeRead}}, true
+		}
 		return core.Spec{Kind: core.KindWrite}, true
 	case KindPermit:
 		if limit == nil {

@@ -17,9 +17,18 @@ const (
 	writeKind = core.KindWrite
 )
 
-// readSpec is a reader's: served once no write key is ahead of it.
+// readSpec is a reader's: served once no write key is ahead of it but those of holds that
+// are reads now (Downgrade) or upgradable reads.
 func readSpec() core.Spec {
-	return core.Spec{Kind: readKind, Ahead: writeKind, Value: core.OwnerValue("")}
+	return core.Spec{Kind: readKind, Ahead: writeKind, Value: core.OwnerValue(""),
+		Passes: []string{core.ModeRead, core.ModeUpgradable}}
+}
+
+// upgradableSpec is an upgradable read's: a write key in upgradable mode, served once no
+// write key is ahead of it but those of holds that are reads now.
+func upgradableSpec() core.Spec {
+	return core.Spec{Kind: writeKind, Ahead: writeKind, Value: core.WithMode(core.OwnerValue(""), core.ModeUpgradable),
+		Passes: []string{core.ModeRead}}
 }
 
 // writeSpec is a writer's: served once no key at all is ahead of it.
@@ -56,8 +65,12 @@ type RWMutex struct {
 	rtel      *core.Telemetry // of the read side
 	wtel      *core.Telemetry // of the write side
 
+	uturn chan struct{} // the upgradable reads' one-at-a-time: full while a ULock waits or holds
+
 	mu       sync.Mutex
 	write    *core.Hold    // the write hold
+	up       *core.Hold    // the upgradable read's hold
+	upgraded bool          // up is a write hold now (Upgrade)
 	wpending *pendingWrite // while this handle's Lock queues
 	groups   []*group      // read groups, oldest first: held or queued
 	readLoss *readLoss     // while readers of a lost read hold may still be in the handle
@@ -77,11 +90,12 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*RWMutex, error) {
 		return nil, fmt.Errorf("rwmutex %q: %w", name, err)
 	}
 	return &RWMutex{
-		name: name,
-		q:    core.NewQueue(cli, cfg, name).WatchArrivals(),
-		turn: make(chan struct{}, 1),
-		rtel: core.NewTelemetry(cfg, core.PrimitiveRead, name),
-		wtel: core.NewTelemetry(cfg, core.PrimitiveWrite, name),
+		name:  name,
+		q:     core.NewQueue(cli, cfg, name).WatchArrivals(),
+		turn:  make(chan struct{}, 1),
+		uturn: make(chan struct{}, 1),
+		rtel:  core.NewTelemetry(cfg, core.PrimitiveRead, name),
+		wtel:  core.NewTelemetry(cfg, core.PrimitiveWrite, name),
 	}, nil
 }
 
@@ -100,8 +114,11 @@ func (rw *RWMutex) current() *core.Hold {
 	}
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	if rw.write != nil {
-		return rw.write
+	if w := rw.exclusive(); w != nil {
+		return w
+	}
+	if rw.up != nil {
+		return rw.up
 	}
 	for _, g := range slices.Backward(rw.groups) {
 		if g.hold != nil && g.members > 0 {
@@ -120,7 +137,19 @@ func (rw *RWMutex) Token() int64 {
 	}
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	return rw.write.Token()
+	return rw.exclusive().Token()
+}
+
+// exclusive is the handle's write hold: Lock's, else an upgraded read's; nil for none.
+// Under rw.mu.
+func (rw *RWMutex) exclusive() *core.Hold {
+	switch {
+	case rw.write != nil:
+		return rw.write
+	case rw.upgraded:
+		return rw.up
+	}
+	return nil
 }
 
 // Done is closed when the current hold ends: the write hold if this handle has one, else
@@ -146,10 +175,11 @@ func (rw *RWMutex) IsOwner() clientv3.Cmp {
 	}
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	if rw.write == nil {
+	w := rw.exclusive()
+	if w == nil {
 		return core.NeverOwner(rw.q.Prefix() + writeKind)
 	}
-	return rw.write.IsOwner()
+	return w.IsOwner()
 }
 
 func (rw *RWMutex) errorf(op string, err error) error {

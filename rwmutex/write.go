@@ -124,6 +124,8 @@ func (rw *RWMutex) TryLock(ctx context.Context) (err error) {
 // again. An Unlock during another one waits for its outcome, then returns [ErrNotLocked] if
 // that released the lock, and otherwise tries itself.
 //
+// Without a hold of Lock, Unlock releases an upgraded read ([RWMutex.Upgrade]).
+//
 // Errors: [ErrNotLocked] without a write hold. [ErrLost] if the hold was lost before, or the
 // client is closed; the hold has ended all the same. On an RWMutex not made by [New], an
 // error matching [ErrInvalidOption] and ErrNotLocked.
@@ -133,7 +135,14 @@ func (rw *RWMutex) Unlock(ctx context.Context) error {
 	if rw.queue() == nil {
 		return rw.errorf("unlock", core.Unheld(rw.queue().Unusable()))
 	}
-	return rw.unlock(ctx, rw.writeHold())
+	rw.mu.Lock()
+	w, up := rw.write, rw.up
+	upgraded := w == nil && rw.upgraded
+	rw.mu.Unlock()
+	if upgraded {
+		return rw.uunlock(ctx, "unlock", up)
+	}
+	return rw.unlock(ctx, w)
 }
 
 // unlock releases h if it is still the handle's write hold; ErrNotLocked if it is not (nil,

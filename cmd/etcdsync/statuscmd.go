@@ -217,8 +217,11 @@ func writeName(b *strings.Builder, ns admin.NameStatus) {
 			lease = "-"
 		}
 		kind := e.Kind
-		if e.Units > 1 {
+		switch {
+		case e.Units > 1:
 			kind = fmt.Sprintf("%s(%d)", kind, e.Units)
+		case e.Mode != "":
+			kind = fmt.Sprintf("%s(%s)", kind, e.Mode)
 		}
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Position, kind, e.State, printable(e.Key), e.Token, lease, ttlText(e), ownerText(e.Owner))
 	}

@@ -76,16 +76,23 @@ func AcquireAll(ctx context.Context, qs []*Queue, spec Spec, onKeys func([]strin
 
 // TryAcquire takes a hold only if it would be served at once, having written nothing
 // otherwise. With spec.slots() <= 1 that is when no key is in spec.Ahead: one Txn, ErrLocked
-// when it fails. With more slots it is when fewer than spec.slots() keys are there (see
-// tryCounted): ErrNoPermits, after one read-only Txn, when they are all taken. Either way
-// ErrGuard when spec.Guard fails.
+// when it fails. With more slots it is when the keys there weigh less than spec.slots() (see
+// tryCounted): ErrNoPermits, after one read-only Txn, when they do not. With Passes, a try
+// that finds keys ahead counts them as with more slots (a read, and a Txn if they all pass).
+// Either way ErrGuard when spec.Guard fails.
 func (q *Queue) TryAcquire(ctx context.Context, spec Spec) (*Hold, error) {
-	return withAcquisition(ctx, []*Queue{q}, spec, func(a *acquisition) (*Hold, error) {
-		if spec.slots() > 1 {
-			return tryCounted(ctx, a)
-		}
+	counted := func(a *acquisition) (*Hold, error) { return tryCounted(ctx, a) }
+	if spec.slots() > 1 {
+		return withAcquisition(ctx, []*Queue{q}, spec, counted)
+	}
+	h, err := withAcquisition(ctx, []*Queue{q}, spec, func(a *acquisition) (*Hold, error) {
 		return try(ctx, a, newHoldOf)
 	})
+	if len(spec.Passes) > 0 && errors.Is(err, ErrLocked) && ctx.Err() == nil {
+		// A key is ahead, which may pass: count them by their modes.
+		return withAcquisition(ctx, []*Queue{q}, spec, counted)
+	}
+	return h, err
 }
 
 // TryAcquireAll takes the Group of qs only if no name has a key: one Txn, which writes
@@ -365,7 +372,7 @@ func (a *acquisition) enqueue(ctx context.Context) (enqueued, error) {
 	}
 	for i, q := range a.qs {
 		then = append(then, clientv3.OpPut(a.slots[i].key(), spec.Value, clientv3.WithLease(a.sess.Lease())))
-		orElse = append(orElse, clientv3.OpGet(q.prefix+spec.Ahead, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+		orElse = append(orElse, clientv3.OpGet(q.prefix+spec.Ahead, weighers[i].keys()...))
 	}
 	ans, err := a.write(ctx, func(t clientv3.Txn) clientv3.Txn {
 		return t.If(append(cmps, spec.Guard...)...).Then(then...).Else(orElse...)
@@ -564,8 +571,9 @@ func guardHeld(resp *clientv3.TxnResponse, i int) bool {
 // arrived between its read and its write, before it gives up as if every slot were taken.
 const countedTries = 3
 
-// tryCounted is TryAcquire for spec.slots() > 1 (one queue): a hold only if fewer than
-// spec.slots() keys (units, when weighted) are in spec.Ahead, so that it is served at once
+// tryCounted is TryAcquire for spec.slots() > 1 or spec.Passes (one queue): a hold only if
+// fewer than spec.slots() keys (units, when weighted; those that count, with Passes) are
+// in spec.Ahead, so that it is served at once
 // and jumps no waiter. With capacity C an acquisition of weight n is served below C-n+1
 // units ahead; a waiter of weight m waits behind at least C-m+1, so while there is one the
 // range holds more than C units, and no try's count is under its threshold.
@@ -580,7 +588,7 @@ func tryCounted(ctx context.Context, a *acquisition) (*Hold, error) {
 	for range countedTries {
 		n, rev, err := a.qs[0].countKeys(ctx, a.spec)
 		if err == nil && n >= a.spec.slots() {
-			err = ErrNoPermits
+			err = a.spec.full()
 		}
 		if err != nil {
 			a.abandon(ctx, 0, false)
@@ -592,7 +600,7 @@ func tryCounted(ctx context.Context, a *acquisition) (*Hold, error) {
 		}
 	}
 	a.abandon(ctx, 0, false)
-	return nil, fmt.Errorf("%w: keys kept arriving between the count and the write", ErrNoPermits)
+	return nil, fmt.Errorf("%w: keys kept arriving between the count and the write", a.spec.full())
 }
 
 var errMoved = errors.New("etcdsync: a key arrived since the count")
@@ -632,7 +640,7 @@ func (a *acquisition) putIfUnchanged(ctx context.Context, rev int64) (*Hold, err
 		return t.If(cmps...).
 			Then(clientv3.OpPut(key, spec.Value, clientv3.WithLease(a.sess.Lease()))).
 			Else(append([]clientv3.Op{clientv3.OpGet(key),
-				clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly())}, checkGuard(spec)...)...)
+				clientv3.OpGet(aheadRange, weigherOf(q, spec).keys()...)}, checkGuard(spec)...)...)
 	})
 	resp := ans.resp
 	switch {
@@ -647,7 +655,7 @@ func (a *acquisition) putIfUnchanged(ctx context.Context, rev int64) (*Hold, err
 		return grant(ctx, a, ans.rev, a.takeOver(ctx, ans.own), newHoldOf)
 	case ans.present == 1:
 		a.abandon(ctx, ans.rev, false) // ours, but not served: a try does not wait
-		return nil, ErrNoPermits
+		return nil, spec.full()
 	case !guardHeld(resp, 2):
 		a.abandon(ctx, 0, ans.unknown)
 		return nil, ErrGuard
@@ -657,7 +665,7 @@ func (a *acquisition) putIfUnchanged(ctx context.Context, rev int64) (*Hold, err
 	case ans.unknown:
 		// A try got no answer and may still be applied: count no more on this slot.
 		a.abandon(ctx, 0, true)
-		return nil, fmt.Errorf("%w: a try of %s got no answer", ErrNoPermits, key)
+		return nil, fmt.Errorf("%w: a try of %s got no answer", spec.full(), key)
 	}
 	return nil, errMoved
 }

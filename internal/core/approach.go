@@ -68,7 +68,7 @@ func SetNearAhead(n int) (restore func()) {
 // first (see above).
 func (a *acquisition) far(q *Queue, ahead int) bool {
 	n := a.spec.slots()
-	return n <= maxApproachKeys && ahead >= int(nearAhead.Load())+n && !hasHub(q.hubKey())
+	return n <= maxApproachKeys && len(a.spec.Passes) == 0 && ahead >= int(nearAhead.Load())+n && !hasHub(q.hubKey())
 }
 
 // approach waits until the keys of the queue's Ahead range that are ahead of the key

@@ -213,7 +213,7 @@ func (h *hub) rewound() bool {
 // stale subscribers.
 func (h *hub) readAll() {
 	opts := []clientv3.OpOption{clientv3.WithPrefix()}
-	if h.k.mode != values {
+	if h.k.mode == deletesOnly { // arrivals: a waiter may weigh keys by their mode
 		opts = append(opts, clientv3.WithKeysOnly())
 	}
 	var sent int64
@@ -278,8 +278,8 @@ type watchMode int
 const (
 	// deletesOnly: every delete, with the key's create revision (waiters, release watches).
 	deletesOnly watchMode = iota
-	// arrivals: deletes, and the creation of every key (a queue that WatchArrivals: its
-	// waiters and its sentries).
+	// arrivals: deletes, and every put: the creation of every key, and a change of a key's
+	// mode (a queue that WatchArrivals: its waiters and its sentries).
 	arrivals
 	// values: every put with its value, and every delete (observers).
 	values
@@ -460,7 +460,7 @@ func (h *hub) dispatch(wr clientv3.WatchResponse) (idleGen uint64, spent bool) {
 func (h *hub) newEvent(ev *clientv3.Event) (event, bool) {
 	put := ev.Type == mvccpb.PUT
 	switch {
-	case put && h.k.mode == deletesOnly, put && h.k.mode == arrivals && ev.Kv.Version != 1:
+	case put && h.k.mode == deletesOnly:
 		return event{}, false
 	case !h.fresh(ev.Kv):
 		return event{}, false
@@ -468,12 +468,17 @@ func (h *hub) newEvent(ev *clientv3.Event) (event, bool) {
 	e := event{key: string(ev.Kv.Key), put: put, rev: ev.Kv.ModRevision}
 	switch {
 	case put:
-		e.created = ev.Kv.CreateRevision
+		e.created, e.changed = ev.Kv.CreateRevision, ev.Kv.Version > 1
 		if h.k.mode == values {
 			e.value = string(ev.Kv.Value)
 		}
+		e.mode = ModeOf(string(ev.Kv.Value))
+		if ev.PrevKv != nil {
+			e.was, e.wasKnown = ModeOf(string(ev.PrevKv.Value)), true
+		}
 	case ev.PrevKv != nil:
 		e.created, e.lease = ev.PrevKv.CreateRevision, ev.PrevKv.Lease
+		e.mode = ModeOf(string(ev.PrevKv.Value))
 	}
 	return e, true
 }
@@ -580,6 +585,13 @@ type event struct {
 	lease   int64  // of a deleted key, from its previous value; 0 for none, or not given
 	rev     int64  // revision of the event
 	value   string // the value put, on a hub with values
+	// mode is the mode (see mode.go) of the key's value: put, or, for a delete, the last
+	// one ("" when etcd did not give it). A put of a key that was there already (changed: an
+	// arrivals hub delivers those too, for a change of mode) also says the mode it had
+	// (was), if etcd gave the previous value (wasKnown).
+	mode, was string
+	changed   bool
+	wasKnown  bool
 }
 
 // signal wakes whoever waits on wake, without blocking: wake has room for one.

@@ -96,7 +96,7 @@ func ReadLimit(ctx context.Context, cli *clientv3.Client, prefix string) (int, e
 // heldPermits reports which of kvs, the permit keys of a semaphore under prefix+kind in
 // create-revision order, hold under l (see above).
 func heldPermits(prefix, kind string, kvs []*mvccpb.KeyValue, l limitState) []bool {
-	w := weigher(prefix + kind + unitsMark)
+	w := weigher{units: prefix + kind + unitsMark}
 	held := make([]bool, len(kvs))
 	ahead := 0
 	for i, kv := range kvs {

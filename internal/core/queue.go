@@ -3,6 +3,8 @@ package core
 import (
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -85,6 +87,11 @@ type Spec struct {
 	// delete that it changed (see limit.go). The keys ahead are then weighed whatever
 	// Capacity is.
 	CapacityMark string
+	// Passes, if not empty, are the modes (see mode.go) of keys of Ahead that do not count
+	// against it: a reader passes a write key whose hold became a read, or an upgradable
+	// read. The keys ahead are then read with their values, their changes of mode are
+	// heard as puts (the queue must watch arrivals), and the waiter never approaches.
+	Passes []string
 	// Handover, for an election's candidate, says that its key may be deleted by a handover
 	// of the leader's key to it (see handover.go): a wait that sees its key deleted then
 	// reads the record of the handover, and holds that key if it was handed it.
@@ -92,6 +99,15 @@ type Spec struct {
 }
 
 func (s Spec) capacity() int { return max(s.Capacity, 1) }
+
+// full is what a try that would wait says: ErrNoPermits when the spec counts units of a
+// capacity above one, else ErrLocked.
+func (s Spec) full() error {
+	if s.weighted() {
+		return ErrNoPermits
+	}
+	return ErrLocked
+}
 
 func (s Spec) weight() int { return max(s.Weight, 1) }
 
@@ -124,24 +140,30 @@ func unitsKind(kind string, n int) string {
 	return kind + unitsMark + strconv.Itoa(n) + "/"
 }
 
-// weigher weighs the keys of one range: a key under its prefix (the range + unitsMark)
-// weighs the n of its "u<n>/", every other key 1. The zero weigher weighs every key 1.
-type weigher string
-
-func weigherOf(q *Queue, spec Spec) weigher {
-	if !spec.weighted() {
-		return ""
-	}
-	return weigher(q.prefix + spec.Ahead + unitsMark)
+// weigher weighs the keys of one range: a key under units (the range + unitsMark) weighs
+// the n of its "u<n>/", every other key 1; with passes, a key whose value's mode is one of
+// them (see mode.go) weighs nothing, so the range is read with values. The zero weigher
+// weighs every key 1.
+type weigher struct {
+	units  string
+	passes []string
 }
 
-// of is the weight of key. A key under the prefix that does not say a weight (written by
-// hand) weighs 1.
+func weigherOf(q *Queue, spec Spec) weigher {
+	w := weigher{passes: spec.Passes}
+	if spec.weighted() {
+		w.units = q.prefix + spec.Ahead + unitsMark
+	}
+	return w
+}
+
+// of is the weight of key, whatever its value. A key under the prefix that does not say a
+// weight (written by hand) weighs 1.
 func (w weigher) of(key string) int {
-	if w == "" || !strings.HasPrefix(key, string(w)) {
+	if w.units == "" || !strings.HasPrefix(key, w.units) {
 		return 1
 	}
-	rest := key[len(w):]
+	rest := key[len(w.units):]
 	i := strings.IndexByte(rest, '/')
 	if i <= 0 {
 		return 1
@@ -153,9 +175,27 @@ func (w weigher) of(key string) int {
 	return int(n)
 }
 
+// kv is the weight of kv, read with its value when the weigher has passes.
+func (w weigher) kv(kv *mvccpb.KeyValue) int {
+	return w.ofMode(string(kv.Key), ModeOf(string(kv.Value)))
+}
+
+// passing reports whether a key in mode weighs nothing.
+func (w weigher) passing(mode string) bool {
+	return len(w.passes) > 0 && slices.Contains(w.passes, mode)
+}
+
+// ofMode is the weight of key in mode.
+func (w weigher) ofMode(key, mode string) int {
+	if w.passing(mode) {
+		return 0
+	}
+	return w.of(key)
+}
+
 // KeyUnits is how many units the key of a permit under kindPrefix (a name's prefix and
 // its kind) holds: the n of "<kindPrefix>u<n>/", else 1.
-func KeyUnits(kindPrefix, key string) int { return weigher(kindPrefix + unitsMark).of(key) }
+func KeyUnits(kindPrefix, key string) int { return weigher{units: kindPrefix + unitsMark}.of(key) }
 
 // heavy is the extra weight of kvs, keys read from w's prefix: what they weigh beyond one each.
 func (w weigher) heavy(kvs []*mvccpb.KeyValue) int {
@@ -171,25 +211,37 @@ func (w weigher) ahead(kvs []*mvccpb.KeyValue, rev int64) int {
 	n := 0
 	for _, kv := range kvs {
 		if kv.CreateRevision < rev {
-			n += w.of(string(kv.Key))
+			n += w.kv(kv)
 		}
 	}
 	return n
 }
 
-// reads are the ops that read what is in aheadRange, for weight: its count, and with a
-// weigher the keys of more than one unit too.
+// keys are the options of a read of the range for ahead: keys only, unless the weigher
+// needs values.
+func (w weigher) keys() []clientv3.OpOption {
+	if len(w.passes) > 0 {
+		return []clientv3.OpOption{clientv3.WithPrefix()}
+	}
+	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly()}
+}
+
+// reads are the ops that read what is in aheadRange, for weight: its count, and with units
+// the keys of more than one unit too; with passes, every key with its value.
 func (w weigher) reads(aheadRange string) []clientv3.Op {
+	if len(w.passes) > 0 {
+		return []clientv3.Op{clientv3.OpGet(aheadRange, clientv3.WithPrefix())}
+	}
 	count := clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if w == "" {
+	if w.units == "" {
 		return []clientv3.Op{count}
 	}
-	return []clientv3.Op{count, clientv3.OpGet(string(w), clientv3.WithPrefix(), clientv3.WithKeysOnly())}
+	return []clientv3.Op{count, clientv3.OpGet(w.units, clientv3.WithPrefix(), clientv3.WithKeysOnly())}
 }
 
 // nreads is how many ops reads makes.
 func (w weigher) nreads() int {
-	if w == "" {
+	if w.units == "" || len(w.passes) > 0 {
 		return 1
 	}
 	return 2
@@ -197,8 +249,11 @@ func (w weigher) nreads() int {
 
 // weight is the weight of the range that the first ops of resps read (see reads).
 func (w weigher) weight(resps []*etcdserverpb.ResponseOp) int {
+	if len(w.passes) > 0 {
+		return w.ahead(resps[0].GetResponseRange().Kvs, math.MaxInt64)
+	}
 	n := int(resps[0].GetResponseRange().Count)
-	if w != "" {
+	if w.units != "" {
 		n += w.heavy(resps[1].GetResponseRange().Kvs)
 	}
 	return n
@@ -211,7 +266,7 @@ func (w weigher) weight(resps []*etcdserverpb.ResponseOp) int {
 // the limit still hold after a lowering: at most as many as were read when it was made);
 // linearizable, retried through leader changes of etcd until ctx ends.
 func (q *Queue) HeldUnits(ctx context.Context, kind string, known int) (held, limit int, err error) {
-	w := weigher(q.prefix + kind + unitsMark)
+	w := weigher{units: q.prefix + kind + unitsMark}
 	for most := known; ; {
 		resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
 			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(append(limitReads(q.prefix),
@@ -245,30 +300,32 @@ func (q *Queue) HeldUnits(ctx context.Context, kind string, known int) (held, li
 
 // Served reports which keys of a name the queue serves now, by the one rule every
 // acquisition waits on (see Spec): a key is served once the keys ahead of it, those created
-// before it under its spec's Ahead, weigh less than its threshold. keys are the name's keys
-// (under prefix) in create-revision order; specOf gives the spec each was written with, from
-// its key relative to prefix, or false for a key that is no acquisition (a record), which is
-// neither served nor counted. The command's status and the semaphore's InUse decide by it.
-func Served(prefix string, keys []string, specOf func(rel string) (Spec, bool)) []bool {
+// before it under its spec's Ahead, weigh less than its threshold (a key whose mode its
+// spec passes weighs nothing). keys are the name's keys (under prefix) in create-revision
+// order, and modes their values' modes (ModeOf); specOf gives the spec each was written
+// with, from its key relative to prefix and its mode, or false for a key that is no
+// acquisition (a record), which is neither served nor counted. The command's status
+// decides by it.
+func Served(prefix string, keys, modes []string, specOf func(rel, mode string) (Spec, bool)) []bool {
 	served := make([]bool, len(keys))
 	specs := make([]Spec, len(keys))
 	acq := make([]bool, len(keys))
 	for i, k := range keys {
-		specs[i], acq[i] = specOf(strings.TrimPrefix(k, prefix))
+		specs[i], acq[i] = specOf(strings.TrimPrefix(k, prefix), modes[i])
 	}
 	for i := range keys {
 		if !acq[i] {
 			continue
 		}
 		spec := specs[i]
-		w := weigher("")
+		w := weigher{passes: spec.Passes}
 		if spec.weighted() {
-			w = weigher(prefix + spec.Ahead + unitsMark)
+			w.units = prefix + spec.Ahead + unitsMark
 		}
 		ahead := 0
 		for j := range i {
 			if acq[j] && strings.HasPrefix(keys[j], prefix+spec.Ahead) {
-				ahead += w.of(keys[j])
+				ahead += w.ofMode(keys[j], modes[j])
 			}
 		}
 		served[i] = ahead < spec.slots()

@@ -100,6 +100,17 @@ func (w *queueWaiter) apply(_ int64, evs []event) {
 	gone, unknown, by := 0, false, servedBy{}
 	for _, e := range evs {
 		switch {
+		case e.put && e.changed && e.key != w.key && strings.HasPrefix(e.key, w.prefix) && e.created < w.rev && len(w.weigh.passes) > 0:
+			if !e.wasKnown {
+				unknown = true
+				continue
+			}
+			// A change of mode: a key ahead that counted may pass now, or one that passed
+			// count again (an upgrade: the count rises, and the waiter waits on).
+			d := w.weigh.ofMode(e.key, e.was) - w.weigh.ofMode(e.key, e.mode)
+			if gone += d; d > 0 {
+				by = servedBy{known: true} // no lease went: no lock-delay
+			}
 		case e.put:
 		case e.key == w.key:
 			w.fail(fmt.Errorf("%w: key %s %w", ErrLost, w.key, errDeletedWhileWaiting))
@@ -109,7 +120,7 @@ func (w *queueWaiter) apply(_ int64, evs []event) {
 		case !strings.HasPrefix(e.key, w.prefix):
 		case e.created == 0:
 			unknown = true // etcd could not say when the key was created
-		case e.created < w.rev:
+		case e.created < w.rev && !w.weigh.passing(e.mode):
 			gone += w.weigh.of(e.key)
 			by = servedBy{lease: e.lease, known: true}
 		}
@@ -153,7 +164,7 @@ func (w *queueWaiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
 		case k == w.key:
 			own = kv.CreateRevision == w.rev
 		case strings.HasPrefix(k, w.prefix) && kv.CreateRevision < w.rev:
-			n += w.weigh.of(k)
+			n += w.weigh.kv(kv)
 		}
 	}
 	if !own {
@@ -361,7 +372,8 @@ func (w *releaseWatch) since() int64 {
 
 func (w *releaseWatch) apply(_ int64, evs []event) {
 	for _, e := range evs {
-		if !e.put && strings.HasPrefix(e.key, w.prefix) {
+		// A change of a key's mode (see mode.go) may let the next try in too.
+		if (!e.put || e.changed) && strings.HasPrefix(e.key, w.prefix) {
 			w.fire()
 			return
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,6 +114,48 @@ func TestStatusShowsHoldersAndWaitersInOrder(t *testing.T) {
 	require.NoError(t, reader.RUnlock(ctx))
 	require.NoError(t, p.Release(ctx))
 	require.NoError(t, leader.Resign(ctx))
+}
+
+// TestStatusKnowsHoldsThatChangedInPlace: a downgraded write hold shows as a write key in
+// read mode that holds, with the readers behind it up to the next writer; an upgradable
+// read as a write key in upgradable mode that holds beside readers, a second one waiting.
+func TestStatusKnowsHoldsThatChangedInPlace(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	cli := cluster.Client(t)
+	const down, up = "admin-downgraded", "admin-upgradable"
+	states := func(name string) (out []string) {
+		snap, err := admin.Status(ctx, cli, []string{name})
+		require.NoError(t, err)
+		for _, e := range snap.Names[0].Queue {
+			out = append(out, strings.Join(strings.Fields(e.Kind+" "+e.Mode+" "+e.State), " "))
+		}
+		return out
+	}
+
+	w := must(rwmutex.New(cli, down))
+	require.NoError(t, w.Lock(ctx))
+	r := must(rwmutex.New(cluster.Client(t), down))
+	rlocked := etcdtest.Async(func() error { return r.RLock(ctx) })
+	etcdtest.AwaitKeys(t, cli, core.NamePrefix(down), 2)
+	w2 := must(rwmutex.New(cluster.Client(t), down))
+	waiting(t, w2.Lock, w2.Unlock, down, 3)
+	assert.Equal(t, []string{"write holds", "read waits", "write waits"}, states(down))
+	require.NoError(t, w.Downgrade(ctx))
+	require.NoError(t, etcdtest.Within(t, rlocked, 5*time.Second, "RLock behind the downgraded hold"))
+	assert.Equal(t, []string{"write read holds", "read holds", "write waits"}, states(down))
+
+	u := must(rwmutex.New(cli, up))
+	require.NoError(t, u.ULock(ctx))
+	r2 := must(rwmutex.New(cluster.Client(t), up))
+	require.NoError(t, r2.RLock(ctx))
+	u2 := must(rwmutex.New(cluster.Client(t), up))
+	waiting(t, u2.ULock, u2.UUnlock, up, 3)
+	assert.Equal(t, []string{"write upgradable holds", "read holds", "write upgradable waits"}, states(up))
+
+	require.NoError(t, w.RUnlock(ctx))
+	require.NoError(t, r.RUnlock(ctx))
+	require.NoError(t, u.UUnlock(ctx))
+	require.NoError(t, r2.RUnlock(ctx))
 }
 
 // TestWatchCallsBackAtEveryChange: Watch calls back with the present, then at every change

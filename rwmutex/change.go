@@ -1,0 +1,299 @@
+package rwmutex
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// A hold that changes in place keeps its key, so its place in line and its create
+// revision: a downgraded write hold and an upgradable read are write keys whose value says
+// their mode (" mode=read", " mode=upgradable"; see the package doc).
+
+// Downgrade turns this handle's write hold into a read hold in place: its key, its place in
+// line and its create revision stay, so no writer queued behind it comes in between.
+// Readers queued behind it up to the next waiting writer are served then; a writer queued
+// behind it waits until it leaves. The read hold is the handle's oldest group of readers,
+// with the caller its one member: release it with [RWMutex.RUnlock]. Other readers of the
+// handle may join it as they join any read hold. The write hold is that of [RWMutex.Lock],
+// else an upgraded read's ([RWMutex.Upgrade]), else the upgradable read itself, which then
+// becomes a plain read.
+//
+// The write hold ends when Downgrade sends its write: Token is then 0 and IsOwner never
+// succeeds, but a compare taken from IsOwner before still does while the read hold lasts
+// (the key is the same), so every write guarded by it must be done or abandoned first.
+//
+// Errors: [ErrNotLocked] without a write or upgradable hold. [ErrLost] if the hold was lost
+// (it is not changed: Unlock, or UUnlock, reports the loss as ever). ctx's error with ctx
+// done already, having sent nothing. When etcd cannot be reached before ctx ends the
+// outcome is not known: the hold is a read hold all the same (safe either way: if etcd did
+// not take the change, readers behind it wait until it leaves), and the error says why.
+// On an RWMutex not made by [New], an error matching [ErrInvalidOption] and ErrNotLocked.
+//
+// Cost: one Txn, which also reads the name's keys.
+func (rw *RWMutex) Downgrade(ctx context.Context) error {
+	if rw.queue() == nil {
+		return rw.errorf("downgrade", core.Unheld(rw.queue().Unusable()))
+	}
+	if err := rw.unlocking.Take(ctx); err != nil {
+		return rw.errorf("downgrade", err)
+	}
+	defer rw.unlocking.Give()
+	rw.mu.Lock()
+	h, upgradable := rw.write, false
+	if h == nil {
+		h, upgradable = rw.up, true
+	}
+	rw.mu.Unlock()
+	switch {
+	case h == nil:
+		return rw.errorf("downgrade", ErrNotLocked)
+	case ctx.Err() != nil:
+		return rw.errorf("downgrade", ctx.Err())
+	}
+	if loss := h.EndIfClientClosed(); loss != nil {
+		return rw.errorf("downgrade", loss)
+	}
+	if !h.Live() {
+		return rw.errorf("downgrade", h.Err())
+	}
+	_, _, err := rw.q.ChangeMode(ctx, h, core.WithMode(core.OwnerValue(""), core.ModeRead))
+	if errors.Is(err, ErrLost) {
+		return rw.errorf("downgrade", err)
+	}
+	rw.mu.Lock()
+	if upgradable {
+		rw.up, rw.upgraded = nil, false
+	} else {
+		rw.write = nil
+	}
+	g := &group{queued: core.Closed, ready: core.Closed, cancel: func() {}, hold: h, members: 1}
+	rw.groups = slices.Insert(rw.groups, 0, g) // every other group is behind its key
+	rw.mu.Unlock()
+	if upgradable {
+		<-rw.uturn
+	} else {
+		<-rw.turn
+	}
+	if err != nil {
+		return rw.errorf("downgrade", err)
+	}
+	return nil
+}
+
+// ULock waits until the upgradable read is held: a read that may become the write hold in
+// place ([RWMutex.Upgrade]). It holds beside readers and never beside a writer, and one at
+// a time per name: it waits behind every writer and upgradable read queued before it,
+// whatever handle or client; readers queued after it are served beside it. Its key is a
+// write key, so etcd's recipe.RWMutex (and etcdsync of versions before upgradable reads)
+// take it for a writer: their readers wait for it. One ULock of a handle at a time: another
+// waits for its UUnlock (or Downgrade). Release it with [RWMutex.UUnlock].
+//
+// Like a writer's Lock, a goroutine that holds a read lock of the handle must not Upgrade:
+// Upgrade waits for every reader admitted before it, that one too.
+//
+// Errors: as for [RWMutex.Lock].
+//
+// Cost: one Txn uncontended (which reads the write keys with their values).
+func (rw *RWMutex) ULock(ctx context.Context) (err error) {
+	if err := rw.queue().Unusable(); err != nil {
+		return rw.errorf("ulock", err)
+	}
+	ctx, a := rw.wtel.BeginWait(ctx, "etcdsync.rwmutex.ULock")
+	defer func() { a.End(err) }()
+	select {
+	case rw.uturn <- struct{}{}:
+	case <-ctx.Done():
+		return rw.errorf("ulock", ctx.Err())
+	}
+	spec := upgradableSpec()
+	spec.Tel = rw.wtel
+	h, err := rw.q.Acquire(ctx, spec, nil)
+	a.Held(h)
+	if err != nil {
+		<-rw.uturn
+		return rw.errorf("ulock", err)
+	}
+	rw.mu.Lock()
+	rw.up = h
+	rw.mu.Unlock()
+	return nil
+}
+
+// TryULock takes the upgradable read only if no writer or upgradable read holds the lock
+// or waits for it, and this handle has none.
+//
+// Errors: [ErrLocked] otherwise, having written nothing. ctx's error and [ErrInvalidOption]
+// as for [RWMutex.Lock].
+//
+// Cost: one Txn when no write key is there; else a read, and a Txn if only holds that are
+// reads now are.
+func (rw *RWMutex) TryULock(ctx context.Context) (err error) {
+	if err := rw.queue().Unusable(); err != nil {
+		return rw.errorf("try ulock", err)
+	}
+	ctx, a := rw.wtel.BeginTry(ctx, "etcdsync.rwmutex.TryULock")
+	defer func() { a.End(err) }()
+	select {
+	case rw.uturn <- struct{}{}:
+	default:
+		return rw.errorf("try ulock", ErrLocked)
+	}
+	rw.mu.Lock()
+	writer := rw.write != nil || rw.wpending != nil
+	rw.mu.Unlock()
+	if writer {
+		<-rw.uturn
+		return rw.errorf("try ulock", ErrLocked)
+	}
+	h, err := rw.q.TryAcquire(ctx, upgradableSpec())
+	a.Held(h)
+	if err != nil {
+		<-rw.uturn
+		return rw.errorf("try ulock", err)
+	}
+	rw.mu.Lock()
+	rw.up = h
+	rw.mu.Unlock()
+	return nil
+}
+
+// UUnlock releases the upgradable read, upgraded or not, as [RWMutex.Unlock] releases the
+// write lock, with its errors and cost: [ErrNotLocked] without an upgradable read.
+func (rw *RWMutex) UUnlock(ctx context.Context) error {
+	if rw.queue() == nil {
+		return rw.errorf("uunlock", core.Unheld(rw.queue().Unusable()))
+	}
+	rw.mu.Lock()
+	h := rw.up
+	rw.mu.Unlock()
+	return rw.uunlock(ctx, "uunlock", h)
+}
+
+// uunlock releases h if it is still the handle's upgradable read; ErrNotLocked if not.
+func (rw *RWMutex) uunlock(ctx context.Context, op string, h *core.Hold) (err error) {
+	ctx, a := rw.wtel.BeginRelease(ctx, "etcdsync.rwmutex.UUnlock")
+	defer func() { a.End(err) }()
+	if h == nil {
+		return rw.errorf(op, ErrNotLocked)
+	}
+	if err := rw.unlocking.Take(ctx); err != nil {
+		return rw.errorf(op, err)
+	}
+	defer rw.unlocking.Give()
+	rw.mu.Lock()
+	current := rw.up == h
+	rw.mu.Unlock()
+	if !current {
+		return rw.errorf(op, ErrNotLocked)
+	}
+	_ = h.EndIfClientClosed()
+	ended, err := h.Release(ctx)
+	if ended {
+		rw.mu.Lock()
+		rw.up, rw.upgraded = nil, false
+		rw.mu.Unlock()
+		<-rw.uturn
+	}
+	if err != nil {
+		return rw.errorf(op, err)
+	}
+	return nil
+}
+
+// putBackWait bounds how long a failed Upgrade tries to make its key upgradable again.
+const putBackWait = 5 * time.Second
+
+// Upgrade turns the upgradable read into the write hold in place: its key's mode becomes a
+// writer's at once, so readers that arrive from then on queue behind it, and Upgrade
+// returns once every read hold admitted before that has left: those queued before its key,
+// and those after it that no waiting writer was ahead of. Its token is then its key's
+// create revision, as a writer's: strictly above every writer's before it and below every
+// writer's after it. Token, IsOwner and Done are then the write hold's; release it with
+// [RWMutex.Unlock] or UUnlock, or Downgrade it. An upgraded hold upgrades at once.
+//
+// Errors: [ErrNotLocked] without an upgradable read. [ErrLost] if it was lost first, or
+// while Upgrade waited (UUnlock reports it as ever). ctx's error when ctx ends before the
+// readers have left: the hold is then an upgradable read again (its mode is put back,
+// within a few seconds; if etcd cannot be reached for that, its key keeps a writer's mode
+// and new readers wait behind it until it upgrades or leaves). On an RWMutex not made by [New], an error matching [ErrInvalidOption] and
+// ErrNotLocked.
+//
+// Cost: one Txn, which reads the name's keys; then a registration with the client's watch
+// of the name until the readers have left.
+func (rw *RWMutex) Upgrade(ctx context.Context) (err error) {
+	if rw.queue() == nil {
+		return rw.errorf("upgrade", core.Unheld(rw.queue().Unusable()))
+	}
+	ctx, a := rw.wtel.BeginWait(ctx, "etcdsync.rwmutex.Upgrade")
+	defer func() { a.End(err) }()
+	if err := rw.unlocking.Take(ctx); err != nil {
+		return rw.errorf("upgrade", err)
+	}
+	defer rw.unlocking.Give()
+	rw.mu.Lock()
+	h, upgraded := rw.up, rw.upgraded
+	rw.mu.Unlock()
+	switch {
+	case h == nil:
+		return rw.errorf("upgrade", ErrNotLocked)
+	case upgraded:
+		return nil
+	}
+	if loss := h.EndIfClientClosed(); loss != nil {
+		return rw.errorf("upgrade", loss)
+	}
+	if !h.Live() {
+		return rw.errorf("upgrade", h.Err())
+	}
+	kvs, at, err := rw.q.ChangeMode(ctx, h, core.OwnerValue(""))
+	if err == nil {
+		err = rw.q.AwaitGone(ctx, h, admitted(rw.q.Prefix(), kvs, h.Key(), h.Token(), at), at)
+	}
+	if err != nil {
+		if !errors.Is(err, ErrLost) && h.Live() {
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), putBackWait)
+			_, _, _ = rw.q.ChangeMode(pctx, h, upgradableSpec().Value)
+			cancel()
+		}
+		return rw.errorf("upgrade", err)
+	}
+	a.Held(h)
+	rw.mu.Lock()
+	rw.upgraded = true
+	rw.mu.Unlock()
+	return nil
+}
+
+// admitted are the read holds an upgrade of the key own (created at rev) waits for: of
+// kvs, every key of the name read at or after revision at when the key took a writer's mode,
+// the reads created before at (read keys, and write keys in read mode) that no other write
+// key counted by readers is ahead of, behind own. A reader behind such a writer waits for
+// it, and it for the upgrade: never admitted.
+func admitted(prefix string, kvs []*mvccpb.KeyValue, own string, rev, at int64) []*mvccpb.KeyValue {
+	kvs = slices.Clone(kvs)
+	slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.CreateRevision, b.CreateRevision) })
+	passes := readSpec().Passes
+	var reads []*mvccpb.KeyValue
+	for _, kv := range kvs {
+		k := string(kv.Key)
+		if kv.CreateRevision >= at || k == own {
+			continue
+		}
+		mode := core.ModeOf(string(kv.Value))
+		switch {
+		case strings.HasPrefix(k, prefix+readKind), strings.HasPrefix(k, prefix+writeKind) && mode == core.ModeRead:
+			reads = append(reads, kv)
+		case strings.HasPrefix(k, prefix+writeKind) && kv.CreateRevision > rev && !slices.Contains(passes, mode):
+			return reads // a writer behind own: the readers behind it wait
+		}
+	}
+	return reads
+}
