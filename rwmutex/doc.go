@@ -9,6 +9,14 @@
 // writers and ours take turns on the same name; other names are escaped, so that "a", "a/b"
 // and "ab" never meet.
 //
+// A hold may change in place, keeping its key, its place in line and its create revision:
+// [RWMutex.Downgrade] turns the write hold into a read hold, with no writer in between;
+// [RWMutex.ULock] takes an upgradable read (one per name, beside readers, never beside a
+// writer), which [RWMutex.Upgrade] turns into the write hold once the readers admitted
+// before it have left. Both are write keys whose value ends with " mode=read" or
+// " mode=upgradable": etcd's recipe.RWMutex, which reads only the kind, takes them for
+// writers, which is safe.
+//
 // The readers of one [RWMutex] share a single read key: one etcd write to enter and one to
 // leave for the whole group, however many join it. A group takes no new members once a
 // writer has queued behind it, so a stream of local readers cannot starve a writer.

@@ -266,7 +266,9 @@ type doner interface {
 // exploreWork is a worker of the explorer: cycles of an acquisition drawn from rng (a try, a
 // Lock that is cancelled at a random moment, or one that may wait), Done and Err now and
 // then, fenced writes, and a release, until Stop. A quarter of the cycles of a Locker that
-// has Do go through it, and a quarter of those of an election through Run (see scoped.go).
+// has Do go through it, and a quarter of those of an election through Run (see scoped.go);
+// a fifth of an rwmutex's are upgradable reads, and a quarter of its write holds end by a
+// downgrade (see change.go).
 func (r *Run) exploreWork(ctx context.Context, wk *worker, rng *rand.Rand) {
 	for !r.stopped() {
 		call := r.hist.Now()
@@ -276,6 +278,10 @@ func (r *Run) exploreWork(ctx context.Context, wk *worker, rng *rand.Rand) {
 		}
 		if l, ok := wk.lk.(leaderLoop); ok && rng.IntN(4) == 0 {
 			r.exploreRun(ctx, wk, l, rng, call)
+			continue
+		}
+		if c, ok := wk.lk.(changer); ok && rng.IntN(5) == 0 {
+			r.exploreUpgrade(ctx, wk, c, rng, call)
 			continue
 		}
 		var err error
@@ -311,6 +317,10 @@ func (r *Run) exploreWork(ctx context.Context, wk *worker, rng *rand.Rand) {
 			_ = d.Err()
 		}
 		r.writeUnderHold(wk, token)
+		if c, ok := wk.lk.(changer); ok && rng.IntN(4) == 0 {
+			r.exploreDowngrade(wk, c, token, rng)
+			continue
+		}
 		if rng.IntN(3) == 0 {
 			r.wait(time.Duration(rng.IntN(50)) * time.Millisecond)
 		}
