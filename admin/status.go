@@ -44,10 +44,12 @@ type Entry struct {
 	Owner    map[string]string `json:"owner"`           // the value's key=value fields; null if it names no owner
 	Value    string            `json:"value"`
 	// Mode is what a write key's hold is now, when it changed in place: "read" (a
-	// downgraded write hold) or "upgradable" (an upgradable read); "" for a writer.
+	// downgraded write hold), "upgradable" (an upgradable read) or "upgrading" (one whose
+	// Upgrade waits for the readers admitted before it); "" for a writer.
 	Mode string `json:"mode,omitempty"`
 
 	LeaseID clientv3.LeaseID `json:"-"` // the lease, 0 for none
+	modRev  int64            // the revision its value was written at
 }
 
 // The kinds of key under a name, and their states.
@@ -212,6 +214,7 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) N
 			Token:   kv.CreateRevision,
 			Value:   string(kv.Value),
 			Mode:    modeOf(kind, string(kv.Value)),
+			modRev:  kv.ModRevision,
 			Owner:   parseOwner(string(kv.Value)),
 			LeaseID: clientv3.LeaseID(kv.Lease),
 		})
@@ -229,16 +232,16 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) N
 	slices.SortFunc(ns.Queue, func(a, b Entry) int {
 		return cmp.Or(cmp.Compare(a.Token, b.Token), strings.Compare(a.Key, b.Key))
 	})
-	keys, modes := make([]string, len(ns.Queue)), make([]string, len(ns.Queue))
+	keys := make([]core.QueuedKey, len(ns.Queue))
 	specs := make(map[string]core.Spec, len(ns.Queue))
 	for i, e := range ns.Queue {
-		keys[i], modes[i] = e.Key, core.ModeOf(e.Value)
+		keys[i] = core.QueuedKey{Key: e.Key, Created: e.Token, ModRev: e.modRev, Mode: e.Mode}
 		if s, ok := specOf(e, ns.Limit); ok {
 			specs[e.Key] = s
 		}
 	}
 	heldThrough := core.Watermark(keyPrefix, kvs) // permits held beyond a lowered limit
-	served := core.Served(keyPrefix, keys, modes, func(rel, _ string) (core.Spec, bool) {
+	served := core.Served(keyPrefix, keys, func(rel, _ string) (core.Spec, bool) {
 		s, ok := specs[keyPrefix+rel]
 		return s, ok
 	})
@@ -281,7 +284,7 @@ func specOf(e Entry, limit *int) (core.Spec, bool) {
 	case KindRead:
 		return core.Spec{Kind: core.KindRead, Ahead: core.KindWrite, Passes: []string{core.ModeRead, core.ModeUpgradable}}, true
 	case KindWrite:
-		if e.Mode == core.ModeUpgradable {
+		if e.Mode == core.ModeUpgradable || e.Mode == core.ModeUpgrading {
 			return core.Spec{Kind: core.KindWrite, Ahead: core.KindWrite, Passes: []string{core.ModeRead}}, true
 		}
 		return core.Spec{Kind: core.KindWrite}, true

@@ -1,14 +1,10 @@
 package rwmutex
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"time"
-
-	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/etcdsync/etcdsync/internal/core"
 )
@@ -25,6 +21,9 @@ import (
 // handle may join it as they join any read hold. The write hold is that of [RWMutex.Lock],
 // else an upgraded read's ([RWMutex.Upgrade]), else the upgradable read itself, which then
 // becomes a plain read.
+//
+// Inside [RWMutex.Do]'s fn, Do's release then finds no write hold of its own and says
+// [ErrNotLocked]: the read hold is the caller's to RUnlock.
 //
 // The write hold ends when Downgrade sends its write: Token is then 0 and IsOwner never
 // succeeds, but a compare taken from IsOwner before still does while the read hold lasts
@@ -64,7 +63,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context) error {
 	if !h.Live() {
 		return rw.errorf("downgrade", h.Err())
 	}
-	_, _, err := rw.q.ChangeMode(ctx, h, core.WithMode(core.OwnerValue(""), core.ModeRead))
+	_, _, _, err := rw.q.ChangeMode(ctx, h, core.WithMode(core.OwnerValue(""), core.ModeRead))
 	if errors.Is(err, ErrLost) {
 		return rw.errorf("downgrade", err)
 	}
@@ -211,23 +210,25 @@ func (rw *RWMutex) uunlock(ctx context.Context, op string, h *core.Hold) (err er
 // putBackWait bounds how long a failed Upgrade tries to make its key upgradable again.
 const putBackWait = 5 * time.Second
 
-// Upgrade turns the upgradable read into the write hold in place: its key's mode becomes a
-// writer's at once, so readers that arrive from then on queue behind it, and Upgrade
-// returns once every read hold admitted before that has left: those queued before its key,
-// and those after it that no waiting writer was ahead of. Its token is then its key's
+// Upgrade turns the upgradable read into the write hold in place. It first marks its key
+// upgrading, so that readers arriving from then on queue behind it, and returns once every
+// read hold admitted before that has left: those queued before its key, and those after it
+// that no waiting writer was ahead of; then its key is a writer's. Its token is its key's
 // create revision, as a writer's: strictly above every writer's before it and below every
 // writer's after it. Token, IsOwner and Done are then the write hold's; release it with
-// [RWMutex.Unlock] or UUnlock, or Downgrade it. An upgraded hold upgrades at once.
+// [RWMutex.Unlock] or UUnlock, or Downgrade it. An upgraded hold upgrades at once. See
+// docs/guarantees.md for how every client agrees on the readers it waits for.
 //
 // Errors: [ErrNotLocked] without an upgradable read. [ErrLost] if it was lost first, or
 // while Upgrade waited (UUnlock reports it as ever). ctx's error when ctx ends before the
 // readers have left: the hold is then an upgradable read again (its mode is put back,
-// within a few seconds; if etcd cannot be reached for that, its key keeps a writer's mode
-// and new readers wait behind it until it upgrades or leaves). On an RWMutex not made by [New], an error matching [ErrInvalidOption] and
-// ErrNotLocked.
+// within a few seconds; if etcd cannot be reached for that, its key stays upgrading and
+// new readers wait behind it until it upgrades or leaves). On an RWMutex not made by
+// [New], an error matching [ErrInvalidOption] and ErrNotLocked.
 //
-// Cost: one Txn, which reads the name's keys; then a registration with the client's watch
-// of the name until the readers have left.
+// Cost: one Txn that also reads the name's keys, a registration with the client's watch of
+// the name until the readers have left, and one Txn (again if a writer that kept readers
+// out left meanwhile).
 func (rw *RWMutex) Upgrade(ctx context.Context) (err error) {
 	if rw.queue() == nil {
 		return rw.errorf("upgrade", core.Unheld(rw.queue().Unusable()))
@@ -253,14 +254,15 @@ func (rw *RWMutex) Upgrade(ctx context.Context) (err error) {
 	if !h.Live() {
 		return rw.errorf("upgrade", h.Err())
 	}
-	kvs, at, err := rw.q.ChangeMode(ctx, h, core.OwnerValue(""))
+	upgrading := core.WithMode(core.OwnerValue(""), core.ModeUpgrading)
+	kvs, read, at, err := rw.q.ChangeMode(ctx, h, upgrading)
 	if err == nil {
-		err = rw.q.AwaitGone(ctx, h, admitted(rw.q.Prefix(), kvs, h.Key(), h.Token(), at), at)
+		err = rw.q.Upgrade(ctx, h, kvs, read, at, readKind, writeKind, core.OwnerValue(""))
 	}
 	if err != nil {
 		if !errors.Is(err, ErrLost) && h.Live() {
 			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), putBackWait)
-			_, _, _ = rw.q.ChangeMode(pctx, h, upgradableSpec().Value)
+			_, _, _, _ = rw.q.ChangeMode(pctx, h, upgradableSpec().Value)
 			cancel()
 		}
 		return rw.errorf("upgrade", err)
@@ -270,30 +272,4 @@ func (rw *RWMutex) Upgrade(ctx context.Context) (err error) {
 	rw.upgraded = true
 	rw.mu.Unlock()
 	return nil
-}
-
-// admitted are the read holds an upgrade of the key own (created at rev) waits for: of
-// kvs, every key of the name read at or after revision at when the key took a writer's mode,
-// the reads created before at (read keys, and write keys in read mode) that no other write
-// key counted by readers is ahead of, behind own. A reader behind such a writer waits for
-// it, and it for the upgrade: never admitted.
-func admitted(prefix string, kvs []*mvccpb.KeyValue, own string, rev, at int64) []*mvccpb.KeyValue {
-	kvs = slices.Clone(kvs)
-	slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.CreateRevision, b.CreateRevision) })
-	passes := readSpec().Passes
-	var reads []*mvccpb.KeyValue
-	for _, kv := range kvs {
-		k := string(kv.Key)
-		if kv.CreateRevision >= at || k == own {
-			continue
-		}
-		mode := core.ModeOf(string(kv.Value))
-		switch {
-		case strings.HasPrefix(k, prefix+readKind), strings.HasPrefix(k, prefix+writeKind) && mode == core.ModeRead:
-			reads = append(reads, kv)
-		case strings.HasPrefix(k, prefix+writeKind) && kv.CreateRevision > rev && !slices.Contains(passes, mode):
-			return reads // a writer behind own: the readers behind it wait
-		}
-	}
-	return reads
 }

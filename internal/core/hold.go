@@ -51,6 +51,7 @@ type Hold struct {
 	metrics *holdMetrics // nil unless counted: see Telemetry.Held
 	group   *Group       // the Group it is a member of, which is what is counted; nil for none
 	timer   *time.Timer  // its maximum hold's (life.go); nil for none
+	mod     int64        // the revision of its last change of mode (mode.go); 0 before one
 }
 
 func newHold(cli *clientv3.Client, sess *Session, slot *slot, rev int64) *Hold {

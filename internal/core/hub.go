@@ -472,13 +472,13 @@ func (h *hub) newEvent(ev *clientv3.Event) (event, bool) {
 		if h.k.mode == values {
 			e.value = string(ev.Kv.Value)
 		}
-		e.mode = ModeOf(string(ev.Kv.Value))
+		e.mode, e.modRev = ModeOf(string(ev.Kv.Value)), ev.Kv.ModRevision
 		if ev.PrevKv != nil {
-			e.was, e.wasKnown = ModeOf(string(ev.PrevKv.Value)), true
+			e.was, e.wasRev, e.wasKnown = ModeOf(string(ev.PrevKv.Value)), ev.PrevKv.ModRevision, true
 		}
 	case ev.PrevKv != nil:
 		e.created, e.lease = ev.PrevKv.CreateRevision, ev.PrevKv.Lease
-		e.mode = ModeOf(string(ev.PrevKv.Value))
+		e.mode, e.modRev = ModeOf(string(ev.PrevKv.Value)), ev.PrevKv.ModRevision
 	}
 	return e, true
 }
@@ -585,13 +585,15 @@ type event struct {
 	lease   int64  // of a deleted key, from its previous value; 0 for none, or not given
 	rev     int64  // revision of the event
 	value   string // the value put, on a hub with values
-	// mode is the mode (see mode.go) of the key's value: put, or, for a delete, the last
-	// one ("" when etcd did not give it). A put of a key that was there already (changed: an
-	// arrivals hub delivers those too, for a change of mode) also says the mode it had
-	// (was), if etcd gave the previous value (wasKnown).
-	mode, was string
-	changed   bool
-	wasKnown  bool
+	// mode is the mode (see mode.go) of the key's value, and modRev the revision it was
+	// written at: put, or, for a delete, the last ("" and 0 when etcd did not give it). A
+	// put of a key that was there already (changed: an arrivals hub delivers those too, for
+	// a change of mode) also says the mode it had and since when (was, wasRev), if etcd gave
+	// the previous value (wasKnown).
+	mode, was      string
+	modRev, wasRev int64
+	changed        bool
+	wasKnown       bool
 }
 
 // signal wakes whoever waits on wake, without blocking: wake has room for one.

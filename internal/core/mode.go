@@ -1,8 +1,11 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -30,6 +33,10 @@ const (
 	// ModeUpgradable: a write key of an upgradable read: beside readers, never beside a
 	// writer or another upgradable read (rwmutex ULock).
 	ModeUpgradable = "upgradable"
+	// ModeUpgrading: an upgradable read on its way to the write hold (Upgrade). A waiter
+	// that passes upgradable reads passes it only if its key was created before the
+	// change, that is before the key's mod revision; one created after waits for it.
+	ModeUpgrading = "upgrading"
 )
 
 // modeField starts the mode's field in a value.
@@ -59,120 +66,238 @@ func WithMode(value, mode string) string {
 	return value + modeField + mode
 }
 
-// ChangeMode puts value into h's key, fenced on its create revision, unless it holds value
-// already (a try whose answer was lost applied it), and reads every key of the name with
-// its value in the same Txn. It returns those keys and the revision at which the key took
-// value: the change's, or the earlier try's. ErrLost, with nothing written, once the key is
-// not h's any more. One Txn, retried through leader changes until ctx ends.
-func (q *Queue) ChangeMode(ctx context.Context, h *Hold, value string) (kvs []*mvccpb.KeyValue, at int64, err error) {
-	cmpOwn := clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)
-	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
-		return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
-			If(cmpOwn, clientv3.Compare(clientv3.Value(h.key), "!=", value)).
-			Then(clientv3.OpPut(h.key, value, clientv3.WithLease(h.sess.Lease())), clientv3.OpGet(q.prefix, clientv3.WithPrefix())).
-			Else(clientv3.OpGet(q.prefix, clientv3.WithPrefix())).
-			Commit()
-	})
-	if err != nil {
-		return nil, 0, fmt.Errorf("change %s: %w", h.key, err)
+// ChangeMode puts value into h's key, fenced on its create revision and on the revision
+// of its last write (so that a try etcd applies late, after a later change, writes
+// nothing), and reads every key of the name with its value in the same Txn. It returns
+// those keys, the revision they were read at, and the revision at which the key took value
+// (a try whose answer was lost may have applied it). ErrLost, with nothing written, once
+// the key is not h's any more. One Txn, retried through leader changes until ctx ends; one
+// more if the key was written again after its creation before the hold's first change (an
+// acquisition that took over its own key).
+func (q *Queue) ChangeMode(ctx context.Context, h *Hold, value string) (kvs []*mvccpb.KeyValue, read, at int64, err error) {
+	h.mu.Lock()
+	mod, known := h.mod, h.mod != 0
+	h.mu.Unlock()
+	if !known {
+		mod = h.rev // written once, at its creation, unless taken over
 	}
-	var read []*mvccpb.KeyValue
-	if resp.Succeeded {
-		read = resp.Responses[1].GetResponseRange().Kvs
-	} else {
-		read = resp.Responses[0].GetResponseRange().Kvs
-	}
-	for _, kv := range read {
-		if string(kv.Key) == h.key && kv.CreateRevision == h.rev && string(kv.Value) == value {
-			return read, kv.ModRevision, nil
+	for {
+		resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
+				If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev), clientv3.Compare(clientv3.ModRevision(h.key), "=", mod)).
+				Then(clientv3.OpPut(h.key, value, clientv3.WithLease(h.sess.Lease())), clientv3.OpGet(q.prefix, clientv3.WithPrefix())).
+				Else(clientv3.OpGet(q.prefix, clientv3.WithPrefix())).
+				Commit()
+		})
+		if err != nil {
+			return nil, 0, 0, fmt.Errorf("change %s: %w", h.key, err)
 		}
+		kvs = resp.Responses[len(resp.Responses)-1].GetResponseRange().Kvs
+		own := ownIn(kvs, h)
+		switch {
+		case own == nil:
+			return nil, 0, 0, h.gone()
+		case string(own.Value) != value && !known:
+			mod, known = own.ModRevision, true // taken over: try from its last write
+			continue
+		case string(own.Value) != value: // only its holder writes the key: it cannot be
+			return nil, 0, 0, fmt.Errorf("change %s: its value changed under it to %q", h.key, own.Value)
+		}
+		h.wrote(own.ModRevision)
+		return kvs, resp.Header.Revision, own.ModRevision, nil
 	}
-	loss := fmt.Errorf("%w: %s", ErrLost, errKeyGone(h.key))
-	h.observe(loss)
-	return nil, 0, loss
 }
 
-// AwaitGone waits until every key of kvs (a read at revision rev of q's name) has been
-// deleted since, and returns nil; ErrLost once h's key goes or its session ends first, or
-// ctx's error. It is a registration with the client's watch on the name (the queue must
-// watch arrivals), like a waiter's: a read only after a gap in the events.
-func (q *Queue) AwaitGone(ctx context.Context, h *Hold, kvs []*mvccpb.KeyValue, rev int64) error {
-	w := &goneWaiter{view: view{snap: rev, wake: make(chan struct{}, 1)}, key: h.key, rev: h.rev, left: map[string]int64{}}
+// wrote records mod as the revision of h's last change of mode.
+func (h *Hold) wrote(mod int64) {
+	h.mu.Lock()
+	h.mod = mod
+	h.mu.Unlock()
+}
+
+// ownIn is h's key among kvs, if it is still h's.
+func ownIn(kvs []*mvccpb.KeyValue, h *Hold) *mvccpb.KeyValue {
 	for _, kv := range kvs {
-		w.left[string(kv.Key)] = kv.CreateRevision
+		if string(kv.Key) == h.key && kv.CreateRevision == h.rev {
+			return kv
+		}
 	}
-	if len(w.left) == 0 {
-		return nil
-	}
-	hb := join(q.hubKey(), w)
-	defer hb.leave(w)
+	return nil
+}
+
+// gone ends h as lost, its key found gone, and returns the loss.
+func (h *Hold) gone() error {
+	loss := fmt.Errorf("%w: %w", ErrLost, errKeyGone(h.key))
+	h.observe(loss)
+	return loss
+}
+
+// An Upgrade turns an upgradable read into the write hold in place, in two writes, so that
+// whoever weighs the keys, at any revision, agrees on which readers it waits for:
+//
+//  1. Its key's mode becomes ModeUpgrading (ChangeMode), at revision P. A reader created
+//     before P still passes it; one created later waits for it.
+//  2. It waits until no reader created before P may hold: a read key, or a write key in
+//     read mode, that no other write key counted by readers is ahead of. A reader behind
+//     such a writer waits for it, and the writer for the upgrade, so it is not waited for.
+//     Whether a reader may hold follows from the keys there now (their modes never turn
+//     against it while P's upgrade lasts), so a client that missed events and reads the
+//     name later decides as the upgrade does.
+//  3. One Txn puts the writer's mode, if the key is as step 1 left it and the first writer
+//     that kept readers out is still there (if it went, a reader it kept out may be
+//     served: the wait goes on). From then on every reader counts the key, and none of
+//     those created before P holds.
+//
+// Upgrade does steps 2 and 3, after ChangeMode did step 1 (kvs read at revision read, P at):
+// the keys of kind readKind, and those of writeKind in ModeRead, are readers; the others of
+// writeKind keep readers out unless in ModeUpgradable. It returns nil once the key holds
+// plain; ErrLost when h's key or session goes first; ctx's error. A registration with the
+// client's watch on the name (the queue must watch arrivals) and one Txn, again after each
+// change that lets a reader in.
+func (q *Queue) Upgrade(ctx context.Context, h *Hold, kvs []*mvccpb.KeyValue, read, at int64, readKind, writeKind, plain string) error {
+	d := &drainer{view: view{wake: make(chan struct{}, 1)}, own: h.key, rev: h.rev, before: at,
+		reads: q.prefix + readKind, writes: q.prefix + writeKind}
+	d.reset(kvs, read)
+	hb := join(q.hubKey(), d)
+	defer hb.leave(d)
 	for {
 		hb.mu.Lock()
-		done, err := len(w.left) == 0, w.err
+		err, stale := d.err, d.stale()
+		var open bool
+		var guard *drainKey
+		if err == nil && !stale {
+			open, guard = d.evaluate()
+		}
 		hb.mu.Unlock()
 		switch {
 		case err != nil:
 			return err
-		case done:
+		case stale || open:
+			select {
+			case <-d.wake:
+			case <-h.sess.Done():
+				return h.sess.lostErr()
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		}
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev), clientv3.Compare(clientv3.ModRevision(h.key), "=", at)}
+		if guard != nil {
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(guard.key), "=", guard.created))
+		}
+		resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).
+				Then(clientv3.OpPut(h.key, plain, clientv3.WithLease(h.sess.Lease()))).
+				Else(clientv3.OpGet(q.prefix, clientv3.WithPrefix())).
+				Commit()
+		})
+		switch {
+		case err != nil:
+			return fmt.Errorf("upgrade %s: %w", h.key, err)
+		case resp.Succeeded:
+			h.wrote(resp.Header.Revision)
 			return nil
 		}
-		select {
-		case <-w.wake:
-		case <-h.sess.Done():
-			return h.sess.lostErr()
-		case <-ctx.Done():
-			return ctx.Err()
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		own := ownIn(kvs, h)
+		switch {
+		case own == nil:
+			return h.gone()
+		case own.ModRevision != at && string(own.Value) == plain:
+			h.wrote(own.ModRevision)
+			return nil // a try whose answer was lost
+		case own.ModRevision != at:
+			return fmt.Errorf("upgrade %s: its value changed under it to %q", h.key, own.Value)
 		}
+		hb.mu.Lock()
+		d.reset(kvs, resp.Header.Revision) // the guard went: weigh again
+		hb.mu.Unlock()
 	}
 }
 
-// goneWaiter is an AwaitGone as its hub sees it: the keys still there, by name. A key's
-// delete after the read takes it off, whatever its create revision: the key read was gone
-// by then. Its view's err says the holder's own key went.
-type goneWaiter struct {
+// drainer is an Upgrade's wait as its hub sees it: every key of the name, by name, as of
+// its view's revision. Its view's err says the upgrading key went.
+type drainer struct {
 	view
-	key  string           // the holder's key
-	rev  int64            // and its create revision
-	left map[string]int64 // by key, its create revision
+	own    string // the upgrading key
+	rev    int64  // its create revision
+	before int64  // P: the readers created before it are those it waits for
+	reads  string // the read keys' prefix
+	writes string // the write keys' prefix
+	keys   map[string]drainKey
 }
 
-func (w *goneWaiter) apply(_ int64, evs []event) {
-	if w.err != nil {
+type drainKey struct {
+	key             string
+	created, modRev int64
+	mode            string
+}
+
+// reset takes kvs, every key of the name read at rev, as the view, unless it is older than
+// what the view reflects. Under the hub's mutex once joined.
+func (d *drainer) reset(kvs []*mvccpb.KeyValue, rev int64) {
+	if rev < d.snap {
+		return
+	}
+	d.snap, d.rereading = rev, false
+	d.keys = make(map[string]drainKey, len(kvs))
+	own := false
+	for _, kv := range kvs {
+		k := string(kv.Key)
+		own = own || k == d.own && kv.CreateRevision == d.rev
+		d.keys[k] = drainKey{key: k, created: kv.CreateRevision, modRev: kv.ModRevision, mode: ModeOf(string(kv.Value))}
+	}
+	if !own {
+		d.fail(fmt.Errorf("%w: %w", ErrLost, errKeyGone(d.own)))
+	}
+	signal(d.wake)
+}
+
+func (d *drainer) apply(_ int64, evs []event) {
+	if d.err != nil {
 		return
 	}
 	for _, e := range evs {
 		switch {
 		case e.put:
-		case e.key == w.key:
-			w.fail(fmt.Errorf("%w: %s", ErrLost, errKeyGone(w.key)))
+			d.keys[e.key] = drainKey{key: e.key, created: e.created, modRev: e.modRev, mode: e.mode}
+		case e.key == d.own:
+			d.fail(fmt.Errorf("%w: %w", ErrLost, errKeyGone(d.own)))
 			return
 		default:
-			delete(w.left, e.key)
+			delete(d.keys, e.key)
 		}
 	}
-	if len(w.left) == 0 {
-		signal(w.wake)
+	signal(d.wake)
+}
+
+func (d *drainer) recount(kvs []*mvccpb.KeyValue, rev int64) {
+	if d.stale() {
+		d.reset(kvs, rev)
 	}
 }
 
-func (w *goneWaiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
-	if !w.reread(rev) {
-		return
-	}
-	present := map[string]int64{}
-	for _, kv := range kvs {
-		present[string(kv.Key)] = kv.CreateRevision
-	}
-	if present[w.key] != w.rev {
-		w.fail(fmt.Errorf("%w: %s", ErrLost, errKeyGone(w.key)))
-		return
-	}
-	for k := range w.left { // gone, or gone and back: the one read is gone
-		if present[k] != w.left[k] {
-			delete(w.left, k)
+// evaluate reports whether a reader created before the upgrade may hold (open), and
+// otherwise the first writer that keeps readers out, if any reader waits behind it (guard).
+func (d *drainer) evaluate() (open bool, guard *drainKey) {
+	sorted := slices.SortedFunc(maps.Values(d.keys), func(a, b drainKey) int { return cmp.Compare(a.created, b.created) })
+	var first *drainKey
+	for _, k := range sorted {
+		if k.created >= d.before {
+			break
+		}
+		write := strings.HasPrefix(k.key, d.writes)
+		switch {
+		case k.key == d.own:
+		case strings.HasPrefix(k.key, d.reads), write && k.mode == ModeRead:
+			if first == nil {
+				return true, nil
+			}
+			guard = first
+		case write && k.mode != ModeUpgradable && first == nil:
+			first = &k
 		}
 	}
-	if len(w.left) == 0 {
-		signal(w.wake)
-	}
+	return false, guard
 }

@@ -175,19 +175,28 @@ func (w weigher) of(key string) int {
 	return int(n)
 }
 
-// kv is the weight of kv, read with its value when the weigher has passes.
-func (w weigher) kv(kv *mvccpb.KeyValue) int {
-	return w.ofMode(string(kv.Key), ModeOf(string(kv.Value)))
+// kv is the weight of kv, read with its value when the weigher has passes, for a waiter
+// whose key was created at rev.
+func (w weigher) kv(kv *mvccpb.KeyValue, rev int64) int {
+	return w.ofMode(string(kv.Key), ModeOf(string(kv.Value)), kv.ModRevision, rev)
 }
 
-// passing reports whether a key in mode weighs nothing.
-func (w weigher) passing(mode string) bool {
-	return len(w.passes) > 0 && slices.Contains(w.passes, mode)
+// passing reports whether a key in mode, written at modRev, weighs nothing for a waiter
+// whose key was created at rev: its mode is one the weigher passes, or it is an upgrade
+// under way that the waiter came before, and the waiter passes upgradable reads.
+func (w weigher) passing(mode string, modRev, rev int64) bool {
+	if len(w.passes) == 0 {
+		return false
+	}
+	if mode == ModeUpgrading {
+		return rev < modRev && slices.Contains(w.passes, ModeUpgradable)
+	}
+	return slices.Contains(w.passes, mode)
 }
 
-// ofMode is the weight of key in mode.
-func (w weigher) ofMode(key, mode string) int {
-	if w.passing(mode) {
+// ofMode is the weight of key in mode, written at modRev, for a waiter created at rev.
+func (w weigher) ofMode(key, mode string, modRev, rev int64) int {
+	if w.passing(mode, modRev, rev) {
 		return 0
 	}
 	return w.of(key)
@@ -211,7 +220,7 @@ func (w weigher) ahead(kvs []*mvccpb.KeyValue, rev int64) int {
 	n := 0
 	for _, kv := range kvs {
 		if kv.CreateRevision < rev {
-			n += w.kv(kv)
+			n += w.kv(kv, rev)
 		}
 	}
 	return n
@@ -298,22 +307,29 @@ func (q *Queue) HeldUnits(ctx context.Context, kind string, known int) (held, li
 	}
 }
 
+// QueuedKey is one key of a name as Served weighs it: the key, its create revision, and
+// its value's mode with the revision that wrote it.
+type QueuedKey struct {
+	Key             string
+	Created, ModRev int64
+	Mode            string
+}
+
 // Served reports which keys of a name the queue serves now, by the one rule every
 // acquisition waits on (see Spec): a key is served once the keys ahead of it, those created
 // before it under its spec's Ahead, weigh less than its threshold (a key whose mode its
 // spec passes weighs nothing). keys are the name's keys (under prefix) in create-revision
-// order, and modes their values' modes (ModeOf); specOf gives the spec each was written
-// with, from its key relative to prefix and its mode, or false for a key that is no
-// acquisition (a record), which is neither served nor counted. The command's status
-// decides by it.
-func Served(prefix string, keys, modes []string, specOf func(rel, mode string) (Spec, bool)) []bool {
+// order; specOf gives the spec each was written with, from its key relative to prefix and
+// its mode, or false for a key that is no acquisition (a record), which is neither served
+// nor counted. The command's status decides by it.
+func Served(prefix string, keys []QueuedKey, specOf func(rel, mode string) (Spec, bool)) []bool {
 	served := make([]bool, len(keys))
 	specs := make([]Spec, len(keys))
 	acq := make([]bool, len(keys))
 	for i, k := range keys {
-		specs[i], acq[i] = specOf(strings.TrimPrefix(k, prefix), modes[i])
+		specs[i], acq[i] = specOf(strings.TrimPrefix(k.Key, prefix), k.Mode)
 	}
-	for i := range keys {
+	for i, k := range keys {
 		if !acq[i] {
 			continue
 		}
@@ -323,9 +339,9 @@ func Served(prefix string, keys, modes []string, specOf func(rel, mode string) (
 			w.units = prefix + spec.Ahead + unitsMark
 		}
 		ahead := 0
-		for j := range i {
-			if acq[j] && strings.HasPrefix(keys[j], prefix+spec.Ahead) {
-				ahead += w.ofMode(keys[j], modes[j])
+		for j, a := range keys[:i] {
+			if acq[j] && strings.HasPrefix(a.Key, prefix+spec.Ahead) {
+				ahead += w.ofMode(a.Key, a.Mode, a.ModRev, k.Created)
 			}
 		}
 		served[i] = ahead < spec.slots()

@@ -107,7 +107,7 @@ func (w *queueWaiter) apply(_ int64, evs []event) {
 			}
 			// A change of mode: a key ahead that counted may pass now, or one that passed
 			// count again (an upgrade: the count rises, and the waiter waits on).
-			d := w.weigh.ofMode(e.key, e.was) - w.weigh.ofMode(e.key, e.mode)
+			d := w.weigh.ofMode(e.key, e.was, e.wasRev, w.rev) - w.weigh.ofMode(e.key, e.mode, e.modRev, w.rev)
 			if gone += d; d > 0 {
 				by = servedBy{known: true} // no lease went: no lock-delay
 			}
@@ -120,7 +120,7 @@ func (w *queueWaiter) apply(_ int64, evs []event) {
 		case !strings.HasPrefix(e.key, w.prefix):
 		case e.created == 0:
 			unknown = true // etcd could not say when the key was created
-		case e.created < w.rev && !w.weigh.passing(e.mode):
+		case e.created < w.rev && !w.weigh.passing(e.mode, e.modRev, w.rev):
 			gone += w.weigh.of(e.key)
 			by = servedBy{lease: e.lease, known: true}
 		}
@@ -164,7 +164,7 @@ func (w *queueWaiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
 		case k == w.key:
 			own = kv.CreateRevision == w.rev
 		case strings.HasPrefix(k, w.prefix) && kv.CreateRevision < w.rev:
-			n += w.weigh.kv(kv)
+			n += w.weigh.kv(kv, w.rev)
 		}
 	}
 	if !own {

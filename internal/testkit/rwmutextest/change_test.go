@@ -215,8 +215,8 @@ func TestUpgradeWaitsForTheReadersAdmittedBeforeIt(t *testing.T) {
 	upgraded := etcdtest.Async(func() error { return u.Upgrade(ctx) })
 	require.Eventually(t, func() bool {
 		v, _ := value(t, admin, u.Key())
-		return !strings.Contains(v, "mode=")
-	}, served, 10*time.Millisecond, "the key takes a writer's mode")
+		return strings.HasSuffix(v, " mode=upgrading")
+	}, served, 10*time.Millisecond, "the key is upgrading")
 	r4 := newRW(t, cluster.Client(t), name)
 	r4locked := etcdtest.Async(func() error { return r4.RLock(ctx) })
 	primtest.AwaitKeys(t, admin, name, 6)
@@ -294,8 +294,8 @@ func TestUpgradeOfALostHoldSaysSo(t *testing.T) {
 	upgraded := etcdtest.Async(func() error { return u.Upgrade(ctx) })
 	require.Eventually(t, func() bool {
 		v, _ := value(t, admin, u.Key())
-		return !strings.Contains(v, "mode=")
-	}, served, 10*time.Millisecond, "the key takes a writer's mode")
+		return strings.HasSuffix(v, " mode=upgrading")
+	}, served, 10*time.Millisecond, "the key is upgrading")
 	resp, err := admin.Get(ctx, u.Key())
 	require.NoError(t, err)
 	_, err = admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
@@ -326,4 +326,56 @@ func TestChangesWithoutAHold(t *testing.T) {
 	assert.ErrorIs(t, rw.Upgrade(ctx), rwmutex.ErrNotLocked, "a plain read does not upgrade")
 	etcdtest.NoWrites(t, admin, rev, "changes of a read hold")
 	require.NoError(t, rw.RUnlock(ctx))
+}
+
+// TestDowngradeInsideDo: Do's release finds no write hold of its own and says so; the read
+// hold is the caller's, and RUnlock ends it.
+func TestDowngradeInsideDo(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	const name = "downgrade-do"
+	admin := cluster.Client(t)
+	rw := newRW(t, cluster.Client(t), name)
+	err := rw.Do(ctx, func(ctx context.Context) error { return rw.Downgrade(ctx) })
+	assert.ErrorIs(t, err, rwmutex.ErrNotLocked)
+	assert.NoError(t, rw.Err(), "the read hold lasts")
+	assert.Equal(t, int64(1), primtest.Keys(t, admin, name))
+	require.NoError(t, rw.RUnlock(ctx))
+	assert.Zero(t, primtest.Keys(t, admin, name))
+}
+
+// TestUpgradeWaitsForAReaderThatAWithdrawnWriterLetIn: a reader queued behind a writer that
+// waits for the upgrade is not waited for; once that writer gives up, the reader, which came
+// before the upgrade began, is served beside it, and the upgrade waits for it too.
+func TestUpgradeWaitsForAReaderThatAWithdrawnWriterLetIn(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	const name = "upgrade-withdrawn"
+	admin := cluster.Client(t)
+	r1 := newRW(t, cluster.Client(t), name)
+	require.NoError(t, r1.RLock(ctx))
+	u := newRW(t, cluster.Client(t), name)
+	require.NoError(t, u.ULock(ctx))
+	w := newRW(t, cluster.Client(t), name)
+	wctx, withdraw := context.WithCancel(ctx)
+	defer withdraw()
+	wlocked := etcdtest.Async(func() error { return w.Lock(wctx) })
+	primtest.AwaitKeys(t, admin, name, 3)
+	r2 := newRW(t, cluster.Client(t), name)
+	r2locked := etcdtest.Async(func() error { return r2.RLock(ctx) })
+	primtest.AwaitKeys(t, admin, name, 4)
+
+	upgraded := etcdtest.Async(func() error { return u.Upgrade(ctx) })
+	require.Eventually(t, func() bool {
+		v, _ := value(t, admin, u.Key())
+		return strings.HasSuffix(v, " mode=upgrading")
+	}, served, 10*time.Millisecond, "the key is upgrading")
+	waits(t, r2locked, "RLock behind a writer")
+	withdraw()
+	assert.ErrorIs(t, etcdtest.Within(t, wlocked, served, "the withdrawn Lock"), context.Canceled)
+	require.NoError(t, etcdtest.Within(t, r2locked, served, "RLock that came before the upgrade, its writer gone"))
+	dispatched(t, func() error { return r1.RUnlock(ctx) }, u)
+	waits(t, upgraded, "Upgrade with the reader let in")
+	require.NoError(t, r2.RUnlock(ctx))
+	require.NoError(t, etcdtest.Within(t, upgraded, served, "Upgrade once both readers left"))
+	require.NoError(t, u.Unlock(ctx))
+	assert.Zero(t, primtest.Keys(t, admin, name))
 }

@@ -130,8 +130,8 @@ func TestUpgradeAnsweredLate(t *testing.T) {
 	upgraded := etcdtest.Async(func() error { return u.Upgrade(ctx) })
 	require.Eventually(t, func() bool {
 		v, _ := value(t, admin, u.Key())
-		return !strings.Contains(v, "mode=")
-	}, served, 10*time.Millisecond, "the key takes a writer's mode")
+		return strings.HasSuffix(v, " mode=upgrading")
+	}, served, 10*time.Millisecond, "the key is upgrading")
 	r2 := newRW(t, cluster.Client(t), name)
 	r2locked := etcdtest.Async(func() error { return r2.RLock(ctx) })
 	primtest.AwaitKeys(t, admin, name, 3)
