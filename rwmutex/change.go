@@ -22,8 +22,7 @@ import (
 // else an upgraded read's ([RWMutex.Upgrade]), else the upgradable read itself, which then
 // becomes a plain read.
 //
-// Inside [RWMutex.Do]'s fn, Do's release then finds no write hold of its own and says
-// [ErrNotLocked]: the read hold is the caller's to RUnlock.
+// Inside [RWMutex.Do]'s fn, Do then leaves that read hold as an RUnlock would.
 //
 // The write hold ends when Downgrade sends its write: Token is then 0 and IsOwner never
 // succeeds, but a compare taken from IsOwner before still does while the read hold lasts

@@ -15,7 +15,8 @@ import (
 // ([ErrNotLocked]).
 //
 // Do releases only the write hold it took: if fn unlocked it, Do's release does nothing and
-// says [ErrNotLocked], also when another Lock of the handle holds by then.
+// says [ErrNotLocked], also when another Lock of the handle holds by then. If fn downgraded
+// it ([RWMutex.Downgrade]), Do leaves the read hold it became as an RUnlock would.
 //
 // Errors: Lock's error, without calling fn. An error matching [ErrLost] if the hold was lost
 // before it was released (joined with fn's error, if any): never nil when the hold was lost
@@ -29,7 +30,20 @@ func (rw *RWMutex) Do(ctx context.Context, fn func(ctx context.Context) error) e
 	if err != nil {
 		return err
 	}
-	return core.Scoped(ctx, h, fn, func(ctx context.Context) error { return rw.unlock(ctx, h) })
+	return core.Scoped(ctx, h, fn, func(ctx context.Context) error {
+		if rw.readThrough(h) {
+			return rw.runlock(ctx, nil) // fn downgraded it: leave as its reader
+		}
+		return rw.unlock(ctx, h)
+	})
+}
+
+// readThrough reports whether h, a write hold, is now a read hold of the handle (Downgrade)
+// that readers hold through.
+func (rw *RWMutex) readThrough(h *core.Hold) bool {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	return slices.ContainsFunc(rw.groups, func(g *group) bool { return g.hold == h && g.members > 0 })
 }
 
 // RDo is [RWMutex.Do] for the read lock: it takes it as [RWMutex.RLock] does, runs fn while it

@@ -50,22 +50,22 @@ func writeSpec() core.Spec { return core.Spec{Kind: writeKind, Value: core.Owner
 // lost hold is ever told its read was sound.
 //
 // As with sync.RWMutex, a goroutine must neither RLock nor Lock a handle whose read lock it
-// holds: once a writer waits, either call waits forever.
+// holds: once a writer waits, either call waits forever; nor Upgrade, which waits for that
+// reader to leave.
 //
 // Only [New] makes a usable RWMutex. The zero RWMutex and a nil *RWMutex hold nothing and
-// take nothing, and none of their methods blocks or panics: RLock, TryRLock, Lock and
-// TryLock return [ErrInvalidOption], RUnlock and Unlock an error matching both
-// ErrInvalidOption and [ErrNotLocked], and the others report no hold (Token 0, Done closed,
-// Err ErrNotLocked, IsOwner never true, Key "").
+// take nothing, and none of their methods blocks or panics: RLock, TryRLock, Lock,
+// TryLock, ULock and TryULock return [ErrInvalidOption], RUnlock, Unlock, UUnlock,
+// Downgrade and Upgrade an error matching both ErrInvalidOption and [ErrNotLocked], and the
+// others report no hold (Token 0, Done closed, Err ErrNotLocked, IsOwner never true, Key "").
 type RWMutex struct {
 	name      string
 	q         *core.Queue
 	turn      chan struct{}   // the writers' one-at-a-time: full while a Lock waits or holds
-	unlocking core.Turn       // one Unlock at a time: taken while one runs
+	uturn     chan struct{}   // the upgradable reads' one-at-a-time: full while a ULock waits or holds
+	unlocking core.Turn       // one Unlock, UUnlock, Downgrade or Upgrade at a time: taken while one runs
 	rtel      *core.Telemetry // of the read side
 	wtel      *core.Telemetry // of the write side
-
-	uturn chan struct{} // the upgradable reads' one-at-a-time: full while a ULock waits or holds
 
 	mu       sync.Mutex
 	write    *core.Hold    // the write hold
@@ -107,7 +107,7 @@ func (rw *RWMutex) queue() *core.Queue {
 	return rw.q
 }
 
-// current is the write hold, else the newest read hold, else nil.
+// current is the write hold, else the upgradable read, else the newest read hold, else nil.
 func (rw *RWMutex) current() *core.Hold {
 	if rw == nil {
 		return nil
@@ -152,8 +152,9 @@ func (rw *RWMutex) exclusive() *core.Hold {
 	return nil
 }
 
-// Done is closed when the current hold ends: the write hold if this handle has one, else
-// its newest read hold (shared by the readers of a group). Without a hold it is a closed
+// Done is closed when the current hold ends: the write hold if this handle has one (Lock's,
+// or an upgraded read's), else its upgradable read, else its newest read hold (shared by
+// the readers of a group). Without a hold it is a closed
 // channel. Cost: the first call on a hold starts a watch of its key.
 func (rw *RWMutex) Done() <-chan struct{} {
 	return rw.current().Done()
@@ -189,9 +190,8 @@ func (rw *RWMutex) errorf(op string, err error) error {
 	return fmt.Errorf("rwmutex %q: %s: %w", rw.name, op, err)
 }
 
-// Key is the etcd key of this handle's current hold, the one Done follows: the write hold's
-// key if it has one, else its newest read hold's (shared by the readers of a group); ""
-// without a hold.
+// Key is the etcd key of this handle's current hold, the one Done follows (see
+// [RWMutex.Done]); "" without a hold.
 func (rw *RWMutex) Key() string {
 	if h := rw.current(); h != nil {
 		return h.Key()

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -68,7 +69,7 @@ func SetNearAhead(n int) (restore func()) {
 // first (see above).
 func (a *acquisition) far(q *Queue, ahead int) bool {
 	n := a.spec.slots()
-	return n <= maxApproachKeys && len(a.spec.Passes) == 0 && ahead >= int(nearAhead.Load())+n && !hasHub(q.hubKey())
+	return n <= maxApproachKeys && ahead >= int(nearAhead.Load())+n && !hasHub(q.hubKey())
 }
 
 // approach waits until the keys of the queue's Ahead range that are ahead of the key
@@ -85,15 +86,16 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 		mark = q.prefix + a.spec.CapacityMark
 	}
 	var b backoff
-	for {
+	for limit := near + need; ; {
 		// Its own key is read too: the read's revision is the waiter's new snapshot, and a
-		// delete of the key before it would be no news to the hub's events. Every key
-		// weighs at least one unit, so near+need keys hold the margin and the watched.
+		// delete of the key before it would be no news to the hub's events. Every key that
+		// counts weighs at least one unit, so near+need of them hold the margin and the
+		// watched; with Passes, keys that pass may take room in the read: it reads more.
 		var sent int64
 		reads := []clientv3.Op{
 			clientv3.OpGet(key, clientv3.WithKeysOnly()),
-			clientv3.OpGet(aheadRange, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev-1),
-				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(near+need))),
+			clientv3.OpGet(aheadRange, append(w.keys(), clientv3.WithMaxCreateRev(rev-1),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(limit)))...),
 		}
 		if mark != "" {
 			reads = append(reads, clientv3.OpGet(mark, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
@@ -128,16 +130,22 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 			}
 			extras = append(extras, markers[0]) // the capacity's change ends the approach
 		}
-		if len(kvs) < near+need { // every key ahead
+		counting := slices.DeleteFunc(slices.Clone(kvs), func(kv *mvccpb.KeyValue) bool { return w.kv(kv, rev) == 0 })
+		more := resp.Responses[1].GetResponseRange().More
+		switch {
+		case len(counting) < near+need && more:
+			limit *= 2 // keys that pass took room: read further back
+			continue
+		case len(counting) < near+need: // every key ahead
 			weight := 0
-			for _, kv := range kvs {
-				weight += w.of(string(kv.Key))
+			for _, kv := range counting {
+				weight += w.kv(kv, rev)
 			}
 			return at, weight, nil
 		}
-		watched, weight := kvs[near:], 0
+		watched, weight := counting[near:], 0
 		for i, kv := range watched {
-			if weight += w.of(string(kv.Key)); weight >= need {
+			if weight += w.kv(kv, rev); weight >= need {
 				watched = watched[:i+1]
 				break
 			}
@@ -156,7 +164,8 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 }
 
 // awaitDeletes watches kvs, which a read at revision read found, until those left weigh
-// less than need or one of extras is deleted (true), a watch ends without saying so
+// less than need or one of extras is deleted (true); with w's passes, a key of kvs whose
+// value changes (its mode may pass now) counts as gone, and the hub reads what it is; a watch ends without saying so
 // (false: compacted, refused, or the client closed), the session ends (its loss) or ctx
 // ends. Each watch starts from the present, as etcd serves a watch from the past only every
 // 100 ms; if the present is past read, one read of its key covers the revisions in between.
@@ -179,7 +188,7 @@ func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if awaitDelete(wctx, cli, kv, read) {
+			if awaitDelete(wctx, cli, kv, read, i < len(kvs) && len(w.passes) > 0) {
 				gone <- i
 			} else {
 				gone <- -1
@@ -216,26 +225,33 @@ func (a *acquisition) watchEnded(ctx context.Context) error {
 }
 
 // awaitDelete watches the key of kv, found by a read at revision read, on ctx until it is
-// deleted (true) or the watch ends without saying so (false).
-func awaitDelete(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, read int64) bool {
+// deleted, or with changes written again (true), or the watch ends without saying so
+// (false).
+func awaitDelete(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, read int64, changes bool) bool {
 	key := string(kv.Key)
-	for wr := range cli.Watch(ctx, key, clientv3.WithCreatedNotify(), clientv3.WithFilterPut()) {
+	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
+	if !changes {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
+	for wr := range cli.Watch(ctx, key, opts...) {
 		if wr.Err() != nil {
 			return false
 		}
 		if wr.Created && wr.Header.Revision > read {
-			resp, err := cli.Get(ctx, key, clientv3.WithKeysOnly())
+			var opts []clientv3.OpOption
+			if !changes {
+				opts = append(opts, clientv3.WithKeysOnly())
+			}
+			resp, err := cli.Get(ctx, key, opts...)
 			if err != nil {
 				return false
 			}
-			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != kv.CreateRevision {
+			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != kv.CreateRevision || changes && resp.Kvs[0].ModRevision != kv.ModRevision {
 				return true
 			}
 		}
-		for _, ev := range wr.Events {
-			if ev.Type == mvccpb.DELETE {
-				return true
-			}
+		if len(wr.Events) > 0 { // a delete, or with changes also a put
+			return true
 		}
 	}
 	return false

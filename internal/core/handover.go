@@ -221,7 +221,7 @@ func (q *Queue) HandOver(ctx context.Context, h *Hold, to Match) error {
 func (q *Queue) awaitAccept(ctx context.Context, h *Hold, own, x, rec *mvccpb.KeyValue) error {
 	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), handoverWait)
 	defer cancel()
-	awaitDelete(wctx, q.cli, rec, rec.ModRevision)
+	awaitDelete(wctx, q.cli, rec, rec.ModRevision, false)
 	// Whatever the watch said, the Txn decides: take the key back unless the record went.
 	bctx, bcancel := Detached(ctx)
 	defer bcancel()
@@ -405,7 +405,7 @@ func (q *Queue) AskTransfer(ctx context.Context, r TransferRequest) error {
 		return fmt.Errorf("ask for a transfer: %w", err)
 	}
 	kv := &mvccpb.KeyValue{Key: []byte(key), CreateRevision: created}
-	for ctx.Err() == nil && !awaitDelete(clientv3.WithRequireLeader(ctx), q.cli, kv, created) {
+	for ctx.Err() == nil && !awaitDelete(clientv3.WithRequireLeader(ctx), q.cli, kv, created, false) {
 		// The watch broke (compaction, a leader change of etcd): read whether it is gone.
 		resp, err := retry(ctx, func() (*clientv3.GetResponse, error) {
 			return q.cli.Get(clientv3.WithRequireLeader(ctx), key, clientv3.WithKeysOnly())

@@ -36,7 +36,12 @@ func LingerDeletes() int { return lingerDeletes() }
 
 // HasHub reports whether cli has a watch of the name (open or lingering) for its waiters.
 func HasHub(cli *clientv3.Client, name string) bool {
-	return hasHub(hubKey{cli: cli, prefix: NamePrefix(name), mode: deletesOnly})
+	k := hubKey{cli: cli, prefix: NamePrefix(name), mode: deletesOnly}
+	if hasHub(k) {
+		return true
+	}
+	k.mode = arrivals // an rwmutex's
+	return hasHub(k)
 }
 
 // SetMaxLeaseKeys sets how many keys a shared lease carries before the next acquisition

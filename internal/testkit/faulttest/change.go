@@ -44,6 +44,7 @@ func (r *Run) exploreDowngrade(wk *worker, c changer, token int64, rng *rand.Ran
 		op.Outcome, op.Err = Ambiguous, err // a read hold all the same: applied or not
 	default:
 		op.Outcome = OK
+		r.changed.Add(1)
 	}
 	r.hist.add(op)
 	r.hist.add(Op{Worker: wk.id, Kind: ReadAcquire, Call: op.Call, Return: r.hist.Now()})
@@ -95,6 +96,7 @@ func (r *Run) exploreUpgrade(ctx context.Context, wk *worker, c changer, rng *ra
 		r.changedRead(wk, c.UUnlock, rng)
 		return
 	}
+	r.changed.Add(1)
 	// The read ended as the write began: a write hold from the Upgrade's call on.
 	r.hist.add(Op{Worker: wk.id, Kind: ReadRelease, Call: up, Return: r.hist.Now(), Outcome: OK})
 	token := wk.lk.Token()

@@ -131,6 +131,7 @@ func exploreSeeds(pick uint64) (func(yield func(uint64) bool), error) {
 type exploreStats struct {
 	schedules, holds, failedLocks int
 	scoped                        int // of the holds, those taken through Do or Run
+	changed                       int // downgrades and upgrades made (rwmutex)
 	faults                        map[string]int
 }
 
@@ -138,6 +139,7 @@ func (s *exploreStats) add(o exploreStats) {
 	s.schedules += o.schedules
 	s.holds += o.holds
 	s.scoped += o.scoped
+	s.changed += o.changed
 	s.failedLocks += o.failedLocks
 	for k, v := range o.faults {
 		if s.faults == nil {
@@ -155,8 +157,12 @@ func (s exploreStats) String() string {
 		n += v
 	}
 	slices.Sort(names)
-	return fmt.Sprintf("%d schedules, %d holds (%d through Do or Run), %d failed or cancelled acquisitions, %d faults (%s)",
-		s.schedules, s.holds, s.scoped, s.failedLocks, n, strings.Join(names, ", "))
+	changed := ""
+	if s.changed > 0 {
+		changed = fmt.Sprintf(", %d changed in place", s.changed)
+	}
+	return fmt.Sprintf("%d schedules, %d holds (%d through Do or Run%s), %d failed or cancelled acquisitions, %d faults (%s)",
+		s.schedules, s.holds, s.scoped, changed, s.failedLocks, n, strings.Join(names, ", "))
 }
 
 // exploration is one seed's run: the workload, its clients, and the side workers that lock
@@ -242,7 +248,7 @@ func exploreSeed(t *testing.T, env *Env, w Workload, seed uint64) exploreStats {
 		}
 	}
 	ops := x.r.hist.Ops()
-	st := exploreStats{schedules: 1, failedLocks: len(x.r.hist.FailedLocks()), scoped: int(x.r.scoped.Load()), faults: x.faults}
+	st := exploreStats{schedules: 1, failedLocks: len(x.r.hist.FailedLocks()), scoped: int(x.r.scoped.Load()), changed: int(x.r.changed.Load()), faults: x.faults}
 	for _, op := range ops {
 		if op.Kind == Acquire || op.Kind == ReadAcquire {
 			st.holds++

@@ -47,6 +47,7 @@ type Run struct {
 	wg        sync.WaitGroup
 	writeIDs  atomic.Int64
 	scoped    atomic.Int64                         // holds taken through Do or Run (the explorer's)
+	changed   atomic.Int64                         // downgrades and upgrades made (the explorer's)
 	strike    atomic.Pointer[func(*worker, int64)] // called once, before the next fenced Txn
 
 	untoldMu sync.Mutex

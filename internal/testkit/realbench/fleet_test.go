@@ -13,10 +13,12 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
 
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/mutex"
+	"github.com/etcdsync/etcdsync/rwmutex"
 	"github.com/etcdsync/etcdsync/semaphore"
 )
 
@@ -76,6 +78,61 @@ func BenchmarkFleetDrainElection(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkFleetDrainRWMutex is BenchmarkFleetDrain for a readers/writer lock: the holder
+// writes, and of the waiters every other one writes and the others read, queued in the
+// order their Txns land; a reader is served beside the readers next to it. The rival is
+// etcd's recipe.RWMutex doing the same, one session per client.
+func BenchmarkFleetDrainRWMutex(b *testing.B) {
+	sizes := slices.Concat(fleetSizes, fleetExtra(b))
+	forEachCluster(b, func(b *testing.B, t *target) {
+		for _, n := range sizes {
+			b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) { benchFleetRWMutex(b, t, n) })
+		}
+	})
+}
+
+const fleetRWName = "fleet-rw" // ours'; etcd's prefix is root+"etcd-"+fleetRWName
+
+func benchFleetRWMutex(b *testing.B, t *target, n int) {
+	ctx := context.Background()
+	side := func(i int, l rwLocker) exclusive {
+		if i%2 == 0 {
+			return l // the holder, and every other waiter: a writer
+		}
+		return reading{l}
+	}
+	ours := t.oursClients(b, n+1)
+	oursLocks := make([]exclusive, n+1)
+	for i, cli := range ours {
+		rw, err := rwmutex.New(cli.Client, fleetRWName, rwmutex.WithPrefix(t.root))
+		must(b, err)
+		oursLocks[i] = side(i, rw)
+	}
+	etcd, sessions := t.etcdClients(b, n+1)
+	etcdLocks := make([]exclusive, n+1)
+	for i, s := range sessions {
+		etcdLocks[i] = side(i, recipeRW{recipe.NewRWMutex(s, t.root+"etcd-"+fleetRWName)})
+	}
+	warmLocks(b, ctx, oursLocks, etcdLocks)
+	oursSide := drainSide("ours", ours, oursLocks, t.root+core.NamePrefix(fleetRWName))
+	etcdSide := drainSide("etcd", etcd, etcdLocks, t.root+"etcd-"+fleetRWName+"/")
+	b.Cleanup(func() { oursSide.stop(); etcdSide.stop() })
+	reportScrape := scrapeCost(b, t)
+	t.measure(b, comparison{
+		ours:    oursSide.side,
+		rival:   etcdSide.side,
+		commits: t.commitSides(b),
+		slack:   time.Duration(n) * time.Second,
+	})
+	reportScrape()
+}
+
+// reading is the read side of an rwLocker as an exclusive: Lock reads, Unlock leaves.
+type reading struct{ l rwLocker }
+
+func (r reading) Lock(ctx context.Context) error   { return r.l.RLock(ctx) }
+func (r reading) Unlock(ctx context.Context) error { return r.l.RUnlock(ctx) }
 
 const fleetElectName = "fleet-elect" // ours' election; etcd's prefix is root+"etcd-"+fleetElectName
 

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
 
+	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
 	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
 	"github.com/etcdsync/etcdsync/rwmutex"
@@ -328,18 +329,27 @@ func TestChangesWithoutAHold(t *testing.T) {
 	require.NoError(t, rw.RUnlock(ctx))
 }
 
-// TestDowngradeInsideDo: Do's release finds no write hold of its own and says so; the read
-// hold is the caller's, and RUnlock ends it.
+// TestDowngradeInsideDo: Do leaves the read hold its write hold became; fn's ctx lasts
+// through the downgrade, and a reader behind it is served while fn still runs.
 func TestDowngradeInsideDo(t *testing.T) {
 	ctx := etcdtest.Context(t)
 	const name = "downgrade-do"
 	admin := cluster.Client(t)
 	rw := newRW(t, cluster.Client(t), name)
-	err := rw.Do(ctx, func(ctx context.Context) error { return rw.Downgrade(ctx) })
-	assert.ErrorIs(t, err, rwmutex.ErrNotLocked)
-	assert.NoError(t, rw.Err(), "the read hold lasts")
+	r := newRW(t, cluster.Client(t), name)
+	err := rw.Do(ctx, func(fctx context.Context) error {
+		rlocked := etcdtest.Async(func() error { return r.RLock(ctx) })
+		primtest.AwaitKeys(t, admin, name, 2)
+		if err := rw.Downgrade(fctx); err != nil {
+			return err
+		}
+		require.NoError(t, etcdtest.Within(t, rlocked, served, "RLock behind the downgraded hold"))
+		return fctx.Err()
+	})
+	require.NoError(t, err)
+	assert.ErrorIs(t, rw.RUnlock(ctx), rwmutex.ErrNotLocked, "Do left the read hold")
 	assert.Equal(t, int64(1), primtest.Keys(t, admin, name))
-	require.NoError(t, rw.RUnlock(ctx))
+	require.NoError(t, r.RUnlock(ctx))
 	assert.Zero(t, primtest.Keys(t, admin, name))
 }
 
@@ -377,5 +387,38 @@ func TestUpgradeWaitsForAReaderThatAWithdrawnWriterLetIn(t *testing.T) {
 	require.NoError(t, r2.RUnlock(ctx))
 	require.NoError(t, etcdtest.Within(t, upgraded, served, "Upgrade once both readers left"))
 	require.NoError(t, u.Unlock(ctx))
+	assert.Zero(t, primtest.Keys(t, admin, name))
+}
+
+// TestAFarReaderHearsAChangeOfTheKeyItWatches: a reader far back (two writers ahead, with
+// one key ahead enough to be near) approaches: it watches the first writer's key alone.
+// That writer downgrades, and the second writer, which kept the reader out, gives up: the
+// reader is served beside the downgraded hold, as it would be had it never approached.
+func TestAFarReaderHearsAChangeOfTheKeyItWatches(t *testing.T) {
+	defer core.SetNearAhead(1)()
+	ctx := etcdtest.Context(t)
+	const name = "far-reader"
+	admin := cluster.Client(t)
+	w1 := newRW(t, cluster.Client(t), name)
+	require.NoError(t, w1.Lock(ctx))
+	w2 := newRW(t, cluster.Client(t), name)
+	wctx, withdraw := context.WithCancel(ctx)
+	defer withdraw()
+	w2locked := etcdtest.Async(func() error { return w2.Lock(wctx) })
+	primtest.AwaitKeys(t, admin, name, 2)
+	rcli := cluster.Client(t)
+	r := newRW(t, rcli, name)
+	rlocked := etcdtest.Async(func() error { return r.RLock(ctx) })
+	primtest.AwaitKeys(t, admin, name, 3)
+	waits(t, rlocked, "RLock behind two writers")
+	assert.False(t, core.HasHub(rcli, name), "the far reader joined its client's watch of the name")
+
+	require.NoError(t, w1.Downgrade(ctx))
+	waits(t, rlocked, "RLock behind a writer")
+	withdraw()
+	assert.ErrorIs(t, etcdtest.Within(t, w2locked, served, "the withdrawn Lock"), context.Canceled)
+	require.NoError(t, etcdtest.Within(t, rlocked, served, "RLock beside the downgraded hold"))
+	require.NoError(t, r.RUnlock(ctx))
+	require.NoError(t, w1.RUnlock(ctx))
 	assert.Zero(t, primtest.Keys(t, admin, name))
 }
