@@ -6,6 +6,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
 	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	recipe "go.etcd.io/etcd/client/v3/experimental/recipes"
@@ -56,4 +57,41 @@ func TestTakesTurnsWithEtcdRecipe(t *testing.T) {
 	require.NoError(t, etcdtest.Within(t, rlocked, 5*time.Second, "our RLock after recipe's Unlock"))
 	require.NoError(t, ours.RUnlock(ctx))
 	require.Zero(t, primtest.Keys(t, admin, name))
+}
+
+// TestUpgradableReadBesideEtcdRecipe: our upgradable read holds beside the recipe's reader
+// ahead of it, and the recipe's reader and writer behind it take it for a writer and wait;
+// Upgrade waits for the recipe's reader ahead, and the recipe's writer comes in after it.
+func TestUpgradableReadBesideEtcdRecipe(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	const name = "recipe-upgradable"
+	admin := cluster.Client(t)
+	session := func() *concurrency.Session {
+		s, err := concurrency.NewSession(cluster.Client(t))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	reader := recipe.NewRWMutex(session(), name)
+	require.NoError(t, reader.RLock())
+	u := newRW(t, cluster.Client(t), name)
+	require.NoError(t, etcdtest.Within(t, etcdtest.Async(func() error { return u.ULock(ctx) }), served, "ULock beside the recipe's reader"))
+	writer, late := recipe.NewRWMutex(session(), name), recipe.NewRWMutex(session(), name)
+	wlocked := etcdtest.Async(writer.Lock)
+	primtest.AwaitKeys(t, admin, name, 3)
+	rlocked := etcdtest.Async(late.RLock)
+	primtest.AwaitKeys(t, admin, name, 4)
+
+	upgraded := etcdtest.Async(func() error { return u.Upgrade(ctx) })
+	waits(t, upgraded, "Upgrade beside the recipe's reader")
+	waits(t, rlocked, "the recipe's RLock behind an upgradable read")
+	require.NoError(t, reader.RUnlock())
+	require.NoError(t, etcdtest.Within(t, upgraded, served, "Upgrade once the recipe's reader left"))
+	waits(t, wlocked, "the recipe's Lock behind the upgraded hold")
+	require.NoError(t, u.Unlock(ctx))
+	require.NoError(t, etcdtest.Within(t, wlocked, served, "the recipe's Lock"))
+	require.NoError(t, writer.Unlock())
+	require.NoError(t, etcdtest.Within(t, rlocked, served, "the recipe's RLock"))
+	require.NoError(t, late.RUnlock())
+	assert.Zero(t, primtest.Keys(t, admin, name))
 }
