@@ -36,6 +36,11 @@ import (
 // hears every release until its turn (docs/performance.md has 2 against 4, measured), and
 // not 1, so that the hub's watch and read are in place before its turn.
 //
+// A waiter that passes some modes (Spec.Passes: a reader) reads the keys ahead with their
+// values, picks among those that count (reading further back when keys that pass took
+// room), and ends its approach when a key it watches is written as well as deleted: its
+// hold may have changed to a mode that passes.
+//
 // A semaphore's waiter that approaches watches its limit's marker too (see limit.go): a
 // change of the limit ends the approach, and the hub, reading the name, counts under the
 // new limit.

@@ -34,7 +34,7 @@
 //     the take-back; a candidate's preference in its key; a request to transfer.
 //   - mode.go: a hold that changes what it is in place (rwmutex Downgrade, the upgradable
 //     read): the mode in its key's value, who passes which mode (Spec.Passes), the change
-//     (ChangeMode) and the wait for the holds admitted beside it (AwaitGone).
+//     (ChangeMode), and an upgrade that every client agrees on (Upgrade).
 //   - released.go: an operator's release (admin.Release): the record it leaves, and how a
 //     holder or waiter whose key went reads it (ErrReleasedByOperator).
 //   - keywatch.go: the watch of a hold's key (Done, Err, OnEnd): on the client's one

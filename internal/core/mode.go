@@ -24,7 +24,7 @@ import (
 // there (an arrivals hub delivers those, with the previous value): the weight ahead of it
 // falls when a key ahead comes to pass (a write hold that became a read), and rises when
 // one stops passing (an upgradable read that became a write). A waiter already served is
-// not affected: what it holds beside is for the changing hold to wait out (AwaitGone).
+// not affected: what it holds beside is for the changing hold to wait out (Upgrade).
 
 // The modes of a key whose hold changed in place.
 const (

@@ -89,8 +89,9 @@ type Spec struct {
 	CapacityMark string
 	// Passes, if not empty, are the modes (see mode.go) of keys of Ahead that do not count
 	// against it: a reader passes a write key whose hold became a read, or an upgradable
-	// read. The keys ahead are then read with their values, their changes of mode are
-	// heard as puts (the queue must watch arrivals), and the waiter never approaches.
+	// read. The keys ahead are then read with their values, and their changes of mode are
+	// heard as puts (the queue must watch arrivals; an approaching waiter watches the keys
+	// it picked for puts too).
 	Passes []string
 	// Handover, for an election's candidate, says that its key may be deleted by a handover
 	// of the leader's key to it (see handover.go): a wait that sees its key deleted then
