@@ -37,6 +37,18 @@ func dispatched(t *testing.T, change func() error, rws ...*rwmutex.RWMutex) {
 	}
 }
 
+// upgrading starts u's Upgrade and returns once its key is marked upgrading: readers that
+// arrive from then on queue behind it.
+func upgrading(t *testing.T, ctx context.Context, admin *clientv3.Client, u *rwmutex.RWMutex) <-chan error {
+	t.Helper()
+	upgraded := etcdtest.Async(func() error { return u.Upgrade(ctx) })
+	require.Eventually(t, func() bool {
+		v, _ := value(t, admin, u.Key())
+		return strings.HasSuffix(v, " mode=upgrading")
+	}, served, 10*time.Millisecond, "the key is upgrading")
+	return upgraded
+}
+
 // waits asserts that the call errc stands for has no outcome: a wrong serve returns
 // microseconds after its client dispatched the event, so the grace makes a miss unlikely
 // and never fails a sound run.
@@ -213,11 +225,7 @@ func TestUpgradeWaitsForTheReadersAdmittedBeforeIt(t *testing.T) {
 	r3locked := etcdtest.Async(func() error { return r3.RLock(ctx) })
 	primtest.AwaitKeys(t, admin, name, 5)
 
-	upgraded := etcdtest.Async(func() error { return u.Upgrade(ctx) })
-	require.Eventually(t, func() bool {
-		v, _ := value(t, admin, u.Key())
-		return strings.HasSuffix(v, " mode=upgrading")
-	}, served, 10*time.Millisecond, "the key is upgrading")
+	upgraded := upgrading(t, ctx, admin, u)
 	r4 := newRW(t, cluster.Client(t), name)
 	r4locked := etcdtest.Async(func() error { return r4.RLock(ctx) })
 	primtest.AwaitKeys(t, admin, name, 6)
@@ -292,11 +300,7 @@ func TestUpgradeOfALostHoldSaysSo(t *testing.T) {
 	require.NoError(t, r.RLock(ctx))
 	u := newRW(t, cluster.Client(t), name)
 	require.NoError(t, u.ULock(ctx))
-	upgraded := etcdtest.Async(func() error { return u.Upgrade(ctx) })
-	require.Eventually(t, func() bool {
-		v, _ := value(t, admin, u.Key())
-		return strings.HasSuffix(v, " mode=upgrading")
-	}, served, 10*time.Millisecond, "the key is upgrading")
+	upgraded := upgrading(t, ctx, admin, u)
 	resp, err := admin.Get(ctx, u.Key())
 	require.NoError(t, err)
 	_, err = admin.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
@@ -373,11 +377,7 @@ func TestUpgradeWaitsForAReaderThatAWithdrawnWriterLetIn(t *testing.T) {
 	r2locked := etcdtest.Async(func() error { return r2.RLock(ctx) })
 	primtest.AwaitKeys(t, admin, name, 4)
 
-	upgraded := etcdtest.Async(func() error { return u.Upgrade(ctx) })
-	require.Eventually(t, func() bool {
-		v, _ := value(t, admin, u.Key())
-		return strings.HasSuffix(v, " mode=upgrading")
-	}, served, 10*time.Millisecond, "the key is upgrading")
+	upgraded := upgrading(t, ctx, admin, u)
 	waits(t, r2locked, "RLock behind a writer")
 	withdraw()
 	assert.ErrorIs(t, etcdtest.Within(t, wlocked, served, "the withdrawn Lock"), context.Canceled)

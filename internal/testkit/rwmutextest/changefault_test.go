@@ -127,11 +127,7 @@ func TestUpgradeAnsweredLate(t *testing.T) {
 	u := newRW(t, inj.Client(t, cluster), name)
 	require.NoError(t, u.ULock(ctx))
 	inj.Add(etcdtest.Rule{Method: "Txn", Match: etcdtest.TxnPutsUnder(core.NamePrefix(name)), Action: etcdtest.Late, Delay: 300 * time.Millisecond, Times: 1})
-	upgraded := etcdtest.Async(func() error { return u.Upgrade(ctx) })
-	require.Eventually(t, func() bool {
-		v, _ := value(t, admin, u.Key())
-		return strings.HasSuffix(v, " mode=upgrading")
-	}, served, 10*time.Millisecond, "the key is upgrading")
+	upgraded := upgrading(t, ctx, admin, u)
 	r2 := newRW(t, cluster.Client(t), name)
 	r2locked := etcdtest.Async(func() error { return r2.RLock(ctx) })
 	primtest.AwaitKeys(t, admin, name, 3)
