@@ -52,8 +52,9 @@ const (
 // no goroutine of the primitives outlives the seed's clients.
 //
 // A failure names its seed; SeedEnv=N replays it (the same draws; the timing differs).
-// Without ExploreEnv it runs the one of ciSeeds that w.Seed picks; with ExploreEnv=10m it
-// draws new seeds for ten minutes. It skips in -short mode.
+// Each seed runs on a 3-member cluster, and again on one with auth on (JWTs). Without
+// ExploreEnv it runs the one of ciSeeds that w.Seed picks, on one of the two (ciKind);
+// with ExploreEnv=10m it draws new seeds for ten minutes. It skips in -short mode.
 func Explore(t *testing.T, w Workload) {
 	if testing.Short() {
 		t.Skip("the explorer starts a 3-member cluster and takes a minute")
@@ -68,6 +69,9 @@ func Explore(t *testing.T, w Workload) {
 		suffix string
 		auth   bool
 	}{{"", false}, {"-auth", true}}
+	if ciRun() {
+		kinds = kinds[ciKind(w.Seed):][:1] // the fixed seeds: one kind per workload
+	}
 	var total exploreStats
 	for seed := range seeds {
 		failed := false
@@ -93,6 +97,20 @@ func Explore(t *testing.T, w Workload) {
 		}
 	}
 	t.Logf("explored %s", total)
+}
+
+// ciRun reports whether Explore runs CI's fixed seeds: neither ExploreEnv nor SeedEnv set.
+func ciRun() bool { return os.Getenv(ExploreEnv) == "" && os.Getenv(SeedEnv) == "" }
+
+// ciKind is the kind of cluster (0 plain, 1 with auth) CI's fixed seed of a workload runs
+// on, to keep the test command within its time on 2 cores: seed 1 (rwmutex, election) with
+// auth, the others without, whose draws include members stopped and majorities down, which
+// a cluster with auth does not draw. Any other kind is SeedEnv away: it runs both.
+func ciKind(seed uint64) int {
+	if seed == 1 {
+		return 1
+	}
+	return 0
 }
 
 // exploreSeeds yields the seeds to run: SeedEnv's, the one of ciSeeds that pick names (its
