@@ -176,34 +176,8 @@ func (rw *RWMutex) UUnlock(ctx context.Context) error {
 }
 
 // uunlock releases h if it is still the handle's upgradable read; ErrNotLocked if not.
-func (rw *RWMutex) uunlock(ctx context.Context, op string, h *core.Hold) (err error) {
-	ctx, a := rw.wtel.BeginRelease(ctx, "etcdsync.rwmutex.UUnlock")
-	defer func() { a.End(err) }()
-	if h == nil {
-		return rw.errorf(op, ErrNotLocked)
-	}
-	if err := rw.unlocking.Take(ctx); err != nil {
-		return rw.errorf(op, err)
-	}
-	defer rw.unlocking.Give()
-	rw.mu.Lock()
-	current := rw.up == h
-	rw.mu.Unlock()
-	if !current {
-		return rw.errorf(op, ErrNotLocked)
-	}
-	_ = h.EndIfClientClosed()
-	ended, err := h.Release(ctx)
-	if ended {
-		rw.mu.Lock()
-		rw.up, rw.upgraded = nil, false
-		rw.mu.Unlock()
-		<-rw.uturn
-	}
-	if err != nil {
-		return rw.errorf(op, err)
-	}
-	return nil
+func (rw *RWMutex) uunlock(ctx context.Context, op string, h *core.Hold) error {
+	return rw.release(ctx, op, "etcdsync.rwmutex.UUnlock", h, &rw.up, rw.uturn)
 }
 
 // putBackWait bounds how long a failed Upgrade tries to make its key upgradable again.
@@ -256,7 +230,7 @@ func (rw *RWMutex) Upgrade(ctx context.Context) (err error) {
 	upgrading := core.WithMode(core.OwnerValue(""), core.ModeUpgrading)
 	kvs, read, at, err := rw.q.ChangeMode(ctx, h, upgrading)
 	if err == nil {
-		err = rw.q.Upgrade(ctx, h, kvs, read, at, readKind, writeKind, core.OwnerValue(""))
+		err = rw.q.Upgrade(ctx, h, kvs, read, at, readSpec(), core.OwnerValue(""))
 	}
 	if err != nil {
 		if !errors.Is(err, ErrLost) && h.Live() {

@@ -149,14 +149,14 @@ func (h *Hold) gone() error {
 //     those created before P holds.
 //
 // Upgrade does steps 2 and 3, after ChangeMode did step 1 (kvs read at revision read, P at):
-// the keys of kind readKind, and those of writeKind in ModeRead, are readers; the others of
-// writeKind keep readers out unless in ModeUpgradable. It returns nil once the key holds
-// plain; ErrLost when h's key or session goes first; ctx's error. A registration with the
+// the keys of reader's kind, and the keys in ModeRead, are readers; a key of reader's Ahead
+// keeps readers out unless reader passes its mode (one rule with the readers' wait: see
+// weigher). It returns nil once the key holds plain; ErrLost when h's key or session goes first; ctx's error. A registration with the
 // client's watch on the name (the queue must watch arrivals) and one Txn, again after each
 // change that lets a reader in.
-func (q *Queue) Upgrade(ctx context.Context, h *Hold, kvs []*mvccpb.KeyValue, read, at int64, readKind, writeKind, plain string) error {
+func (q *Queue) Upgrade(ctx context.Context, h *Hold, kvs []*mvccpb.KeyValue, read, at int64, reader Spec, plain string) error {
 	d := &drainer{view: view{wake: make(chan struct{}, 1)}, own: h.key, rev: h.rev, before: at,
-		reads: q.prefix + readKind, writes: q.prefix + writeKind}
+		reads: q.prefix + reader.Kind, ahead: q.prefix + reader.Ahead, weigh: weigher{passes: reader.Passes}}
 	d.reset(kvs, read)
 	hb := join(q.hubKey(), d)
 	defer hb.leave(d)
@@ -220,11 +220,12 @@ func (q *Queue) Upgrade(ctx context.Context, h *Hold, kvs []*mvccpb.KeyValue, re
 // its view's revision. Its view's err says the upgrading key went.
 type drainer struct {
 	view
-	own    string // the upgrading key
-	rev    int64  // its create revision
-	before int64  // P: the readers created before it are those it waits for
-	reads  string // the read keys' prefix
-	writes string // the write keys' prefix
+	own    string  // the upgrading key
+	rev    int64   // its create revision
+	before int64   // P: the readers created before it are those it waits for
+	reads  string  // the read keys' prefix
+	ahead  string  // the prefix of the keys a reader waits behind
+	weigh  weigher // a reader's: which of those pass
 	keys   map[string]drainKey
 }
 
@@ -287,15 +288,14 @@ func (d *drainer) evaluate() (open bool, guard *drainKey) {
 		if k.created >= d.before {
 			break
 		}
-		write := strings.HasPrefix(k.key, d.writes)
 		switch {
 		case k.key == d.own:
-		case strings.HasPrefix(k.key, d.reads), write && k.mode == ModeRead:
+		case strings.HasPrefix(k.key, d.reads), k.mode == ModeRead:
 			if first == nil {
 				return true, nil
 			}
 			guard = first
-		case write && k.mode != ModeUpgradable && first == nil:
+		case first == nil && strings.HasPrefix(k.key, d.ahead) && !d.weigh.passing(k.mode, k.modRev, d.before-1):
 			first = &k
 		}
 	}
