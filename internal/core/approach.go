@@ -169,10 +169,10 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 }
 
 // awaitDeletes watches kvs, which a read at revision read found, until those left weigh
-// less than need or one of extras is deleted (true); with w's passes, a key of kvs whose
-// value changes (its mode may pass now) counts as gone, and the hub reads what it is; a watch ends without saying so
-// (false: compacted, refused, or the client closed), the session ends (its loss) or ctx
-// ends. Each watch starts from the present, as etcd serves a watch from the past only every
+// less than need or one of extras is deleted (true; with w's passes, a key of kvs written
+// again counts as gone: its mode may pass now, and the hub reads what it is), a watch ends
+// without saying so (false: compacted, refused, or the client closed), the session ends
+// (its loss) or ctx ends. Each watch starts from the present, as etcd serves a watch from the past only every
 // 100 ms; if the present is past read, one read of its key covers the revisions in between.
 // They share the client's stream with its hubs' watches.
 func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, need int, w weigher, read int64, extras []*mvccpb.KeyValue) (bool, error) {
@@ -243,11 +243,11 @@ func awaitDelete(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue,
 			return false
 		}
 		if wr.Created && wr.Header.Revision > read {
-			var opts []clientv3.OpOption
+			var get []clientv3.OpOption // a change is told by its mod revision, with the value
 			if !changes {
-				opts = append(opts, clientv3.WithKeysOnly())
+				get = append(get, clientv3.WithKeysOnly())
 			}
-			resp, err := cli.Get(ctx, key, opts...)
+			resp, err := cli.Get(ctx, key, get...)
 			if err != nil {
 				return false
 			}

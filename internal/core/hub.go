@@ -472,12 +472,19 @@ func (h *hub) newEvent(ev *clientv3.Event) (event, bool) {
 		if h.k.mode == values {
 			e.value = string(ev.Kv.Value)
 		}
+	case ev.PrevKv != nil:
+		e.created, e.lease = ev.PrevKv.CreateRevision, ev.PrevKv.Lease
+	}
+	if h.k.mode != arrivals {
+		return e, true // modes are for the waiters of a queue that watches arrivals
+	}
+	switch {
+	case put:
 		e.mode, e.modRev = ModeOf(string(ev.Kv.Value)), ev.Kv.ModRevision
 		if ev.PrevKv != nil {
 			e.was, e.wasRev, e.wasKnown = ModeOf(string(ev.PrevKv.Value)), ev.PrevKv.ModRevision, true
 		}
 	case ev.PrevKv != nil:
-		e.created, e.lease = ev.PrevKv.CreateRevision, ev.PrevKv.Lease
 		e.mode, e.modRev = ModeOf(string(ev.PrevKv.Value)), ev.PrevKv.ModRevision
 	}
 	return e, true
@@ -586,7 +593,8 @@ type event struct {
 	rev     int64  // revision of the event
 	value   string // the value put, on a hub with values
 	// mode is the mode (see mode.go) of the key's value, and modRev the revision it was
-	// written at: put, or, for a delete, the last ("" and 0 when etcd did not give it). A
+	// written at, on an arrivals hub: put, or, for a delete, the last ("" and 0 when etcd
+	// did not give it, and on other hubs). A
 	// put of a key that was there already (changed: an arrivals hub delivers those too, for
 	// a change of mode) also says the mode it had and since when (was, wasRev), if etcd gave
 	// the previous value (wasKnown).
