@@ -147,35 +147,40 @@ func (rw *RWMutex) Unlock(ctx context.Context) error {
 
 // unlock releases h if it is still the handle's write hold; ErrNotLocked if it is not (nil,
 // or released already), so that Do never frees a later write hold of the handle.
-func (rw *RWMutex) unlock(ctx context.Context, h *core.Hold) (err error) {
-	ctx, a := rw.wtel.BeginRelease(ctx, "etcdsync.rwmutex.Unlock")
+func (rw *RWMutex) unlock(ctx context.Context, h *core.Hold) error {
+	return rw.release(ctx, "unlock", "etcdsync.rwmutex.Unlock", h, &rw.write, rw.turn)
+}
+
+// release releases h if it is still the handle's exclusive hold in *held (the write hold,
+// or the upgradable read), and then gives the turn of that side back; ErrNotLocked if it
+// is not (nil, or released already). One release of the handle at a time (unlocking).
+func (rw *RWMutex) release(ctx context.Context, op, span string, h *core.Hold, held **core.Hold, turn chan struct{}) (err error) {
+	ctx, a := rw.wtel.BeginRelease(ctx, span)
 	defer func() { a.End(err) }()
 	if h == nil {
-		return rw.errorf("unlock", ErrNotLocked)
+		return rw.errorf(op, ErrNotLocked)
 	}
 	if err := rw.unlocking.Take(ctx); err != nil {
-		return rw.errorf("unlock", err)
+		return rw.errorf(op, err)
 	}
 	defer rw.unlocking.Give()
-	if rw.writeHold() != h {
-		return rw.errorf("unlock", ErrNotLocked) // released before: by an Unlock, or fn in Do
+	rw.mu.Lock()
+	current := *held == h
+	rw.mu.Unlock()
+	if !current {
+		return rw.errorf(op, ErrNotLocked) // released before: by an Unlock, or fn in Do
 	}
 	_ = h.EndIfClientClosed()
 	ended, err := h.Release(ctx)
 	if ended {
 		rw.mu.Lock()
-		rw.write = nil
+		*held = nil
+		rw.upgraded = rw.upgraded && rw.up != nil
 		rw.mu.Unlock()
-		<-rw.turn
+		<-turn
 	}
 	if err != nil {
-		return rw.errorf("unlock", err)
+		return rw.errorf(op, err)
 	}
 	return nil
-}
-
-func (rw *RWMutex) writeHold() *core.Hold {
-	rw.mu.Lock()
-	defer rw.mu.Unlock()
-	return rw.write
 }
