@@ -95,37 +95,20 @@ func BenchmarkFleetDrainRWMutex(b *testing.B) {
 const fleetRWName = "fleet-rw" // ours'; etcd's prefix is root+"etcd-"+fleetRWName
 
 func benchFleetRWMutex(b *testing.B, t *target, n int) {
-	ctx := context.Background()
 	side := func(i int, l rwLocker) exclusive {
 		if i%2 == 0 {
 			return l // the holder, and every other waiter: a writer
 		}
 		return reading{l}
 	}
-	ours := t.oursClients(b, n+1)
-	oursLocks := make([]exclusive, n+1)
-	for i, cli := range ours {
-		rw, err := rwmutex.New(cli.Client, fleetRWName, rwmutex.WithPrefix(t.root))
-		must(b, err)
-		oursLocks[i] = side(i, rw)
-	}
-	etcd, sessions := t.etcdClients(b, n+1)
-	etcdLocks := make([]exclusive, n+1)
-	for i, s := range sessions {
-		etcdLocks[i] = side(i, recipeRW{recipe.NewRWMutex(s, t.root+"etcd-"+fleetRWName)})
-	}
-	warmLocks(b, ctx, oursLocks, etcdLocks)
-	oursSide := drainSide("ours", ours, oursLocks, t.root+core.NamePrefix(fleetRWName))
-	etcdSide := drainSide("etcd", etcd, etcdLocks, t.root+"etcd-"+fleetRWName+"/")
-	b.Cleanup(func() { oursSide.stop(); etcdSide.stop() })
-	reportScrape := scrapeCost(b, t)
-	t.measure(b, comparison{
-		ours:    oursSide.side,
-		rival:   etcdSide.side,
-		commits: t.commitSides(b),
-		slack:   time.Duration(n) * time.Second,
-	})
-	reportScrape()
+	fleetVsEtcd(b, t, n, fleetRWName,
+		func(i int, cli *clientv3.Client, prefix string) (exclusive, error) {
+			rw, err := rwmutex.New(cli, fleetRWName, rwmutex.WithPrefix(prefix))
+			return side(i, rw), err
+		},
+		func(i int, s *concurrency.Session, name string) exclusive {
+			return side(i, recipeRW{recipe.NewRWMutex(s, name)})
+		})
 }
 
 // reading is the read side of an rwLocker as an exclusive: Lock reads, Unlock leaves.
@@ -137,31 +120,14 @@ func (r reading) Unlock(ctx context.Context) error { return r.l.RUnlock(ctx) }
 const fleetElectName = "fleet-elect" // ours' election; etcd's prefix is root+"etcd-"+fleetElectName
 
 func benchFleetElection(b *testing.B, t *target, n int) {
-	ctx := context.Background()
-	ours := t.oursClients(b, n+1)
-	oursLocks := make([]exclusive, n+1)
-	for i, cli := range ours {
-		e, err := election.New(cli.Client, fleetElectName, election.WithPrefix(t.root))
-		must(b, err)
-		oursLocks[i] = candidacy{e}
-	}
-	etcd, sessions := t.etcdClients(b, n+1)
-	etcdLocks := make([]exclusive, n+1)
-	for i, s := range sessions {
-		etcdLocks[i] = candidacy{concurrency.NewElection(s, t.root+"etcd-"+fleetElectName)}
-	}
-	warmLocks(b, ctx, oursLocks, etcdLocks)
-	oursSide := drainSide("ours", ours, oursLocks, t.root+core.NamePrefix(fleetElectName))
-	etcdSide := drainSide("etcd", etcd, etcdLocks, t.root+"etcd-"+fleetElectName+"/")
-	b.Cleanup(func() { oursSide.stop(); etcdSide.stop() })
-	reportScrape := scrapeCost(b, t)
-	t.measure(b, comparison{
-		ours:    oursSide.side,
-		rival:   etcdSide.side,
-		commits: t.commitSides(b),
-		slack:   time.Duration(n) * time.Second,
-	})
-	reportScrape()
+	fleetVsEtcd(b, t, n, fleetElectName,
+		func(_ int, cli *clientv3.Client, prefix string) (exclusive, error) {
+			e, err := election.New(cli, fleetElectName, election.WithPrefix(prefix))
+			return candidacy{e}, err
+		},
+		func(_ int, s *concurrency.Session, name string) exclusive {
+			return candidacy{concurrency.NewElection(s, name)}
+		})
 }
 
 // candidacy is a candidate as an exclusive: Lock campaigns, Unlock resigns.
@@ -245,22 +211,35 @@ func fleetExtra(b *testing.B) []int {
 const fleetName = "fleet" // ours' mutex name; etcd's prefix is root+"etcd-fleet"
 
 func benchFleet(b *testing.B, t *target, n int) {
+	fleetVsEtcd(b, t, n, fleetName,
+		func(_ int, cli *clientv3.Client, prefix string) (exclusive, error) {
+			return mutex.New(cli, fleetName, mutex.WithPrefix(prefix))
+		},
+		func(_ int, s *concurrency.Session, name string) exclusive { return concurrency.NewMutex(s, name) })
+}
+
+// fleetVsEtcd is the drain of a fleet of n waiters on the name, ours beside etcd's own
+// doing the same under root+"etcd-"+name: ours and theirs make the lock of client i (0 the
+// holder's, on member 0; then the waiters'), ours with the prefix to give WithPrefix.
+func fleetVsEtcd(b *testing.B, t *target, n int, name string,
+	ours func(i int, cli *clientv3.Client, prefix string) (exclusive, error),
+	theirs func(i int, s *concurrency.Session, name string) exclusive) {
 	ctx := context.Background()
-	ours := t.oursClients(b, n+1) // the holder's first, on member 0; then the waiters'
+	oursClients := t.oursClients(b, n+1)
 	oursLocks := make([]exclusive, n+1)
-	for i, cli := range ours {
-		m, err := mutex.New(cli.Client, fleetName, mutex.WithPrefix(t.root))
+	for i, cli := range oursClients {
+		l, err := ours(i, cli.Client, t.root)
 		must(b, err)
-		oursLocks[i] = m
+		oursLocks[i] = l
 	}
 	etcd, sessions := t.etcdClients(b, n+1)
 	etcdLocks := make([]exclusive, n+1)
 	for i, s := range sessions {
-		etcdLocks[i] = concurrency.NewMutex(s, t.root+"etcd-"+fleetName)
+		etcdLocks[i] = theirs(i, s, t.root+"etcd-"+name)
 	}
 	warmLocks(b, ctx, oursLocks, etcdLocks) // grants our leases before the rounds
-	oursSide := drainSide("ours", ours, oursLocks, t.root+core.NamePrefix(fleetName))
-	etcdSide := drainSide("etcd", etcd, etcdLocks, t.root+"etcd-"+fleetName+"/")
+	oursSide := drainSide("ours", oursClients, oursLocks, t.root+core.NamePrefix(name))
+	etcdSide := drainSide("etcd", etcd, etcdLocks, t.root+"etcd-"+name+"/")
 	b.Cleanup(func() { oursSide.stop(); etcdSide.stop() }) // waiters left by a failed round
 	// Measured before the rounds, reported after them: measure's ResetTimer drops metrics.
 	reportScrape := scrapeCost(b, t)
