@@ -47,4 +47,12 @@ var (
 	// a lock taken on one would exclude nobody on the other; no retry helps. The error
 	// names each cluster's ID in hex.
 	ErrMixedClusters = core.ErrMixedClusters
+	// ErrNotEntered: a barrier's Leave without an Enter that returned nil, or after the
+	// Leave that ended it.
+	ErrNotEntered = core.ErrNotEntered
+	// ErrAlreadySet: a latch's Set found its count set already; it wrote nothing.
+	ErrAlreadySet = core.ErrAlreadySet
+	// ErrNotSet: a latch without a count (never set, or deleted) was counted down or read;
+	// or it was deleted while awaited.
+	ErrNotSet = core.ErrNotSet
 )

@@ -103,6 +103,20 @@ func TryAcquireAll(ctx context.Context, qs []*Queue, spec Spec) (*Group, error) 
 	})
 }
 
+// Join writes a key of spec.Kind that waits for nobody, and returns its hold: a
+// participant of a barrier, whose place is its create revision. spec.Ahead is read, and
+// not waited for. One Txn; ErrGuard when spec.Guard fails, having written nothing.
+func (q *Queue) Join(ctx context.Context, spec Spec) (*Hold, error) {
+	return withAcquisition(ctx, []*Queue{q}, spec, func(a *acquisition) (*Hold, error) {
+		e, err := a.enqueue(ctx)
+		if e.rev == 0 {
+			a.abandon(ctx, 0, e.unknown)
+			return nil, err
+		}
+		return grant(ctx, a, e.rev, err, newHoldOf)
+	})
+}
+
 // A maker makes what a granted acquisition holds (a Hold, or a Group) from its keys' slots
 // and their create revision.
 type maker[T any] func(cli *clientv3.Client, sess *Session, slots []*slot, rev int64) T

@@ -31,6 +31,8 @@ var (
 	ErrNotLeader = errors.New("etcdsync: not leader")
 	// ErrNoLeader: an election has no leader now.
 	ErrNoLeader = errors.New("etcdsync: no leader")
+	// ErrNotEntered: a barrier's Leave without an Enter that returned nil.
+	ErrNotEntered = errors.New("etcdsync: not entered")
 )
 
 // Busy reports whether err says that a try found the name taken (ErrLocked, ErrNoPermits),

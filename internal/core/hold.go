@@ -465,6 +465,15 @@ func deleteFenced(ctx context.Context, cli *clientv3.Client, sess *Session, hold
 	}
 }
 
+// released ends the hold as released, for a caller whose own Txn deleted its key, fenced
+// on its create revision, or found it gone.
+func (h *Hold) released() {
+	h.mu.Lock()
+	h.end(over, nil)
+	h.mu.Unlock()
+	h.waitMonitor()
+}
+
 // Abandon ends the hold for an owner that gives it up and will not call Release again (a
 // group of readers whose every member left while it queued, a leadership found lost as it
 // was won): it tries Release for up to a second, and leaves the rest to the background,

@@ -154,3 +154,26 @@ func Options(opts []Option) (Config, error) {
 	}
 	return c, errors.Join(c.errs...)
 }
+
+// NotFor reports, wrapped around ErrInvalidOption, each option in c that has no meaning for
+// what (a barrier or a latch, which hold nothing for a while); lease, if false, adds the
+// options of a lease (WithTTL, WithSession): a latch has none.
+func (c Config) NotFor(what string, lease bool) error {
+	var errs []error
+	for _, o := range []struct {
+		set  bool
+		name string
+	}{
+		{c.MaxHold != 0, "WithMaxHold"},
+		{c.LockDelay != 0, "WithLockDelay"},
+		{c.Preference != 0, "WithPreference"},
+		{!lease && c.ttlSet, "WithTTL"},
+		{!lease && c.Session != nil, "WithSession"},
+	} {
+		if o.set {
+			errs = append(errs, fmt.Errorf("%w: %s has no meaning for %s", ErrInvalidOption, o.name, what))
+		}
+	}
+	return errors.Join(errs...)
+}
+

@@ -1,0 +1,162 @@
+package barrier
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+)
+
+// MaxParticipants is the largest n [New] takes.
+const MaxParticipants = core.MaxParticipants
+
+// Barrier is a double barrier of n participants on one name: one participant at a time
+// per Barrier; a process with several participants makes a Barrier for each. Its methods
+// may be called from several goroutines; an Enter or Leave under way makes another wait.
+//
+// Only [New] makes a usable Barrier: every method of the zero Barrier and of a nil
+// *Barrier returns [ErrInvalidOption] at once, as does every call through a closed client.
+type Barrier struct {
+	name string
+	b    *core.Barrier
+	turn core.Turn
+
+	mu sync.Mutex
+	p  *core.Participant // entered, not yet left
+}
+
+// New returns a Barrier of n participants, from 1 to [MaxParticipants], on name over cli.
+// It does no I/O. Errors, wrapped with the detail: [ErrInvalidName] for a bad name,
+// [ErrInvalidOption] for n out of range, a nil cli or a bad option (one of a hold among
+// them).
+func New(cli *clientv3.Client, name string, n int, opts ...Option) (*Barrier, error) {
+	if err := core.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("barrier: %w", err)
+	}
+	if cli == nil {
+		return nil, fmt.Errorf("barrier %q: %w: nil client", name, ErrInvalidOption)
+	}
+	if n < 1 || n > MaxParticipants {
+		return nil, fmt.Errorf("barrier %q: %w: %d participants is not within 1 to %d", name, ErrInvalidOption, n, MaxParticipants)
+	}
+	cfg, err := core.Options(opts)
+	if err == nil {
+		err = cfg.NotFor("a barrier", true)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("barrier %q: %w", name, err)
+	}
+	return &Barrier{name: name, b: core.NewBarrier(cli, cfg, name, n)}, nil
+}
+
+func (b *Barrier) errorf(op string, err error) error {
+	return fmt.Errorf("barrier %q: %s: %w", b.name, op, err)
+}
+
+// begin takes b's turn for op, once b can serve it.
+func (b *Barrier) begin(ctx context.Context, op string) error {
+	if b == nil || b.b == nil {
+		return fmt.Errorf("barrier: %s: %w", op, (*core.Queue)(nil).Unusable())
+	}
+	if err := b.b.Queue().Unusable(); err != nil {
+		return b.errorf(op, err)
+	}
+	if err := b.turn.Take(ctx); err != nil {
+		return b.errorf(op, err)
+	}
+	return nil
+}
+
+// Enter writes this participant's key and returns once n participants have entered, this
+// one among them: the first n by create revision since the last round filled (see the
+// package doc).
+//
+// Errors: [ErrInvalidOption] if this Barrier has entered and not left, or another n is
+// recorded for the name; ctx's error when ctx ends first, and [ErrLost] when the key went
+// (its lease expired or was revoked); each having deleted the key.
+//
+// Cost: one Txn and one read; then a watch of the round record, one event per round
+// filled or participant withdrawn, and a read after an event that did not fill its round.
+// The participant whose put makes n sends one more Txn, which fills the round.
+func (b *Barrier) Enter(ctx context.Context) error {
+	if err := b.begin(ctx, "enter"); err != nil {
+		return err
+	}
+	defer b.turn.Give()
+	b.mu.Lock()
+	entered := b.p != nil
+	b.mu.Unlock()
+	if entered {
+		return b.errorf("enter", fmt.Errorf("%w: entered already; Leave first", ErrInvalidOption))
+	}
+	p, err := b.b.Enter(ctx)
+	if err != nil {
+		return b.errorf("enter", err)
+	}
+	b.mu.Lock()
+	b.p = p
+	b.mu.Unlock()
+	return nil
+}
+
+// Leave deletes this participant's key, and returns once every participant of its round
+// has left, or gone with its lease.
+//
+// Errors: [ErrNotEntered] without an Enter that returned nil, or after the Leave that ended
+// it; [ErrLost] when this participant's key went before it left (the others counted it as
+// gone: see the package doc); ctx's error when ctx ends first, having deleted the key. The
+// participant has left after any of them but ErrNotEntered.
+//
+// Cost: one fenced delete and a read, then a watch of one key until it goes; about one
+// watch event, and a read after it, for each participant but the first of the round, who
+// hears each of the others.
+func (b *Barrier) Leave(ctx context.Context) error {
+	if err := b.begin(ctx, "leave"); err != nil {
+		return err
+	}
+	defer b.turn.Give()
+	b.mu.Lock()
+	p := b.p
+	b.p = nil
+	b.mu.Unlock()
+	if p == nil {
+		return b.errorf("leave", ErrNotEntered)
+	}
+	if err := b.b.Leave(ctx, p); err != nil {
+		return b.errorf("leave", err)
+	}
+	return nil
+}
+
+// Done is closed when this participant's key is gone: after its Leave, or its loss (its
+// lease expired or was revoked, or an operator deleted it); a Barrier that has not entered
+// returns a closed channel. It starts a watch of the key, as a hold's does.
+func (b *Barrier) Done() <-chan struct{} {
+	if b == nil {
+		return (*core.Hold)(nil).Done()
+	}
+	b.mu.Lock()
+	p := b.p
+	b.mu.Unlock()
+	if p == nil {
+		return (*core.Hold)(nil).Done()
+	}
+	return p.Hold().Done()
+}
+
+// Token is this participant's place since it entered, its key's create revision; 0 when
+// it has not entered. Not a fencing token: see the package doc.
+func (b *Barrier) Token() int64 {
+	if b == nil {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.p == nil {
+		return 0
+	}
+	return b.p.Hold().Token()
+}

@@ -1,0 +1,41 @@
+package barrier
+
+import (
+	"context"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/etcdsync/etcdsync"
+)
+
+// What every etcdsync package shares is defined and documented in package etcdsync; these
+// are its names, so that code using this package needs no second import. The options of
+// holds (WithMaxHold, WithLockDelay) are [ErrInvalidOption] here.
+
+// Option is [etcdsync.Option].
+type Option = etcdsync.Option
+
+// DefaultTTL is [etcdsync.DefaultTTL].
+const DefaultTTL = etcdsync.DefaultTTL
+
+// WithTTL is [etcdsync.WithTTL].
+func WithTTL(ttl time.Duration) Option { return etcdsync.WithTTL(ttl) }
+
+// WithSession is [etcdsync.WithSession].
+func WithSession(s *concurrency.Session) Option { return etcdsync.WithSession(s) }
+
+// WithPrefix is [etcdsync.WithPrefix].
+func WithPrefix(prefix string) Option { return etcdsync.WithPrefix(prefix) }
+
+// Shutdown is [etcdsync.Shutdown].
+func Shutdown(ctx context.Context, cli *clientv3.Client) error { return etcdsync.Shutdown(ctx, cli) }
+
+// The errors this package returns, those of package etcdsync; compare with errors.Is.
+var (
+	ErrInvalidName   = etcdsync.ErrInvalidName
+	ErrInvalidOption = etcdsync.ErrInvalidOption
+	ErrNotEntered    = etcdsync.ErrNotEntered
+	ErrLost          = etcdsync.ErrLost
+)
