@@ -263,8 +263,12 @@ func (inj *Injector) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc
 		r.Matched()
 	}
 	switch r.Action {
-	case Hold, Delay:
-		if err := wait(ctx, r.Delay); err != nil {
+	case Hold, Delay: // the stream opens late: Delay, or until r.Until for Hold
+		late := r.hold
+		if r.Action == Delay {
+			late = func(ctx context.Context) error { return wait(ctx, r.Delay) }
+		}
+		if err := late(ctx); err != nil {
 			return nil, status.FromContextError(err).Err()
 		}
 		return streamer(ctx, desc, cc, method, opts...)

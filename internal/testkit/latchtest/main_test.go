@@ -2,7 +2,6 @@ package latch_test
 
 import (
 	"context"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -43,29 +42,19 @@ func fresh(t *testing.T, name string) {
 // latchKeys is the prefix of every key of name's latch.
 func latchKeys(name string) string { return core.NamePrefix(name) + "latch" }
 
-// watching returns a client of the cluster, through a proxy of member 0 if proxied, and a
-// channel closed once the client opens its first watch stream: an Await on it has read the
-// latch and watches it from then on.
-func watching(t *testing.T, proxied bool) (*clientv3.Client, *etcdtest.Proxy, <-chan struct{}) {
+// watching returns a client of the cluster and a channel closed once the client opens
+// its first watch stream: an Await on it has read the latch then, and watches it from the
+// revision after that read. The stream opens once until closes (at once if nil), as the
+// watch of a client that was cut off does when it is back.
+func watching(t *testing.T, until <-chan struct{}) (*clientv3.Client, <-chan struct{}) {
 	t.Helper()
 	opened := make(chan struct{})
 	var once sync.Once
 	inj := &etcdtest.Injector{}
-	inj.Add(etcdtest.Rule{Method: "Watch", Action: etcdtest.Delay, Matched: func() { once.Do(func() { close(opened) }) }})
-	if !proxied {
-		return inj.Client(t, cluster), nil, opened
+	rule := etcdtest.Rule{Method: "Watch", Action: etcdtest.Delay, Matched: func() { once.Do(func() { close(opened) }) }}
+	if until != nil {
+		rule.Action, rule.Until = etcdtest.Hold, until
 	}
-	target, err := url.Parse(cluster.Endpoints()[0])
-	require.NoError(t, err)
-	proxy, err := etcdtest.NewProxy(*target)
-	require.NoError(t, err)
-	t.Cleanup(func() { proxy.Close() })
-	cfg := cluster.ClientConfig()
-	through := proxy.URL()
-	cfg.Endpoints = []string{through.String()}
-	cfg.DialOptions = append(cfg.DialOptions, inj.DialOptions()...)
-	cli, err := cluster.Open(cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { cli.Close() })
-	return cli, proxy, opened
+	inj.Add(rule)
+	return inj.Client(t, cluster), opened
 }
