@@ -1,0 +1,68 @@
+package barrier_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/barrier"
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+)
+
+var cluster *etcdtest.Cluster
+
+func TestMain(m *testing.M) { etcdtest.Main(m, &cluster) }
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// fresh deletes what an earlier run (-count) left of name's barrier: its records.
+func fresh(t *testing.T, name string) {
+	t.Helper()
+	_, err := cluster.Client(t).Delete(testContext(t), core.NamePrefix(name), clientv3.WithPrefix())
+	require.NoError(t, err)
+}
+
+// participants is the prefix of name's participants' keys.
+func participants(name string) string { return core.NamePrefix(name) + "in/" }
+
+// newBarrier returns a Barrier of n on name over a client of its own.
+func newBarrier(t *testing.T, name string, n int, opts ...barrier.Option) *barrier.Barrier {
+	t.Helper()
+	b, err := barrier.New(cluster.Client(t), name, n, opts...)
+	require.NoError(t, err)
+	return b
+}
+
+// entering starts b's Enter once its key is the n-th participant's key of the name, so
+// that participants enter in a known order.
+func entering(t *testing.T, ctx context.Context, b *barrier.Barrier, name string, nth int64) <-chan error {
+	t.Helper()
+	errc := etcdtest.Async(func() error { return b.Enter(ctx) })
+	etcdtest.AwaitKeys(t, cluster.Client(t), participants(name), nth)
+	return errc
+}
+
+// watching returns a client of the cluster and a channel closed once the client opens its
+// first watch stream (a wait on it has read, and watches from the revision after that
+// read). The stream opens once until closes (at once if nil).
+func watching(t *testing.T, until <-chan struct{}) (*clientv3.Client, <-chan struct{}) {
+	t.Helper()
+	opened := make(chan struct{})
+	var once sync.Once
+	inj := &etcdtest.Injector{}
+	rule := etcdtest.Rule{Method: "Watch", Action: etcdtest.Delay, Matched: func() { once.Do(func() { close(opened) }) }}
+	if until != nil {
+		rule.Action, rule.Until = etcdtest.Hold, until
+	}
+	inj.Add(rule)
+	return inj.Client(t, cluster), opened
+}
