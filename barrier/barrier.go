@@ -147,6 +147,20 @@ func (b *Barrier) Done() <-chan struct{} {
 	return p.Hold().Done()
 }
 
+// Round is the number of this participant's round on the name since it entered: 1 for the
+// first round the name filled, 2 for the next, and so on; 0 when it has not entered.
+func (b *Barrier) Round() int64 {
+	if b == nil {
+		return 0
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.p == nil {
+		return 0
+	}
+	return b.p.Round()
+}
+
 // Token is this participant's place since it entered, its key's create revision; 0 when
 // it has not entered. Not a fencing token: see the package doc.
 func (b *Barrier) Token() int64 {

@@ -123,33 +123,39 @@ func (r rounds) last() int64 {
 	return r.cuts[0]
 }
 
-// place is where a participant created at revision x is: in a round filled, the
-// participants created after lo through hi (member); else in the current round, after lo.
-func (r rounds) place(x int64) (lo, hi int64, member bool, err error) {
+// place is where a participant created at revision x is: in a round filled (member), its
+// number and the participants created after lo through hi; else in the current round,
+// after lo.
+func (r rounds) place(x int64) (lo, hi, round int64, member bool, err error) {
 	if x > r.last() {
-		return r.last(), 0, false, nil
+		return r.last(), 0, r.n, false, nil
 	}
 	for i, c := range r.cuts {
+		round := r.n - 1 - int64(i)
 		switch {
 		case i+1 < len(r.cuts) && x <= r.cuts[i+1]:
 			continue
 		case i+1 < len(r.cuts):
-			return r.cuts[i+1], c, true, nil
-		case int64(len(r.cuts)) == r.n-1: // the first round of all
-			return 0, c, true, nil
+			return r.cuts[i+1], c, round, true, nil
+		case round == 1: // the first round of all
+			return 0, c, round, true, nil
 		}
 	}
-	return 0, 0, false, fmt.Errorf("%w: the barrier filled more than %d rounds before this participant learned its own", ErrLost, roundHistory)
+	return 0, 0, 0, false, fmt.Errorf("%w: the barrier filled more than %d rounds before this participant learned its own", ErrLost, roundHistory)
 }
 
 // Participant is one participant's key and, once it entered, its round.
 type Participant struct {
 	h      *Hold
 	lo, hi int64 // its round: the participants created after lo through hi
+	round  int64 // its round's number, from 1
 }
 
 // Hold is the participant's key.
 func (p *Participant) Hold() *Hold { return p.h }
+
+// Round is the number of the participant's round, from 1; 0 before it entered.
+func (p *Participant) Round() int64 { return p.round }
 
 // Enter writes a participant's key and returns once its round filled. On any failure,
 // ctx's end included, it deletes the key (see withdraw) before returning.
@@ -219,12 +225,12 @@ func (b *Barrier) await(ctx context.Context, p *Participant) error {
 		if err := p.h.Err(); err != nil {
 			return err
 		}
-		l, hi, member, err := s.r.place(x)
+		l, hi, round, member, err := s.r.place(x)
 		switch {
 		case err != nil:
 			return err
 		case member:
-			p.lo, p.hi = l, hi
+			p.lo, p.hi, p.round = l, hi, round
 			return nil
 		case l != lo: // the read began at the wrong cutoff: again from the right one
 			lo, b.lastCutoff = l, l
@@ -248,8 +254,8 @@ func (b *Barrier) await(ctx context.Context, p *Participant) error {
 			if err != nil {
 				return true, err
 			}
-			if l, hi, member, err := r.place(x); err == nil && member {
-				p.lo, p.hi = l, hi
+			if l, hi, round, member, err := r.place(x); err == nil && member {
+				p.lo, p.hi, p.round = l, hi, round
 				return true, nil
 			}
 			return true, nil // a withdrawal, or a round before p's filled: read again
@@ -280,7 +286,7 @@ func (b *Barrier) withdraw(ctx context.Context, p *Participant) {
 		if err != nil {
 			break
 		}
-		if _, _, member, _ := r.place(x); member {
+		if _, _, _, member, _ := r.place(x); member {
 			break // counted: it leaves
 		}
 		var mod int64
