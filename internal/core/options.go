@@ -176,4 +176,3 @@ func (c Config) NotFor(what string, lease bool) error {
 	}
 	return errors.Join(errs...)
 }
-
