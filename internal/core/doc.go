@@ -21,7 +21,7 @@
 //     after a lowering.
 //   - acquire.go: the acquisition path, once for one name and for several: claim a slot per
 //     name, write every key in one Txn that reads what is ahead (acquisition.write: every
-//     write of an acquisition, and what each answer means), wait, grant or abandon; the tries.
+//     write of an acquisition, and what each answer means), wait, grant or abandon; the tries; a key that waits for nobody (Join).
 //   - hold.go: Hold, a granted key at its create revision (its fencing token), its end, and
 //     its release: one fenced delete for a hold or a Group (release, deleteFenced).
 //   - group.go: Group, the Holds of one acquisition of several names, which end as one.
@@ -35,6 +35,14 @@
 //   - mode.go: a hold that changes what it is in place (rwmutex Downgrade, the upgradable
 //     read): the mode in its key's value, who passes which mode (Spec.Passes), the change
 //     (ChangeMode), and an upgrade that every client agrees on (Upgrade).
+//   - follow.go: what a barrier or a latch waits for is a state of a few keys: read it,
+//     then watch for its change from the revision after the read, and read again after any
+//     gap in the watch (readState, follow).
+//   - barrier.go: a double barrier: participants are keys joined at once (Queue.Join);
+//     rounds are slices of their create revisions, filled by a compare-and-swap of the
+//     record of rounds; a withdrawal rewrites that record; the first of a round leaves last.
+//   - gate.go: a barrier's simple form, one key without a lease.
+//   - latch.go: a countdown latch: a record of the count, and a marker per count down.
 //   - released.go: an operator's release (admin.Release): the record it leaves, and how a
 //     holder or waiter whose key went reads it (ErrReleasedByOperator).
 //   - keywatch.go: the watch of a hold's key (Done, Err, OnEnd): on the client's one
