@@ -11,7 +11,9 @@ import (
 // round whose slice of create revisions holds its key, or the current round; a value that
 // is not a round and its cutoffs, newest first, is refused.
 func TestRounds(t *testing.T) {
-	record := func(v string) []*mvccpb.KeyValue { return []*mvccpb.KeyValue{{Key: []byte("x/round"), Value: []byte(v)}} }
+	record := func(v string) []*mvccpb.KeyValue {
+		return []*mvccpb.KeyValue{{Key: []byte("x/round"), Value: []byte(v)}}
+	}
 	r, err := parseRounds(nil)
 	if err != nil || r.n != 1 || r.String() != "1" {
 		t.Fatalf("no record: %v, %v", r, err)

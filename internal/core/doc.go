@@ -21,7 +21,8 @@
 //     after a lowering.
 //   - acquire.go: the acquisition path, once for one name and for several: claim a slot per
 //     name, write every key in one Txn that reads what is ahead (acquisition.write: every
-//     write of an acquisition, and what each answer means), wait, grant or abandon; the tries; a key that waits for nobody (Join).
+//     write of an acquisition, and what each answer means), wait, grant or abandon; the
+//     tries; a key that waits for nobody (Join).
 //   - hold.go: Hold, a granted key at its create revision (its fencing token), its end, and
 //     its release: one fenced delete for a hold or a Group (release, deleteFenced).
 //   - group.go: Group, the Holds of one acquisition of several names, which end as one.
