@@ -42,6 +42,8 @@ type clock struct {
 	// floor is the highest revision seen before the cluster last went back: every token this
 	// client handed out is at most that, so a new hold's token must be above it.
 	floor int64
+	// confirmed is when confirm was last answered.
+	confirmed time.Time
 }
 
 // now is the highest revision seen: every key created after it is newer than anything this
@@ -136,7 +138,22 @@ func (c *clock) confirm(ctx context.Context, cli *clientv3.Client) error {
 	if err != nil {
 		return nil
 	}
+	c.mu.Lock()
+	c.confirmed = time.Now()
+	c.mu.Unlock()
 	return c.linear(resp.Header, sent)
+}
+
+// confirmEvery is confirm, unless one was answered within d: so that the waits of one
+// client that each probe the cluster (see follow.go) send one read per d between them.
+func (c *clock) confirmEvery(ctx context.Context, cli *clientv3.Client, d time.Duration) error {
+	c.mu.Lock()
+	recent := time.Since(c.confirmed) < d
+	c.mu.Unlock()
+	if recent {
+		return nil
+	}
+	return c.confirm(ctx, cli)
 }
 
 // settleLinear is linear for an answer that a call acts on: if the cluster went back in

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -14,6 +15,12 @@ import (
 // leader, a broken stream) it reads the state again instead of trusting what it missed.
 // A wait that begins after the state it waits for was reached returns after its read,
 // whatever the revision is by then.
+//
+// A watch that the client resumes after a member restarted goes on from the revision after
+// the last it delivered; if the cluster went back in time (a restore), that revision is
+// ahead of the cluster's, and the watch waits silently for it, past every change in
+// between. So a wait also reads the cluster's revision every probeEvery (one read per
+// client for all its waits, see clock.confirmEvery), as a hub of observers does.
 
 // readState reads ops in one Txn, a linearizable snapshot, retried through leader changes.
 // If the cluster went back in time (see clock.go), it rewinds the client and returns
@@ -55,8 +62,15 @@ func follow(ctx context.Context, cli *clientv3.Client, key string, from int64, s
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	w := cli.Watch(wctx, key, append([]clientv3.OpOption{clientv3.WithRev(from)}, opts...)...)
+	probe := time.NewTicker(probeEvery)
+	defer probe.Stop()
 	for {
 		select {
+		case <-probe.C:
+			if rw := clockOf(cli).confirmEvery(ctx, cli, probeEvery); rw != nil {
+				rewind(cli, rw)
+				return false, fmt.Errorf("%w: %w", ErrLost, rw)
+			}
 		case resp, ok := <-w:
 			if !ok || resp.Canceled || resp.Err() != nil {
 				if err := waitErr(ctx, cli, nil); err != nil {
