@@ -1,7 +1,8 @@
 //go:build unix
 
 // Etcdsync runs a command under a lock, a read lock, a semaphore permit or leadership held
-// in etcd, and shows who holds each name and who waits for it.
+// in etcd, and shows who holds each name and who waits for it; it also starts commands
+// together at a double barrier, and counts down latches.
 //
 // Usage:
 //
@@ -10,6 +11,8 @@
 //	etcdsync sem      -n N [--units K] [flags] NAME [-- CMD [ARGS...]]
 //	etcdsync elect    [--value V] [--loop] [--prefer N] [flags] NAME [-- CMD [ARGS...]]
 //	etcdsync transfer [--to VALUE] [flags] NAME
+//	etcdsync barrier  -n N [flags] NAME [-- CMD [ARGS...]]
+//	etcdsync latch    [flags] NAME (--set N | --down [--as ID] | --wait | --count | --delete)
 //	etcdsync status   [--prefix P] [--kind lock|election] [--json] [--watch | --check] [flags] [NAME...]
 //	etcdsync release  --token T [--reason TEXT] [flags] NAME [NAME...] | --ticket TICKET
 //	etcdsync renew    [flags] TICKET
@@ -35,12 +38,21 @@
 // candidate has waited --settle. status without NAME lists every name at the root of the
 // keyspace, or under --prefix.
 //
+// barrier -n N NAME enters the double barrier of N participants on NAME (package barrier),
+// runs CMD once N have entered, as lock runs its CMD, then leaves and waits until every
+// participant of its round has left, and exits with CMD's status; without CMD it enters
+// and leaves at once, a rendezvous point. CMD's environment has ETCDSYNC_NAME and
+// ETCDSYNC_ROUND, the round's number, and no ETCDSYNC_KEY or ETCDSYNC_TOKEN: a barrier
+// gives no fencing token. latch NAME sets (--set N), counts down (--down, once per
+// participant with --as ID), awaits (--wait), prints (--count) or deletes (--delete) the
+// countdown latch NAME (package latch).
+//
 // Exit status: the command's, 128+N if it died of signal N (with --command-failed N, N for
 // every status but 0); 0 without CMD, released on a signal, and for elect after a
-// transfer; 1 transfer: nothing changed; 64 usage, 69 etcd unreachable
-// or refusing, 75 busy (--try), 123 --max-hold passed, 124 --timeout, 125 hold lost, 126
-// command not runnable, 127 command not found, 128+N signal N while waiting or stopping
-// the command.
+// transfer; 1 transfer, latch: nothing changed (latch --wait: the latch was deleted); 64
+// usage, 69 etcd unreachable or refusing, 75 busy (--try), 123 --max-hold passed, 124
+// --timeout, 125 hold (a barrier's participant) lost, 126 command not runnable, 127
+// command not found, 128+N signal N while waiting or stopping the command.
 //
 // etcd is reached as etcdctl reaches it: --endpoints, --cacert, --cert, --key, --user,
 // --password, --dial-timeout, --command-timeout, --insecure-skip-tls-verify, or the

@@ -17,13 +17,13 @@ import (
 // and 127.
 const (
 	exitOK        = 0
-	exitFree      = 1   // status --check: a name is free; release: no hold has that token
+	exitFree      = 1   // status --check: a name is free; release: no hold has that token; latch: (not) set
 	exitUsage     = 64  // EX_USAGE: a bad flag, argument, name, or --units above etcd's limit
 	exitEtcd      = 69  // EX_UNAVAILABLE: etcd unreachable or refusing (TLS, auth, permission)
 	exitBusy      = 75  // EX_TEMPFAIL: --try found the name busy
 	exitMaxHold   = 123 // --max-hold passed: the hold ended by itself and the command was stopped
-	exitTimeout   = 124 // --timeout passed before the hold was granted, as timeout(1)
-	exitLost      = 125 // the hold was lost while the command ran: it was stopped
+	exitTimeout   = 124 // --timeout passed before the hold was granted (N entered, a latch's zero), as timeout(1)
+	exitLost      = 125 // the hold (a barrier's participant) was lost while the command ran: it was stopped
 	exitCannotRun = 126 // the command was found but could not be run
 	exitNotFound  = 127 // the command was not found
 	exitSignal    = 128 // + N: interrupted by signal N before the command ran

@@ -17,6 +17,8 @@ var usages = []struct{ verb, synopsis string }{
 	{"sem", "-n N [--units K] [flags] NAME [-- CMD [ARGS...]]"},
 	{"elect", "[--value V] [--loop] [--prefer N] [flags] NAME [-- CMD [ARGS...]]"},
 	{"transfer", "[--to VALUE] [flags] NAME"},
+	{"barrier", "-n N [flags] NAME [-- CMD [ARGS...]]"},
+	{"latch", "[flags] NAME (--set N | --down [--as ID] | --wait | --count | --delete)"},
 	{"status", "[--prefix P] [--kind lock|election] [--json] [--watch | --check] [flags] [NAME...]"},
 	{"release", "--token T [--reason TEXT] [flags] NAME [NAME...] | --ticket TICKET"},
 	{"renew", "[flags] TICKET"},
@@ -46,7 +48,8 @@ func usageLines() []string {
 // printHelp writes etcdsync's own help.
 func printHelp(w io.Writer) {
 	fmt.Fprintf(w, `etcdsync runs a command under a distributed lock, read lock, semaphore permit or
-leadership held in etcd, and shows who holds and who waits.
+leadership held in etcd, and shows who holds and who waits; it also starts commands
+together at a barrier, and counts down latches.
 
 Usage:
   %s
@@ -65,6 +68,12 @@ TICKET releases it, and Go's mutex.Resume takes it over. transfer asks an electi
 leader to hand its leadership to another candidate, or to step down. status shows who holds each NAME and who waits (--kind election: the keys directly
 under a name are an election's); without NAME, every name at the root of the keyspace,
 or under --prefix P.
+barrier -n N enters the double barrier NAME, runs CMD once N participants have entered, as
+lock runs its CMD (with ETCDSYNC_NAME and ETCDSYNC_ROUND, the round's number: a barrier has
+no fencing token), then leaves and waits until every participant of its round has left;
+without CMD, it enters and leaves at once. latch sets (--set N), counts down (--down; with
+--as ID once per ID), awaits (--wait), prints (--count) or deletes (--delete) the
+countdown latch NAME.
 
 Stopping: when the hold is lost, the command's whole group gets SIGTERM at once; the
 first SIGINT, SIGTERM or SIGHUP etcdsync gets goes to the group. Either way SIGKILL
@@ -73,22 +82,26 @@ follows after --grace (10s), or at once on a second signal.
 Exit status: the command's own (128+N if it died of signal N; N for every status but 0
 with --command-failed N), or etcdsync's:
   0      without CMD: released after SIGINT, SIGTERM or SIGHUP; elect: the leadership
-         was handed over (transfer, --prefer), its CMD stopped
+         was handed over (transfer, --prefer), its CMD stopped; barrier without CMD:
+         every participant of the round has left
   1      status --check: a NAME is free (0: every one is held); release: no key of a
          NAME has that token, nothing changed; transfer: nobody leads, or no candidate
-         has that value, or it did not take over, nothing changed
+         has that value, or it did not take over, nothing changed; latch: set already
+         (--set), not set (--down, --count), nothing changed, or deleted while awaited
   64     usage: a bad flag, argument or name
   69     etcd could not be reached, or refused (TLS, login, permission), or the wait
          failed; not for a waiter whose key or lease was removed: it waits again
   75     --try: the name is busy; transfer: another transfer is asked already
   123    --max-hold passed: the command was stopped, the hold ended
   124    --timeout passed before the hold was granted (transfer: the leader did not
-         answer)
+         answer; barrier: before N had entered; latch --wait: before the count was zero)
   125    the hold was lost while the command ran; it was stopped (or an operator
-         released the wait: etcdsync release)
+         released the wait: etcdsync release; barrier: the participant's key went while
+         it entered, ran CMD or left: the others counted it as gone)
   126    the command could not be run
   127    the command was not found
-  128+N  signal N: while waiting, or the command was stopped by it (whatever its status)
+  128+N  signal N: while waiting (barrier: entering or leaving; latch --wait), or the
+         command was stopped by it (whatever its status)
 
 etcd is reached as etcdctl reaches it: --endpoints, --cacert, --cert, --key, --user,
 --password, --dial-timeout, --command-timeout, or ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ...

@@ -83,7 +83,7 @@ func testBadInput(t *testing.T, h *harness) {
 // testHelp: --help on every subcommand, and `help SUBCOMMAND`, shows its usage, an example
 // and its flags on stdout, with exit 0.
 func testHelp(t *testing.T, h *harness) {
-	for _, sub := range []string{"lock", "rlock", "sem", "elect", "status"} {
+	for _, sub := range []string{"lock", "rlock", "sem", "elect", "barrier", "latch", "status"} {
 		for _, args := range [][]string{{sub, "--help"}, {"help", sub}} {
 			p := h.run(t, environ(), args...)
 			assert.Equal(t, 0, p.code, "%q", args)
@@ -101,6 +101,12 @@ func testHelp(t *testing.T, h *harness) {
 			case "sem":
 				assert.Contains(t, out, "\n  -n N\n")
 				assert.Contains(t, out, "\n  --units K\n")
+			case "barrier":
+				assert.Contains(t, out, "\n  -n N\n")
+				assert.NotContains(t, out, "--try", "a barrier has no try")
+			case "latch":
+				assert.Contains(t, out, "\n  --set N\n")
+				assert.Contains(t, out, "\n  --as ID\n")
 			}
 		}
 	}

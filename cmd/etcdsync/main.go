@@ -59,6 +59,10 @@ func newCommand(verb string) command {
 		return &renewCommand{}
 	case "transfer":
 		return &transferCommand{}
+	case "barrier":
+		return &barrierCommand{}
+	case "latch":
+		return &latchCommand{}
 	}
 	return nil
 }
@@ -76,7 +80,7 @@ func run(args []string, a *app) int {
 		fmt.Fprintf(a.stderr, "etcdsync: %s\n", message(err.Error()))
 		return exitCode(err)
 	case verb == "":
-		fmt.Fprintln(a.stderr, "etcdsync: no command: lock, rlock, sem, elect, transfer, status, release or renew (etcdsync --help)")
+		fmt.Fprintln(a.stderr, "etcdsync: no command: lock, rlock, sem, elect, transfer, barrier, latch, status, release or renew (etcdsync --help)")
 		return exitUsage
 	}
 	switch verb {
@@ -95,7 +99,7 @@ func run(args []string, a *app) int {
 	}
 	c := newCommand(verb)
 	if c == nil {
-		fmt.Fprintf(a.stderr, "etcdsync: no command %q: lock, rlock, sem, elect, status, release or renew (etcdsync --help)\n", verb)
+		fmt.Fprintf(a.stderr, "etcdsync: no command %q: lock, rlock, sem, elect, transfer, barrier, latch, status, release or renew (etcdsync --help)\n", verb)
 		return exitUsage
 	}
 	a.command = "etcdsync " + verb

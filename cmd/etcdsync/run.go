@@ -54,7 +54,7 @@ type holdCommand struct {
 
 // what names the thing held, for messages: `lock "nightly"`.
 func (c *holdCommand) what() string {
-	noun := map[string]string{"lock": "lock", "rlock": "read lock", "sem": "semaphore", "elect": "election"}[c.verb]
+	noun := map[string]string{"lock": "lock", "rlock": "read lock", "sem": "semaphore", "elect": "election", "barrier": "barrier"}[c.verb]
 	if len(c.names) > 1 {
 		return fmt.Sprintf("locks %q", c.names)
 	}

@@ -29,11 +29,7 @@ func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal) (int, er
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(),
-		"ETCDSYNC_NAME="+c.nameVar(),
-		"ETCDSYNC_KEY="+h.Key(),
-		"ETCDSYNC_TOKEN="+strconv.FormatInt(h.Token(), 10),
-	)
+	cmd.Env = c.environment(h)
 	select {
 	case <-h.Done():
 		return 0, failf(lossStatus(h.Err()), "%s lost before the command started: %v", c.what(), h.Err())
@@ -66,6 +62,18 @@ func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal) (int, er
 		return c.commandStatus(a, exitSignal+int(syscall.SIGKILL)), nil
 	}
 	return c.commandStatus(a, exitStatus(g.status)), nil
+}
+
+// environment is the command's environment: etcdsync's own, ETCDSYNC_NAME, and
+// ETCDSYNC_KEY and ETCDSYNC_TOKEN of the hold; for a barrier's participant, which has no
+// fencing token (and no key to show), ETCDSYNC_ROUND instead: the round's number. Those it
+// does not set, it passes on as it got them (an outer etcdsync lock's, say).
+func (c *holdCommand) environment(h hold) []string {
+	env := append(os.Environ(), "ETCDSYNC_NAME="+c.nameVar())
+	if p, ok := h.(participant); ok {
+		return append(env, "ETCDSYNC_ROUND="+strconv.FormatInt(p.Round(), 10))
+	}
+	return append(env, "ETCDSYNC_KEY="+h.Key(), "ETCDSYNC_TOKEN="+strconv.FormatInt(h.Token(), 10))
 }
 
 // commandStatus is the status etcdsync exits with for a command that ended with status:
