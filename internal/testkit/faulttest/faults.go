@@ -45,8 +45,8 @@ func Faults() []Fault {
 		{"compaction while waiting", compacted, 0},
 		{"holder's key deleted after a compaction and a reconnect", deletedAfterCompaction, 0},
 		{"cluster restarted", clusterRestarted, 0},
-		{"majority stopped for two TTLs", majorityDown((*etcdtest.Cluster).Stop, 2), 0},
-		{"majority killed for half a TTL", majorityDown((*etcdtest.Cluster).Kill, 0.5), 0},
+		{"majority stopped for two TTLs", majorityDown((*etcdtest.Cluster).Stop, 2), 1},
+		{"majority killed for half a TTL", majorityDown((*etcdtest.Cluster).Kill, 0.5), 2},
 	}
 }
 
