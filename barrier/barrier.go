@@ -106,24 +106,36 @@ func (b *Barrier) Enter(ctx context.Context) error {
 // has left, or gone with its lease.
 //
 // Errors: [ErrNotEntered] without an Enter that returned nil, or after the Leave that ended
-// it; [ErrLost] when this participant's key went before it left (the others counted it as
-// gone: see the package doc); ctx's error when ctx ends first, having deleted the key. The
-// participant has left after any of them but ErrNotEntered.
+// it (beside [ErrInvalidOption] for a Barrier not made by New, or a closed client);
+// [ErrLost] when this participant's key went before it left (the others counted it as
+// gone: see the package doc), or its client is closed (the key goes with its lease);
+// ctx's error when ctx ends first, having deleted the key. The participant has left after
+// any of them but ErrNotEntered.
 //
 // Cost: one fenced delete and a read, then a watch of one key until it goes; about one
 // watch event, and a read after it, for each participant but the first of the round, who
 // hears each of the others.
 func (b *Barrier) Leave(ctx context.Context) error {
-	if err := b.begin(ctx, "leave"); err != nil {
-		return err
+	if b == nil || b.b == nil {
+		return fmt.Errorf("barrier: leave: %w (%w)", (*core.Queue)(nil).Unusable(), ErrNotEntered)
+	}
+	if err := b.turn.Take(ctx); err != nil {
+		return b.errorf("leave", err)
 	}
 	defer b.turn.Give()
 	b.mu.Lock()
 	p := b.p
 	b.p = nil
 	b.mu.Unlock()
-	if p == nil {
+	unusable := b.b.Queue().Unusable() // a closed client
+	switch {
+	case p == nil && unusable != nil:
+		return b.errorf("leave", fmt.Errorf("%w (%w)", unusable, ErrNotEntered))
+	case p == nil:
 		return b.errorf("leave", ErrNotEntered)
+	case unusable != nil:
+		// Nothing can delete the key through this client: it goes with its lease.
+		return b.errorf("leave", p.Hold().EndIfClientClosed())
 	}
 	if err := b.b.Leave(ctx, p); err != nil {
 		return b.errorf("leave", err)

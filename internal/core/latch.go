@@ -143,6 +143,9 @@ func (l *Latch) Count(ctx context.Context) (int, error) {
 // (a try applied finds its marker, and counts once). A marker there already is a count
 // down done: nil. ErrNotSet without a record.
 func (l *Latch) CountDown(ctx context.Context, marker string) error {
+	if err := ctx.Err(); err != nil {
+		return err // before any I/O: a try outlives ctx (see commitWrite), and would write
+	}
 	res, err := commitWrite(ctx, l.cli, func(t clientv3.Txn) clientv3.Txn {
 		return t.If(
 			clientv3.Compare(clientv3.CreateRevision(l.record), ">", 0),

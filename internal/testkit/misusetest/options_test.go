@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcdsync/etcdsync/barrier"
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
@@ -46,6 +47,10 @@ var constructors = []constructor{
 	}},
 	{"election", func(cli *clientv3.Client, name string, ttl time.Duration) error {
 		_, err := election.New(cli, name, election.WithTTL(ttl))
+		return err
+	}},
+	{"barrier", func(cli *clientv3.Client, name string, ttl time.Duration) error {
+		_, err := barrier.New(cli, name, 2, barrier.WithTTL(ttl))
 		return err
 	}},
 }

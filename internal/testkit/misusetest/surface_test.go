@@ -11,10 +11,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync"
+	"github.com/etcdsync/etcdsync/barrier"
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
 	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
+	"github.com/etcdsync/etcdsync/latch"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/reentrant"
 	"github.com/etcdsync/etcdsync/rwmutex"
@@ -86,6 +88,9 @@ var primitives = []primitive{
 		null: func(admin *clientv3.Client) []call { return permitCalls(nil, admin) },
 	},
 	handleType("election", func(cli *clientv3.Client, name string) (*election.Election, error) { return election.New(cli, name) }, electionCalls),
+	handleType("barrier", func(cli *clientv3.Client, name string) (*barrier.Barrier, error) { return barrier.New(cli, name, 2) }, barrierCalls),
+	handleType("barrier.Gate", func(cli *clientv3.Client, name string) (*barrier.Gate, error) { return barrier.NewGate(cli, name) }, gateCalls),
+	handleType("latch", func(cli *clientv3.Client, name string) (*latch.Latch, error) { return latch.New(cli, name) }, latchCalls),
 	{name: "trylock", made: trylockMade, zero: trylockZero, null: trylockNull},
 	{name: "package functions", null: packageNull},
 }
@@ -555,4 +560,33 @@ func unmadeWant(c call) []error {
 		return []error{core.ErrInvalidOption, c.noHold}
 	}
 	return nil
+}
+
+func barrierCalls(b *barrier.Barrier, _ *clientv3.Client) []call {
+	return []call{
+		{name: "Enter", kind: takes, run: b.Enter},
+		{name: "Leave", kind: needs, run: b.Leave, noHold: barrier.ErrNotEntered},
+		{name: "Token", kind: reports, run: token(b.Token)},
+		{name: "Round", kind: reports, run: token(b.Round)},
+		{name: "Done", kind: reports, run: done(b.Done)},
+	}
+}
+
+func gateCalls(g *barrier.Gate, _ *clientv3.Client) []call {
+	return []call{
+		{name: "Hold", kind: takes, run: g.Hold},
+		{name: "Release", kind: takes, run: g.Release},
+		{name: "Wait", kind: reads, run: g.Wait},
+	}
+}
+
+func latchCalls(l *latch.Latch, _ *clientv3.Client) []call {
+	return []call{
+		{name: "Set", kind: takes, run: func(ctx context.Context) error { return l.Set(ctx, 1) }},
+		{name: "CountDown", kind: takes, run: l.CountDown},
+		{name: "CountDownAs", kind: takes, run: func(ctx context.Context) error { return l.CountDownAs(ctx, "a") }},
+		{name: "Await", kind: reads, run: l.Await},
+		{name: "Count", kind: reads, run: func(ctx context.Context) error { _, err := l.Count(ctx); return err }},
+		{name: "Delete", kind: takes, run: l.Delete},
+	}
 }
