@@ -86,10 +86,7 @@ func (b *Barrier) Enter(ctx context.Context) error {
 		return err
 	}
 	defer b.turn.Give()
-	b.mu.Lock()
-	entered := b.p != nil
-	b.mu.Unlock()
-	if entered {
+	if b.entered() != nil {
 		return b.errorf("enter", fmt.Errorf("%w: entered already; Leave first", ErrInvalidOption))
 	}
 	p, err := b.b.Enter(ctx)
@@ -143,46 +140,40 @@ func (b *Barrier) Leave(ctx context.Context) error {
 	return nil
 }
 
+// entered is this participant since it entered; nil when it has not (or b is nil).
+func (b *Barrier) entered() *core.Participant {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.p
+}
+
 // Done is closed when this participant's key is gone: after its Leave, or its loss (its
 // lease expired or was revoked, or an operator deleted it); a Barrier that has not entered
 // returns a closed channel. It starts a watch of the key, as a hold's does.
 func (b *Barrier) Done() <-chan struct{} {
-	if b == nil {
-		return (*core.Hold)(nil).Done()
+	if p := b.entered(); p != nil {
+		return p.Hold().Done()
 	}
-	b.mu.Lock()
-	p := b.p
-	b.mu.Unlock()
-	if p == nil {
-		return (*core.Hold)(nil).Done()
-	}
-	return p.Hold().Done()
+	return (*core.Hold)(nil).Done()
 }
 
 // Round is the number of this participant's round on the name since it entered: 1 for the
 // first round the name filled, 2 for the next, and so on; 0 when it has not entered.
 func (b *Barrier) Round() int64 {
-	if b == nil {
-		return 0
+	if p := b.entered(); p != nil {
+		return p.Round()
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.p == nil {
-		return 0
-	}
-	return b.p.Round()
+	return 0
 }
 
 // Token is this participant's place since it entered, its key's create revision; 0 when
 // it has not entered. Not a fencing token: see the package doc.
 func (b *Barrier) Token() int64 {
-	if b == nil {
-		return 0
+	if p := b.entered(); p != nil {
+		return p.Hold().Token()
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.p == nil {
-		return 0
-	}
-	return b.p.Hold().Token()
+	return 0
 }

@@ -212,7 +212,7 @@ func TestAWatchPlacedAfterCompactionHearsTheRoundFill(t *testing.T) {
 	const name = "compacted"
 	fresh(t, name)
 	place := make(chan struct{})
-	far, watches := watching(t, place)
+	far, watches := etcdtest.WatchOpened(t, cluster, place)
 	a, err := barrier.New(far, name, 2)
 	require.NoError(t, err)
 	ea := etcdtest.Async(func() error { return a.Enter(ctx) })

@@ -58,7 +58,7 @@ func TestAGateWaitAfterTheReleaseReturns(t *testing.T) {
 	g := newGate(t, cli, name)
 	require.NoError(t, g.Hold(ctx))
 	place := make(chan struct{})
-	far, watches := watching(t, place)
+	far, watches := etcdtest.WatchOpened(t, cluster, place)
 	late := newGate(t, far, name)
 	lw := etcdtest.Async(func() error { return late.Wait(ctx) })
 	etcdtest.Within(t, watches, returns, "the late waiter's read")

@@ -2,7 +2,6 @@ package barrier_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,20 +48,4 @@ func entering(t *testing.T, ctx context.Context, b *barrier.Barrier, name string
 	errc := etcdtest.Async(func() error { return b.Enter(ctx) })
 	etcdtest.AwaitKeys(t, cluster.Client(t), participants(name), nth)
 	return errc
-}
-
-// watching returns a client of the cluster and a channel closed once the client opens its
-// first watch stream (a wait on it has read, and watches from the revision after that
-// read). The stream opens once until closes (at once if nil).
-func watching(t *testing.T, until <-chan struct{}) (*clientv3.Client, <-chan struct{}) {
-	t.Helper()
-	opened := make(chan struct{})
-	var once sync.Once
-	inj := &etcdtest.Injector{}
-	rule := etcdtest.Rule{Method: "Watch", Action: etcdtest.Delay, Matched: func() { once.Do(func() { close(opened) }) }}
-	if until != nil {
-		rule.Action, rule.Until = etcdtest.Hold, until
-	}
-	inj.Add(rule)
-	return inj.Client(t, cluster), opened
 }

@@ -344,3 +344,21 @@ func touches(t *pb.TxnRequest, prefix string, key func(*pb.RequestOp) []byte) bo
 	}
 	return false
 }
+
+// WatchOpened returns a client of c and a channel closed once the client opens its first
+// watch stream: a wait that reads and then watches (a barrier's, a latch's) has read by
+// then, and watches from the revision after its read. The stream opens only once until
+// closes (at once if nil), as the watch of a client that was cut off does when it is back:
+// a test can compact history past that read before the watch is placed.
+func WatchOpened(tb testing.TB, c *Cluster, until <-chan struct{}) (*clientv3.Client, <-chan struct{}) {
+	tb.Helper()
+	opened := make(chan struct{})
+	var once sync.Once
+	inj := &Injector{}
+	rule := Rule{Method: "Watch", Action: Delay, Matched: func() { once.Do(func() { close(opened) }) }}
+	if until != nil {
+		rule.Action, rule.Until = Hold, until
+	}
+	inj.Add(rule)
+	return inj.Client(tb, c), opened
+}

@@ -70,6 +70,11 @@ func (x *exploration) drawFault() exploreFault {
 			return x.r.w.Disturb(ctx, x.r.env.Admin, x.r.name, x.rng)
 		}, anyEnv})
 	}
+	return x.drawFrom(faults)
+}
+
+// drawFrom draws one of faults, by weight, among those drawn on the run's Env.
+func (x *exploration) drawFrom(faults []exploreFault) exploreFault {
 	total := 0
 	for _, f := range faults {
 		if f.drawnOn(x.r.env) {

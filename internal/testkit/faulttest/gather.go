@@ -167,7 +167,7 @@ func gatherSeed(t *testing.T, env *Env, seed uint64) {
 
 	g.awaitProgress(ctx, t, "warm-up", 0)
 	for start := time.Now(); time.Since(start) < exploreFor; {
-		f := x.drawGatherFault()
+		f := x.drawFrom(gatherFaults())
 		x.faults[f.name]++
 		at := g.now()
 		detail, err := f.apply(ctx, x)
@@ -189,28 +189,6 @@ func gatherSeed(t *testing.T, env *Env, seed uint64) {
 		t.Error(v)
 	}
 	t.Logf("seed %d: %d Enters, %d rounds, %d latches released, faults %v", seed, len(g.enters), g.rounds(), len(g.released), x.faults)
-}
-
-// drawGatherFault draws from gatherFaults as drawFault draws from exploreFaults.
-func (x *exploration) drawGatherFault() exploreFault {
-	faults := gatherFaults()
-	total := 0
-	for _, f := range faults {
-		if f.drawnOn(x.r.env) {
-			total += f.weight
-		}
-	}
-	n := x.rng.IntN(total)
-	for _, f := range faults {
-		if !f.drawnOn(x.r.env) {
-			continue
-		}
-		if n < f.weight {
-			return f
-		}
-		n -= f.weight
-	}
-	panic("unreachable")
 }
 
 // participate enters and leaves the barrier, round after round, until stop.

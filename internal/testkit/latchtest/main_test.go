@@ -2,7 +2,6 @@ package latch_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -41,20 +40,3 @@ func fresh(t *testing.T, name string) {
 
 // latchKeys is the prefix of every key of name's latch.
 func latchKeys(name string) string { return core.NamePrefix(name) + "latch" }
-
-// watching returns a client of the cluster and a channel closed once the client opens
-// its first watch stream: an Await on it has read the latch then, and watches it from the
-// revision after that read. The stream opens once until closes (at once if nil), as the
-// watch of a client that was cut off does when it is back.
-func watching(t *testing.T, until <-chan struct{}) (*clientv3.Client, <-chan struct{}) {
-	t.Helper()
-	opened := make(chan struct{})
-	var once sync.Once
-	inj := &etcdtest.Injector{}
-	rule := etcdtest.Rule{Method: "Watch", Action: etcdtest.Delay, Matched: func() { once.Do(func() { close(opened) }) }}
-	if until != nil {
-		rule.Action, rule.Until = etcdtest.Hold, until
-	}
-	inj.Add(rule)
-	return inj.Client(t, cluster), opened
-}
