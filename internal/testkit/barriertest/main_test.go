@@ -17,14 +17,14 @@ var cluster *etcdtest.Cluster
 
 func TestMain(m *testing.M) { etcdtest.Main(m, &cluster) }
 
-func testContext(t *testing.T) context.Context {
+func testContext(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
 // fresh deletes what an earlier run (-count) left of name's barrier: its records.
-func fresh(t *testing.T, name string) {
+func fresh(t testing.TB, name string) {
 	t.Helper()
 	_, err := cluster.Client(t).Delete(testContext(t), core.NamePrefix(name), clientv3.WithPrefix())
 	require.NoError(t, err)
