@@ -7,7 +7,9 @@
 // concurrency.Mutex, concurrency.Election, recipe.RWMutex and etcdctl lock and elect, by
 // the rules the primitives wait on: a lock, write or candidate key holds when it is first,
 // a read key when no write key is ahead of it, a permit when its units fit within the
-// semaphore's limit beside those of the permits ahead of it.
+// semaphore's limit beside those of the permits ahead of it; a barrier's participant has
+// entered once its round filled (by the barrier's record of rounds), a gate's key holds,
+// and a latch shows its count (NameStatus.Count).
 //
 // Cost: Status is one Txn of up to 100 ranges per 100 names (without names, first the keys
 // under the prefix, keys only, 1,000 per Range), and one LeaseTimeToLive per distinct lease.

@@ -59,13 +59,13 @@ func findNames(ctx context.Context, cli *clientv3.Client, prefix string) ([]name
 // syncKeyShape reports whether rest, what follows a name's prefix in a key, has the shape of
 // a holder's or waiter's key: a lease in hex (etcd's concurrency.Mutex and Election,
 // etcdctl lock and elect), with "_" and a slot (etcdsync), or a time in decimal (etcd's
-// recipe.RWMutex), perhaps under read/, write/, permit/ or permit/uK/; or a semaphore's
-// limit record or its marker.
+// recipe.RWMutex), perhaps under read/, write/, permit/, permit/uK/ or in/ (a barrier's
+// participant); or a record of a semaphore, a barrier, a gate or a latch.
 func syncKeyShape(rest string) bool {
-	if core.IsRecord(rest) {
+	if core.IsRecord(rest) || gatheringRecord(rest) {
 		return true
 	}
-	for _, kind := range []string{core.KindRead, core.KindWrite, core.KindPermit} {
+	for _, kind := range []string{core.KindRead, core.KindWrite, core.KindPermit, core.KindParticipant} {
 		if r, ok := strings.CutPrefix(rest, kind); ok {
 			rest = r
 			if units, r, ok := strings.Cut(r, "/"); kind == core.KindPermit && ok && len(units) > 1 && units[0] == 'u' && allOf(units[1:], "0123456789") {
@@ -85,8 +85,9 @@ func allOf(s, set string) bool {
 
 // hasSyncKeys reports whether the keys under keyPrefix, those of a name findNames found,
 // are those of a primitive: one of the shape of a holder's key has a lease (every holder's
-// and waiter's key has one), or the limit record is a number. Application data that happens
-// to have that shape ("users/42") has neither.
+// and waiter's key has one), or the limit record is a number, or a latch's record holds a
+// count, or a gate's names its owner. Application data that happens to have that shape
+// ("users/42") has none of them.
 func hasSyncKeys(keyPrefix string, kvs []*mvccpb.KeyValue) bool {
 	for _, kv := range kvs {
 		rest := strings.TrimPrefix(string(kv.Key), keyPrefix)
@@ -96,6 +97,24 @@ func hasSyncKeys(keyPrefix string, kvs []*mvccpb.KeyValue) bool {
 		if kv.Lease != 0 && syncKeyShape(rest) {
 			return true
 		}
+		// A latch or a gate has no lease: its record says what it is.
+		if _, _, err := core.LatchCount(kv, 0); rest == core.LatchKey && err == nil {
+			return true
+		}
+		if rest == core.GateKey && parseOwner(string(kv.Value)) != nil {
+			return true
+		}
 	}
 	return false
 }
+
+// gatheringRecord reports whether rest is a record of a barrier, a gate or a latch (see
+// package core's barrier.go, gate.go and latch.go).
+func gatheringRecord(rest string) bool {
+	switch rest {
+	case core.RecordRound, core.RecordSize, core.GateKey, core.LatchKey:
+		return true
+	}
+	return strings.HasPrefix(rest, core.LatchKey+"/")
+}
+

@@ -26,17 +26,22 @@ type Snapshot struct {
 type NameStatus struct {
 	Name      string  `json:"name"`
 	Prefix    string  `json:"prefix"`          // where its keys live
-	Primitive string  `json:"primitive"`       // lock, election, rwmutex, semaphore; "" without keys
+	Primitive string  `json:"primitive"`       // lock, election, rwmutex, semaphore, barrier, gate, latch; "" without keys
 	Limit     *int    `json:"limit,omitempty"` // a semaphore's, from its limit record
-	Queue     []Entry `json:"queue"`
+	// Size is a barrier's participants per round, or the count a latch was set to; Round a
+	// barrier's current round (the next to fill); Count a latch's count now.
+	Size  *int    `json:"size,omitempty"`
+	Round *int64  `json:"round,omitempty"`
+	Count *int    `json:"count,omitempty"`
+	Queue []Entry `json:"queue"`
 }
 
 // Entry is one holder or waiter: one key.
 type Entry struct {
 	Position int               `json:"position"`        // 1 is served first
-	Kind     string            `json:"kind"`            // read, write, permit, candidate or lock
+	Kind     string            `json:"kind"`            // read, write, permit, candidate, lock, participant or gate
 	Units    int               `json:"units,omitempty"` // a permit's, when more than one
-	State    string            `json:"state"`           // holds, leads (a candidate that holds), waits, unknown
+	State    string            `json:"state"`           // holds, leads (a candidate that holds), entered (a participant of a round filled), waits, unknown
 	Key      string            `json:"key"`
 	Token    int64             `json:"token"`           // the key's create revision
 	Lease    string            `json:"lease,omitempty"` // hex, as in the key
@@ -59,9 +64,13 @@ const (
 	KindPermit    = "permit"
 	KindLock      = "lock"
 	KindCandidate = "candidate"
+	// A barrier's participant, and a gate's key (see package barrier).
+	KindParticipant = "participant"
+	KindGate        = "gate"
 
 	StateHolds   = "holds"
 	StateLeads   = "leads"
+	StateEntered = "entered"
 	StateWaits   = "waits"
 	StateUnknown = "unknown"
 )
@@ -184,8 +193,12 @@ func readRanges(ctx context.Context, cli *clientv3.Client, prefixes []string, re
 func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) NameStatus {
 	ns := NameStatus{Name: name, Prefix: keyPrefix, Queue: []Entry{}}
 	kinds := map[string]bool{}
+	gathering := gatheringOf(&ns, keyPrefix, kvs)
 	for _, kv := range kvs {
 		rest := strings.TrimPrefix(string(kv.Key), keyPrefix)
+		if gathering[string(kv.Key)] {
+			continue
+		}
 		if core.IsRecord(rest) {
 			if limit, err := strconv.Atoi(string(kv.Value)); err == nil && rest == core.RecordLimit {
 				ns.Limit = &limit
@@ -229,6 +242,9 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) N
 	case kinds[KindLock]:
 		ns.Primitive = "lock"
 	}
+	if ns.Primitive == "" {
+		ns.Primitive = gatheringPrimitive(&ns)
+	}
 	slices.SortFunc(ns.Queue, func(a, b Entry) int {
 		return cmp.Or(cmp.Compare(a.Token, b.Token), strings.Compare(a.Key, b.Key))
 	})
@@ -257,6 +273,8 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) N
 		holds := served[i] || e.Kind == KindPermit && e.Token <= heldThrough
 		switch {
 		case e.State != "":
+		case e.Kind == KindGate:
+			e.State = StateHolds
 		case holds && e.Kind == KindCandidate:
 			e.State = StateLeads
 		case holds:
@@ -288,6 +306,8 @@ func specOf(e Entry, limit *int) (core.Spec, bool) {
 			return core.Spec{Kind: core.KindWrite, Ahead: core.KindWrite, Passes: []string{core.ModeRead}}, true
 		}
 		return core.Spec{Kind: core.KindWrite}, true
+	case KindParticipant, KindGate: // their states are decided apart (gatheringOf)
+		return core.Spec{}, false
 	case KindPermit:
 		if limit == nil {
 			return core.Spec{}, false
@@ -341,3 +361,69 @@ func parseOwner(value string) map[string]string {
 	}
 	return nil
 }
+
+// gatheringOf reads the keys of a barrier, a gate or a latch among kvs, the keys of one
+// name: it fills in ns's records (Size, Round, Count) and adds an entry for each
+// participant (entered if its round filled, by the round record) and for a gate held. It
+// returns the keys it took, which are no lock's.
+func gatheringOf(ns *NameStatus, keyPrefix string, kvs []*mvccpb.KeyValue) map[string]bool {
+	taken := map[string]bool{}
+	var round []*mvccpb.KeyValue
+	var latch *mvccpb.KeyValue
+	markers := 0
+	var participants []*mvccpb.KeyValue
+	for _, kv := range kvs {
+		key := string(kv.Key)
+		switch rest := strings.TrimPrefix(key, keyPrefix); {
+		case kv.Lease == 0 && rest == core.RecordRound:
+			round = []*mvccpb.KeyValue{kv}
+		case kv.Lease == 0 && rest == core.RecordSize:
+			if n, err := strconv.Atoi(string(kv.Value)); err == nil {
+				ns.Size = &n
+			}
+		case kv.Lease == 0 && rest == core.LatchKey:
+			latch = kv
+		case kv.Lease == 0 && strings.HasPrefix(rest, core.LatchKey+"/"):
+			markers++
+		case kv.Lease == 0 && rest == core.GateKey:
+			ns.Queue = append(ns.Queue, Entry{Kind: KindGate, Key: key, Token: kv.CreateRevision, Value: string(kv.Value), Owner: parseOwner(string(kv.Value))})
+		case kv.Lease != 0 && strings.HasPrefix(rest, core.KindParticipant):
+			participants = append(participants, kv)
+		default:
+			continue
+		}
+		taken[key] = true
+	}
+	if latch != nil {
+		if set, now, err := core.LatchCount(latch, markers); err == nil {
+			ns.Size, ns.Count = &set, &now
+		}
+	}
+	if round != nil || ns.Size != nil && latch == nil {
+		current, _, _, _ := core.BarrierPlace(round, 0)
+		ns.Round = &current
+	}
+	for _, kv := range participants {
+		e := Entry{Kind: KindParticipant, Key: string(kv.Key), Token: kv.CreateRevision, Value: string(kv.Value),
+			Owner: parseOwner(string(kv.Value)), LeaseID: clientv3.LeaseID(kv.Lease), State: StateWaits}
+		if _, _, member, err := core.BarrierPlace(round, kv.CreateRevision); err == nil && member {
+			e.State = StateEntered
+		}
+		ns.Queue = append(ns.Queue, e)
+	}
+	return taken
+}
+
+// gatheringPrimitive is what gatheringOf found a name to be: barrier, gate, latch, or "".
+func gatheringPrimitive(ns *NameStatus) string {
+	switch {
+	case ns.Count != nil:
+		return "latch"
+	case ns.Round != nil || slices.ContainsFunc(ns.Queue, func(e Entry) bool { return e.Kind == KindParticipant }):
+		return "barrier"
+	case slices.ContainsFunc(ns.Queue, func(e Entry) bool { return e.Kind == KindGate }):
+		return "gate"
+	}
+	return ""
+}
+

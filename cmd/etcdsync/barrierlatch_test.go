@@ -77,6 +77,10 @@ func testBarrierTogether(t *testing.T, h *harness) {
 		a := h.start(t, environ("EV="+ev.path, "ID=a"), append([]string{"barrier", "-n", "2", name}, script(body)...)...)
 		etcdtest.AwaitKeys(t, cli, participantsPrefix(name), 1)
 		ev.none(t, "one participant of two entered")
+		st := h.run(t, environ(), "status", name)
+		assert.Equal(t, 0, st.code, st.stderr.text())
+		assert.Contains(t, st.stdout.text(), name+": barrier of 2, round "+round+", 0 entered, 1 waiting\n", "status")
+		assert.Contains(t, st.stdout.text(), "participant  waits", "status")
 		require.False(t, exited(a), "the first participant exited alone: %s", a.stderr.text())
 		b := h.start(t, environ("EV="+ev.path, "ID=b", "ETCDSYNC_TOKEN=outer"), append([]string{"barrier", name, "-n", "2"}, script(body)...)...)
 		got := []string{ev.next(t, 30*time.Second), ev.next(t, 30*time.Second)}
@@ -208,6 +212,9 @@ func testLatchCountsDown(t *testing.T, h *harness) {
 		assert.Equal(t, 0, p.code, p.stderr.text())
 	}
 	count("1")
+	p = h.run(t, environ(), "status", name)
+	assert.Equal(t, 0, p.code, p.stderr.text())
+	assert.Equal(t, name+": latch, count 1 of 2\n", p.stdout.text(), "status")
 	require.False(t, exited(early), "a waiter exited at 1: %s", early.stderr.text())
 	require.False(t, exited(late), "a waiter exited at 1: %s", late.stderr.text())
 	p = latchRun(t, h, name, "--down")

@@ -181,22 +181,31 @@ func (c *statusCommand) print(w io.Writer, snap *admin.Snapshot) error {
 
 // writeName writes one name's paragraph: a title, then its queue as a table.
 func writeName(b *strings.Builder, ns admin.NameStatus) {
+	name := printable(ns.Name)
 	title := ns.Primitive
-	if ns.Primitive == "semaphore" {
+	switch {
+	case ns.Primitive == "semaphore":
 		title = "semaphore, limit unknown"
 		if ns.Limit != nil {
 			title = fmt.Sprintf("semaphore of %d", *ns.Limit)
 		}
+	case ns.Primitive == "barrier" && ns.Size != nil:
+		title = fmt.Sprintf("barrier of %d", *ns.Size)
+	case ns.Primitive == "latch" && ns.Count != nil && ns.Size != nil:
+		fmt.Fprintf(b, "%s: latch, count %d of %d\n", name, *ns.Count, *ns.Size)
+		return
+	}
+	if ns.Primitive == "barrier" && ns.Round != nil {
+		title += fmt.Sprintf(", round %d", *ns.Round)
 	}
 	holding, waiting := 0, 0
 	for _, e := range ns.Queue {
-		if e.State == admin.StateHolds || e.State == admin.StateLeads {
+		if e.State == admin.StateHolds || e.State == admin.StateLeads || e.State == admin.StateEntered {
 			holding++
 		} else {
 			waiting++
 		}
 	}
-	name := printable(ns.Name)
 	switch {
 	case len(ns.Queue) == 0 && title == "":
 		fmt.Fprintf(b, "%s: nobody holds or waits\n", name)
@@ -206,6 +215,8 @@ func writeName(b *strings.Builder, ns admin.NameStatus) {
 		return
 	case ns.Primitive == "election":
 		fmt.Fprintf(b, "%s: %s, %d leading, %d waiting\n", name, title, holding, waiting)
+	case ns.Primitive == "barrier":
+		fmt.Fprintf(b, "%s: %s, %d entered, %d waiting\n", name, title, holding, waiting)
 	default:
 		fmt.Fprintf(b, "%s: %s, %d holding, %d waiting\n", name, title, holding, waiting)
 	}

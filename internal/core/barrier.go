@@ -377,3 +377,26 @@ func (b *Barrier) Leave(ctx context.Context, p *Participant) (err error) {
 		}
 	}
 }
+
+// The keys of a barrier, a gate and a latch under a name's prefix, for admin: a barrier's
+// participants' kind, its records, a gate's key, and a latch's record (its markers are
+// under it and "/").
+const (
+	KindParticipant = kindIn
+	RecordRound     = roundRecord
+	RecordSize      = sizeRecord
+	GateKey         = gateKey
+	LatchKey        = latchKey
+)
+
+// BarrierPlace is what a barrier's round record (zero or one key) says: the current
+// round's number, and, for the participant whose key was created at token, whether it is a
+// member of a round filled, and which.
+func BarrierPlace(record []*mvccpb.KeyValue, token int64) (current, round int64, member bool, err error) {
+	r, err := parseRounds(record)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	_, _, round, member, err = r.place(token)
+	return r.n, round, member, err
+}

@@ -214,3 +214,10 @@ func (l *Latch) Delete(ctx context.Context) error {
 	}
 	return nil
 }
+
+// LatchCount is what a latch's record and the number of its markers say: the count it was
+// set to and the count now (at least 0).
+func LatchCount(record *mvccpb.KeyValue, markers int) (set, now int, err error) {
+	set, _, err = parseLatch(record)
+	return set, max(set-markers, 0), err
+}
