@@ -117,4 +117,3 @@ func gatheringRecord(rest string) bool {
 	}
 	return strings.HasPrefix(rest, core.LatchKey+"/")
 }
-

@@ -24,10 +24,10 @@ type Snapshot struct {
 
 // NameStatus is the queue of one name, in the order its holders are served.
 type NameStatus struct {
-	Name      string  `json:"name"`
-	Prefix    string  `json:"prefix"`          // where its keys live
-	Primitive string  `json:"primitive"`       // lock, election, rwmutex, semaphore, barrier, gate, latch; "" without keys
-	Limit     *int    `json:"limit,omitempty"` // a semaphore's, from its limit record
+	Name      string `json:"name"`
+	Prefix    string `json:"prefix"`          // where its keys live
+	Primitive string `json:"primitive"`       // lock, election, rwmutex, semaphore, barrier, gate, latch; "" without keys
+	Limit     *int   `json:"limit,omitempty"` // a semaphore's, from its limit record
 	// Size is a barrier's participants per round, or the count a latch was set to; Round a
 	// barrier's current round (the next to fill); Count a latch's count now.
 	Size  *int    `json:"size,omitempty"`
@@ -426,4 +426,3 @@ func gatheringPrimitive(ns *NameStatus) string {
 	}
 	return ""
 }
-
