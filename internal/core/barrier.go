@@ -213,57 +213,66 @@ func (b *Barrier) read(ctx context.Context, lo int64) (snapshot, error) {
 	return s, err
 }
 
-// await returns once p's round filled, filling it if p reads that it has n participants.
+// await returns once p's round filled, filling it if p reads that it has n participants:
+// it watches the round record, then reads (check), and takes each change of the record.
 func (b *Barrier) await(ctx context.Context, p *Participant) error {
 	x := p.h.Token()
-	lo := b.lastCutoff
-	for {
-		s, err := b.read(ctx, lo)
-		if err != nil {
-			return err
+	joined := func(l, hi, round int64) {
+		p.lo, p.hi, p.round = l, hi, round
+	}
+	check := func() (int64, verdict, error) {
+		lo := b.lastCutoff
+		for {
+			s, err := b.read(ctx, lo)
+			if err != nil {
+				return 0, stillWaiting, err
+			}
+			l, hi, round, member, err := s.r.place(x)
+			switch {
+			case err != nil:
+				return 0, stillWaiting, err
+			case member:
+				joined(l, hi, round)
+				return s.rev, waitOver, nil
+			case l != lo: // the read began at the wrong cutoff: again from the right one
+				lo, b.lastCutoff = l, l
+				continue
+			case len(s.after) >= b.n:
+				// Fill it; the record's change, whoever made it, is the next event.
+				next := s.r.filled(s.after[b.n-1].CreateRevision).String()
+				if _, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+					return b.q.cli.Txn(clientv3.WithRequireLeader(ctx)).
+						If(clientv3.Compare(clientv3.ModRevision(b.round), "=", s.mod)).
+						Then(clientv3.OpPut(b.round, next)).Commit()
+				}); err != nil {
+					return 0, stillWaiting, waitErr(ctx, b.q.cli, err)
+				}
+			}
+			return s.rev, stillWaiting, nil
 		}
+	}
+	each := func(ev *clientv3.Event) (verdict, error) {
+		if ev.Type == clientv3.EventTypePut {
+			r, err := parseRounds([]*mvccpb.KeyValue{ev.Kv})
+			if err != nil {
+				return stillWaiting, err
+			}
+			if l, hi, round, member, err := r.place(x); err == nil && member {
+				joined(l, hi, round)
+				return waitOver, nil
+			}
+		}
+		return readAgain, nil // a withdrawal, a round before p's filled, the record deleted
+	}
+	for {
 		if err := p.h.Err(); err != nil {
 			return err
 		}
-		l, hi, round, member, err := s.r.place(x)
+		ok, err := follow(ctx, b.q.cli, b.round, p.h.Done(), check, each)
 		switch {
 		case err != nil:
 			return err
-		case member:
-			p.lo, p.hi, p.round = l, hi, round
-			return nil
-		case l != lo: // the read began at the wrong cutoff: again from the right one
-			lo, b.lastCutoff = l, l
-			continue
-		case len(s.after) >= b.n:
-			next := s.r.filled(s.after[b.n-1].CreateRevision).String()
-			if _, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
-				return b.q.cli.Txn(clientv3.WithRequireLeader(ctx)).
-					If(clientv3.Compare(clientv3.ModRevision(b.round), "=", s.mod)).
-					Then(clientv3.OpPut(b.round, next)).Commit()
-			}); err != nil {
-				return waitErr(ctx, b.q.cli, err)
-			}
-			continue // read what became of it
-		}
-		done, err := follow(ctx, b.q.cli, b.round, s.rev+1, p.h.Done(), func(ev *clientv3.Event) (bool, error) {
-			if ev.Type != clientv3.EventTypePut {
-				return true, nil
-			}
-			r, err := parseRounds([]*mvccpb.KeyValue{ev.Kv})
-			if err != nil {
-				return true, err
-			}
-			if l, hi, round, member, err := r.place(x); err == nil && member {
-				p.lo, p.hi, p.round = l, hi, round
-				return true, nil
-			}
-			return true, nil // a withdrawal, or a round before p's filled: read again
-		})
-		switch {
-		case err != nil:
-			return err
-		case done && p.hi != 0:
+		case ok:
 			return p.h.Err() // nil unless its key went meanwhile
 		}
 	}
@@ -365,9 +374,7 @@ func (b *Barrier) Leave(ctx context.Context, p *Participant) (err error) {
 		if held {
 			stop = p.h.Done()
 		}
-		if _, err := follow(ctx, b.q.cli, string(wait.Key), resp.Header.Revision+1, stop, func(ev *clientv3.Event) (bool, error) {
-			return ev.Type == clientv3.EventTypeDelete, nil
-		}); err != nil {
+		if err := b.awaitGone(ctx, wait, stop); err != nil {
 			return err
 		}
 		if held {
@@ -376,6 +383,28 @@ func (b *Barrier) Leave(ctx context.Context, p *Participant) (err error) {
 			}
 		}
 	}
+}
+
+// awaitGone returns once the key kv (a participant's, at its create revision) is gone, or
+// stop closes: the watch of the key, then a read of whether it is still there.
+func (b *Barrier) awaitGone(ctx context.Context, kv *mvccpb.KeyValue, stop <-chan struct{}) error {
+	key, created := string(kv.Key), kv.CreateRevision
+	_, err := follow(ctx, b.q.cli, key, stop, func() (int64, verdict, error) {
+		resp, err := readState(ctx, b.q.cli, clientv3.OpGet(key, clientv3.WithKeysOnly()))
+		if err != nil {
+			return 0, stillWaiting, err
+		}
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != created {
+			return resp.Header.Revision, waitOver, nil
+		}
+		return resp.Header.Revision, stillWaiting, nil
+	}, func(ev *clientv3.Event) (verdict, error) {
+		if ev.Type == clientv3.EventTypeDelete {
+			return waitOver, nil
+		}
+		return stillWaiting, nil
+	})
+	return err
 }
 
 // The keys of a barrier, a gate and a latch under a name's prefix, for admin: a barrier's

@@ -9,12 +9,15 @@ import (
 )
 
 // What a barrier or a latch waits for is a state of a few keys (a round filled, a count at
-// zero, a participant gone), not the order of a line: so each wait reads the state, and
-// watches for its change from the revision after that read; after any gap in the watch
-// (history compacted, a watch cancelled or refused by an auth change, a member without a
-// leader, a broken stream) it reads the state again instead of trusting what it missed.
+// zero, a participant gone), not the order of a line. So a wait places a watch of those keys
+// from the present, then reads the state, and from then on takes the events after its read
+// (those at or before it are in the read already); after any gap in the watch (history
+// compacted, a watch cancelled or refused by an auth change, a member without a leader, a
+// broken stream) it places a new watch and reads again instead of trusting what it missed.
 // A wait that begins after the state it waits for was reached returns after its read,
-// whatever the revision is by then.
+// whatever the revision is by then. The watch is placed before the read, not from the
+// revision after it: a watch from a past revision is served only by etcd's resync loop,
+// every 100 ms, which would delay every wait on a name being written to.
 //
 // A watch that the client resumes after a member restarted goes on from the revision after
 // the last it delivered; if the cluster went back in time (a restore), that revision is
@@ -52,41 +55,82 @@ func waitErr(ctx context.Context, cli *clientv3.Client, err error) error {
 	return err
 }
 
-// follow watches key (a prefix too, with clientv3.WithPrefix in opts) from revision from
-// and calls each with every event, in revision order, until each says done or fails, and
-// returns what it said. It returns done false and no error when the watch ended first (a
-// gap, see above): the caller reads the state again. stop, if not nil, ends the watch the
-// same way when it closes. ctx's end returns ctx's error; a closed client ErrLost.
-func follow(ctx context.Context, cli *clientv3.Client, key string, from int64, stop <-chan struct{},
-	each func(*clientv3.Event) (done bool, err error), opts ...clientv3.OpOption) (done bool, err error) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	w := cli.Watch(wctx, key, append([]clientv3.OpOption{clientv3.WithRev(from)}, opts...)...)
+// A verdict is what a wait makes of the state it read, or of an event.
+type verdict int
+
+const (
+	stillWaiting verdict = iota // not yet: go on watching
+	waitOver                    // the wait is over
+	readAgain                   // the event says too little: read the state again
+)
+
+// follow is a wait on key (a prefix too, with clientv3.WithPrefix in opts), as above: check
+// reads the state and returns the revision it read at and its verdict (stillWaiting or
+// waitOver); each judges an event after that revision (readAgain calls check again, on the
+// same watch). It returns true once a verdict is waitOver, false when stop closed first (the caller reads
+// what stopped it); ctx's error when ctx ends; ErrLost when the client is closed or the
+// cluster went back in time; the error of check or each.
+func follow(ctx context.Context, cli *clientv3.Client, key string, stop <-chan struct{},
+	check func() (rev int64, v verdict, err error),
+	each func(*clientv3.Event) (verdict, error), opts ...clientv3.OpOption) (bool, error) {
 	probe := time.NewTicker(probeEvery)
 	defer probe.Stop()
+	var b backoff
+	for {
+		ok, gap, err := followOnce(ctx, cli, key, stop, probe.C, check, each, opts)
+		if !gap || err != nil {
+			return ok, err
+		}
+		// A watch refused at once (an auth change in flight, no leader) is placed again
+		// after a pause, not in a loop.
+		if err := b.wait(ctx); err != nil {
+			return false, err
+		}
+	}
+}
+
+// followOnce is one watch of follow: gap says that it ended with neither a verdict nor an
+// error, and a new watch is due.
+func followOnce(ctx context.Context, cli *clientv3.Client, key string, stop <-chan struct{}, probe <-chan time.Time,
+	check func() (int64, verdict, error), each func(*clientv3.Event) (verdict, error), opts []clientv3.OpOption) (ok, gap bool, err error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	w := cli.Watch(wctx, key, append([]clientv3.OpOption{clientv3.WithCreatedNotify()}, opts...)...)
+	var read int64 = -1 // the revision of the last check; -1 before the watch is placed
 	for {
 		select {
-		case <-probe.C:
+		case <-probe:
 			if rw := clockOf(cli).confirmEvery(ctx, cli, probeEvery); rw != nil {
 				rewind(cli, rw)
-				return false, fmt.Errorf("%w: %w", ErrLost, rw)
+				return false, false, fmt.Errorf("%w: %w", ErrLost, rw)
 			}
-		case resp, ok := <-w:
-			if !ok || resp.Canceled || resp.Err() != nil {
-				if err := waitErr(ctx, cli, nil); err != nil {
-					return false, err
+		case resp, open := <-w:
+			if !open || resp.Canceled || resp.Err() != nil {
+				return false, true, waitErr(ctx, cli, nil)
+			}
+			if read < 0 { // placed: its events are those after its creation, and the read follows
+				rev, v, err := check()
+				if v == waitOver || err != nil {
+					return v == waitOver, false, err
 				}
-				return false, nil
+				read = rev
 			}
 			for _, ev := range resp.Events {
-				if done, err := each(ev); done || err != nil {
-					return done, err
+				if ev.Kv.ModRevision <= read {
+					continue // the read saw it
+				}
+				v, err := each(ev)
+				if v == readAgain && err == nil {
+					read, v, err = check()
+				}
+				if v == waitOver || err != nil {
+					return v == waitOver, false, err
 				}
 			}
 		case <-stop:
-			return false, nil
+			return false, false, nil
 		case <-ctx.Done():
-			return false, ctx.Err()
+			return false, false, ctx.Err()
 		}
 	}
 }

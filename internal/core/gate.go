@@ -47,21 +47,22 @@ func (g *Gate) Release(ctx context.Context) error {
 	return nil
 }
 
-// Wait returns once the gate is open: at once if its key is absent.
+// Wait returns once the gate is open: at once if its key is absent when read.
 func (g *Gate) Wait(ctx context.Context) error {
-	for {
+	_, err := follow(ctx, g.q.cli, g.key, nil, func() (int64, verdict, error) {
 		resp, err := readState(ctx, g.q.cli, clientv3.OpGet(g.key, clientv3.WithCountOnly()))
-		if err != nil {
-			return err
+		switch {
+		case err != nil:
+			return 0, stillWaiting, err
+		case resp.Responses[0].GetResponseRange().Count == 0:
+			return resp.Header.Revision, waitOver, nil
 		}
-		if resp.Responses[0].GetResponseRange().Count == 0 {
-			return nil
+		return resp.Header.Revision, stillWaiting, nil
+	}, func(ev *clientv3.Event) (verdict, error) {
+		if ev.Type == clientv3.EventTypeDelete {
+			return waitOver, nil
 		}
-		done, err := follow(ctx, g.q.cli, g.key, resp.Header.Revision+1, nil, func(ev *clientv3.Event) (bool, error) {
-			return ev.Type == clientv3.EventTypeDelete, nil
-		})
-		if done || err != nil {
-			return err
-		}
-	}
+		return stillWaiting, nil
+	})
+	return err
 }

@@ -164,40 +164,36 @@ func (l *Latch) CountDown(ctx context.Context, marker string) error {
 	return nil // counted down already, by this call's earlier try or another
 }
 
-// Await returns once the count is zero: one read, then the watch of the latch's keys,
-// whose marker creates it counts; a read again after any gap (see follow.go). Without a
-// record it waits for a Set. ErrNotSet, wrapped, when the record is deleted while the
-// count is above zero.
+// Await returns once the count is zero: the watch of the latch's keys, one read, then the
+// markers the watch sees created, counted; a read again after a gap (see follow.go).
+// Without a record it waits for a Set. ErrNotSet, wrapped, when the record is deleted while
+// the count is above zero.
 func (l *Latch) Await(ctx context.Context) error {
-	for {
-		s, err := l.read(ctx)
-		if err != nil {
-			return err
+	var s latchState
+	check := func() (int64, verdict, error) {
+		var err error
+		if s, err = l.read(ctx); err != nil {
+			return 0, stillWaiting, err
 		}
 		if s.set && s.count == 0 {
-			return nil
+			return s.rev, waitOver, nil
 		}
-		left, reread := s.count, false
-		done, err := follow(ctx, l.cli, l.record, s.rev+1, nil, func(ev *clientv3.Event) (bool, error) {
-			switch key := string(ev.Kv.Key); {
-			case key == l.record && ev.Type == clientv3.EventTypeDelete && s.set:
-				return true, fmt.Errorf("%w: the latch was deleted with a count of %d", ErrNotSet, left)
-			case key == l.record:
-				reread = true // set, or set again: count from a read
-				return true, nil
-			case ev.Type == clientv3.EventTypePut && ev.IsCreate():
-				left--
-				return left <= 0, nil
-			}
-			return false, nil
-		}, clientv3.WithPrefix())
-		switch {
-		case err != nil:
-			return err
-		case done && !reread:
-			return nil
-		}
+		return s.rev, stillWaiting, nil
 	}
+	_, err := follow(ctx, l.cli, l.record, nil, check, func(ev *clientv3.Event) (verdict, error) {
+		switch key := string(ev.Kv.Key); {
+		case key == l.record && ev.Type == clientv3.EventTypeDelete && s.set:
+			return stillWaiting, fmt.Errorf("%w: the latch was deleted with a count of %d", ErrNotSet, s.count)
+		case key == l.record:
+			return readAgain, nil // set, or set again: count from a read
+		case ev.Type == clientv3.EventTypePut && ev.IsCreate() && s.set:
+			if s.count--; s.count <= 0 {
+				return waitOver, nil
+			}
+		}
+		return stillWaiting, nil
+	}, clientv3.WithPrefix())
+	return err
 }
 
 // Delete deletes the latch's record and markers, in one Txn: a waiter then fails with

@@ -12,6 +12,7 @@ import (
 
 	"github.com/etcdsync/etcdsync"
 	"github.com/etcdsync/etcdsync/barrier"
+	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
 )
 
@@ -204,25 +205,40 @@ func TestAWithdrawnParticipantIsNeverCounted(t *testing.T) {
 	require.NoError(t, etcdtest.Within(t, c, returns, "the third Enter"))
 }
 
-// TestAWatchPlacedAfterCompactionHearsTheRoundFill: a participant whose watch is placed
-// only after its round filled and history was compacted past what it read is told.
-func TestAWatchPlacedAfterCompactionHearsTheRoundFill(t *testing.T) {
-	etcdtest.OwnMembers(t) // a compaction would cut other packages' watches short
+// TestAParticipantBackAfterCompactionHearsTheRoundFill: a participant whose member stops
+// after it read, while its round fills on the others and history is compacted past what its
+// watch delivered, is told when its member is back.
+func TestAParticipantBackAfterCompactionHearsTheRoundFill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops a member of a cluster of its own: not in the short tier")
+	}
+	c, err := etcdtest.NewEmbedded(3)
+	require.NoError(t, err)
+	defer c.Close()
 	ctx := testContext(t)
 	const name = "compacted"
-	fresh(t, name)
-	place := make(chan struct{})
-	far, watches := etcdtest.WatchOpened(t, cluster, place)
+	cli := etcdtest.PinnedClient(t, c, 1)
+	// The name's size recorded (docs/key-layout.md), so that a participant's Enter sends two
+	// Txns, its put and its read, before it waits.
+	_, err = cli.Put(ctx, core.NamePrefix(name)+"size", "2")
+	require.NoError(t, err)
+	far, read := etcdtest.TxnsAnswered(t, c, 0, 2)
 	a, err := barrier.New(far, name, 2)
 	require.NoError(t, err)
 	ea := etcdtest.Async(func() error { return a.Enter(ctx) })
-	etcdtest.Within(t, watches, returns, "the first participant's read")
-	require.NoError(t, newBarrier(t, name, 2).Enter(ctx))
-	cli := cluster.Client(t)
+	etcdtest.Within(t, read, returns, "the first participant's read")
+	c.Stop(0)
+	b, err := barrier.New(cli, name, 2)
+	require.NoError(t, err)
+	require.NoError(t, b.Enter(ctx))
 	_, err = cli.Compact(ctx, etcdtest.Revision(t, cli), clientv3.WithCompactPhysical())
 	require.NoError(t, err)
-	close(place)
+	etcdtest.Pending(t, ea, "the first Enter, its member stopped")
+	require.NoError(t, c.Restart(0))
 	require.NoError(t, etcdtest.Within(t, ea, returns, "the first Enter"))
+	lb := etcdtest.Async(func() error { return b.Leave(ctx) })
+	require.NoError(t, a.Leave(ctx))
+	require.NoError(t, etcdtest.Within(t, lb, returns, "the second Leave"))
 }
 
 // TestACancelledLeaveLeavesNoKey: a Leave that times out waiting for the others has taken

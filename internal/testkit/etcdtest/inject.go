@@ -68,7 +68,10 @@ type Rule struct {
 	Until <-chan struct{}
 	// Matched, if set, is called (outside the injector's lock) for every call that matches.
 	Matched func()
-	Times   int // how many calls it applies to; 0 for every call until removed
+	// Answered, if set, is called for every unary call of Delay that matches, once etcd's
+	// answer came (before the Delay).
+	Answered func()
+	Times    int // how many calls it applies to; 0 for every call until removed
 
 	hits int
 }
@@ -201,6 +204,9 @@ func (inj *Injector) unary(ctx context.Context, method string, req, reply any, c
 	switch r.Action {
 	case Delay:
 		err := invoker(ctx, method, req, reply, cc, opts...)
+		if r.Answered != nil {
+			r.Answered()
+		}
 		if werr := wait(ctx, r.Delay); werr != nil {
 			return status.FromContextError(werr).Err()
 		}
@@ -345,20 +351,29 @@ func touches(t *pb.TxnRequest, prefix string, key func(*pb.RequestOp) []byte) bo
 	return false
 }
 
-// WatchOpened returns a client of c and a channel closed once the client opens its first
-// watch stream: a wait that reads and then watches (a barrier's, a latch's) has read by
-// then, and watches from the revision after its read. The stream opens only once until
-// closes (at once if nil), as the watch of a client that was cut off does when it is back:
-// a test can compact history past that read before the watch is placed.
-func WatchOpened(tb testing.TB, c *Cluster, until <-chan struct{}) (*clientv3.Client, <-chan struct{}) {
+// TxnsAnswered returns a client of c, of member alone unless member is -1, and a channel
+// closed once etcd has answered n of its Txns: a wait that watches and then reads (a
+// barrier's, a latch's) has read by then when its read is its n-th Txn.
+func TxnsAnswered(tb testing.TB, c *Cluster, member, n int) (*clientv3.Client, <-chan struct{}) {
 	tb.Helper()
-	opened := make(chan struct{})
-	var once sync.Once
+	answered := make(chan struct{})
+	var mu sync.Mutex
+	count := 0
 	inj := &Injector{}
-	rule := Rule{Method: "Watch", Action: Delay, Matched: func() { once.Do(func() { close(opened) }) }}
-	if until != nil {
-		rule.Action, rule.Until = Hold, until
+	inj.Add(Rule{Method: "Txn", Action: Delay, Answered: func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if count++; count == n {
+			close(answered)
+		}
+	}})
+	if member < 0 {
+		return inj.Client(tb, c), answered
 	}
-	inj.Add(rule)
-	return inj.Client(tb, c), opened
+	cfg := c.ClientConfig()
+	cfg.Endpoints = []string{c.Endpoints()[member]}
+	cfg.DialOptions = append(cfg.DialOptions, inj.DialOptions()...)
+	cli := c.openFor(tb, cfg)
+	tb.Cleanup(inj.Settle)
+	return cli, answered
 }
