@@ -12,6 +12,8 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/namespace"
+
+	nswatch "github.com/etcdsync/etcdsync/internal/namespace"
 	"go.uber.org/zap"
 
 	"github.com/etcdsync/etcdsync/internal/core"
@@ -133,7 +135,7 @@ func (c *connection) open() (*clientv3.Client, error) {
 	}
 	if c.namespace != "" {
 		cli.KV = namespace.NewKV(cli.KV, c.namespace)
-		cli.Watcher = namespace.NewWatcher(cli.Watcher, c.namespace)
+		cli.Watcher = nswatch.NewWatcher(cli.Watcher, c.namespace)
 		cli.Lease = namespace.NewLease(cli.Lease, c.namespace)
 	}
 	return cli, nil

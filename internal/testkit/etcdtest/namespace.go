@@ -12,6 +12,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/namespace"
+
+	nswatch "github.com/etcdsync/etcdsync/internal/namespace"
 )
 
 // RunPrefix is where the namespaces of test runs on external clusters live: each run of a
@@ -42,7 +44,7 @@ func (c *Cluster) Prefix() string { return c.prefix }
 // theirs the same way.
 func Confine(cli *clientv3.Client, prefix string) {
 	cli.KV = namespace.NewKV(cli.KV, prefix)
-	cli.Watcher = namespace.NewWatcher(cli.Watcher, prefix)
+	cli.Watcher = nswatch.NewWatcher(cli.Watcher, prefix)
 	cli.Lease = namespace.NewLease(cli.Lease, prefix)
 }
 
