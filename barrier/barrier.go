@@ -78,9 +78,9 @@ func (b *Barrier) begin(ctx context.Context, op string) error {
 // recorded for the name; ctx's error when ctx ends first, and [ErrLost] when the key went
 // (its lease expired or was revoked); each having deleted the key.
 //
-// Cost: one Txn and one read; then a watch of the round record, one event per round
-// filled or participant withdrawn, and a read after an event that did not fill its round.
-// The participant whose put makes n sends one more Txn, which fills the round.
+// Cost: one Txn, a watch of the round record and one read; then one event per round filled
+// or participant withdrawn, and a read after an event that did not fill its round. The
+// participant whose put makes n sends one more Txn, which fills the round.
 func (b *Barrier) Enter(ctx context.Context) error {
 	if err := b.begin(ctx, "enter"); err != nil {
 		return err
@@ -109,9 +109,9 @@ func (b *Barrier) Enter(ctx context.Context) error {
 // ctx's error when ctx ends first, having deleted the key. The participant has left after
 // any of them but ErrNotEntered.
 //
-// Cost: one fenced delete and a read, then a watch of one key until it goes; about one
-// watch event, and a read after it, for each participant but the first of the round, who
-// hears each of the others.
+// Cost: one fenced delete and a read, then a watch of one key, and a read of it, until it
+// goes: for each participant but the first of the round, about once; the first hears each
+// of the others.
 func (b *Barrier) Leave(ctx context.Context) error {
 	if b == nil || b.b == nil {
 		return fmt.Errorf("barrier: leave: %w (%w)", (*core.Queue)(nil).Unusable(), ErrNotEntered)
