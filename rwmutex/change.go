@@ -90,8 +90,9 @@ func (rw *RWMutex) Downgrade(ctx context.Context) error {
 // place ([RWMutex.Upgrade]). It holds beside readers and never beside a writer, and one at
 // a time per name: it waits behind every writer and upgradable read queued before it,
 // whatever handle or client; readers queued after it are served beside it. Its key is a
-// write key, so etcd's recipe.RWMutex (and etcdsync of versions before upgradable reads)
-// take it for a writer: their readers wait for it. One ULock of a handle at a time: another
+// write key, so etcdsync of versions before upgradable reads takes it for a writer (its
+// readers wait for it), and so does etcd's recipe.RWMutex until the key changes (see the
+// package doc). One ULock of a handle at a time: another
 // waits for its UUnlock (or Downgrade). Release it with [RWMutex.UUnlock].
 //
 // Like a writer's Lock, a goroutine that holds a read lock of the handle must not Upgrade:

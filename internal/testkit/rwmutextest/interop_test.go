@@ -1,6 +1,7 @@
 package rwmutex_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -76,9 +77,21 @@ func TestUpgradableReadBesideEtcdRecipe(t *testing.T) {
 	require.NoError(t, reader.RLock())
 	u := newRW(t, cluster.Client(t), name)
 	require.NoError(t, etcdtest.Within(t, etcdtest.Async(func() error { return u.ULock(ctx) }), served, "ULock beside the recipe's reader"))
-	writer, late := recipe.NewRWMutex(session(), name), recipe.NewRWMutex(session(), name)
+	// The recipe weighs only keys whose mod revision is below its own key's creation: its
+	// writer takes our key for a writer only if it reads the name before the upgrade changes
+	// the key (not safe otherwise: see docs/guarantees.md). So the upgrade starts once the
+	// writer's first read was answered.
+	inj := &etcdtest.Injector{}
+	wread := make(chan struct{})
+	var once sync.Once
+	inj.Add(etcdtest.Rule{Method: "Range", Action: etcdtest.Delay, Answered: func() { once.Do(func() { close(wread) }) }})
+	ws, err := concurrency.NewSession(inj.Client(t, cluster))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ws.Close() })
+	writer, late := recipe.NewRWMutex(ws, name), recipe.NewRWMutex(session(), name)
 	wlocked := etcdtest.Async(writer.Lock)
 	primtest.AwaitKeys(t, admin, name, 3)
+	etcdtest.Within(t, wread, served, "the recipe's writer's read")
 	rlocked := etcdtest.Async(late.RLock)
 	primtest.AwaitKeys(t, admin, name, 4)
 
