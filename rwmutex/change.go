@@ -33,9 +33,12 @@ import (
 // done already, having sent nothing. When etcd cannot be reached before ctx ends the
 // outcome is not known: the hold is a read hold all the same (safe either way: if etcd did
 // not take the change, readers behind it wait until it leaves), and the error says why.
-// On an RWMutex not made by [New], an error matching [ErrInvalidOption] and ErrNotLocked.
+// [ErrInvalidOption] while a waiter of etcd's recipe.RWMutex is queued behind the hold
+// (see the package doc), having written nothing: the hold is as it was. On an RWMutex not
+// made by [New], an error matching [ErrInvalidOption] and ErrNotLocked.
 //
-// Cost: one Txn, which also reads the name's keys.
+// Cost: a read of the name's keys, and one Txn, which reads them again (one more for every
+// key that came between the two).
 func (rw *RWMutex) Downgrade(ctx context.Context) error {
 	if rw.queue() == nil {
 		return rw.errorf("downgrade", core.Unheld(rw.queue().Unusable()))
@@ -63,8 +66,8 @@ func (rw *RWMutex) Downgrade(ctx context.Context) error {
 		return rw.errorf("downgrade", h.Err())
 	}
 	_, _, _, err := rw.q.ChangeMode(ctx, h, core.WithMode(core.OwnerValue(""), core.ModeRead))
-	if errors.Is(err, ErrLost) {
-		return rw.errorf("downgrade", err)
+	if errors.Is(err, ErrLost) || errors.Is(err, core.ErrRecipeBehind) {
+		return rw.errorf("downgrade", err) // lost; or nothing written, the hold as it was
 	}
 	rw.mu.Lock()
 	if upgradable {
@@ -90,9 +93,8 @@ func (rw *RWMutex) Downgrade(ctx context.Context) error {
 // place ([RWMutex.Upgrade]). It holds beside readers and never beside a writer, and one at
 // a time per name: it waits behind every writer and upgradable read queued before it,
 // whatever handle or client; readers queued after it are served beside it. Its key is a
-// write key, so etcdsync of versions before upgradable reads takes it for a writer (its
-// readers wait for it), and so does etcd's recipe.RWMutex until the key changes (see the
-// package doc). One ULock of a handle at a time: another
+// write key, so etcd's recipe.RWMutex (and etcdsync of versions before upgradable reads)
+// take it for a writer: their readers wait for it. One ULock of a handle at a time: another
 // waits for its UUnlock (or Downgrade). Release it with [RWMutex.UUnlock].
 //
 // Like a writer's Lock, a goroutine that holds a read lock of the handle must not Upgrade:
@@ -197,12 +199,15 @@ const putBackWait = 5 * time.Second
 // while Upgrade waited (UUnlock reports it as ever). ctx's error when ctx ends before the
 // readers have left: the hold is then an upgradable read again (its mode is put back,
 // within a few seconds; if etcd cannot be reached for that, its key stays upgrading and
-// new readers wait behind it until it upgrades or leaves). On an RWMutex not made by
-// [New], an error matching [ErrInvalidOption] and ErrNotLocked.
+// new readers wait behind it until it upgrades or leaves). [ErrInvalidOption] while a
+// waiter of etcd's recipe.RWMutex is queued behind it (see the package doc): it stays an
+// upgradable read (its key keeps the upgrading mode if the recipe's waiter came during the
+// wait). On an RWMutex not made by [New], an error matching [ErrInvalidOption] and
+// ErrNotLocked.
 //
-// Cost: one Txn that also reads the name's keys, a registration with the client's watch of
-// the name until the readers have left, and one Txn (again if a writer that kept readers
-// out left meanwhile).
+// Cost: a read of the name's keys and one Txn that reads them again, a registration with
+// the client's watch of the name until the readers have left, and one Txn (again if a
+// writer that kept readers out left, or a key came, meanwhile).
 func (rw *RWMutex) Upgrade(ctx context.Context) (err error) {
 	if rw.queue() == nil {
 		return rw.errorf("upgrade", core.Unheld(rw.queue().Unusable()))

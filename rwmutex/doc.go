@@ -14,10 +14,10 @@
 // [RWMutex.ULock] takes an upgradable read (one per name, beside readers, never beside a
 // writer), which [RWMutex.Upgrade] turns into the write hold once the readers admitted
 // before it have left. Both are write keys whose value ends with " mode=read" or
-// " mode=upgradable": etcdsync of older versions takes them for writers, which is safe;
-// etcd's recipe.RWMutex does too, but only when it reads the name before the change, since
-// it weighs keys by their mod revision: do not change holds in place on a name the recipe
-// uses (see docs/guarantees.md).
+// " mode=upgradable": etcdsync of older versions takes them for writers, which is safe,
+// and so does etcd's recipe.RWMutex, which weighs only keys whose mod revision is below its
+// own key's creation: a change in place is refused ([ErrInvalidOption]) while a waiter of
+// the recipe is queued behind the hold, which would not see the change.
 //
 // The readers of one [RWMutex] share a single read key: one etcd write to enter and one to
 // leave for the whole group, however many join it. A group takes no new members once a

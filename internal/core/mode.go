@@ -66,12 +66,59 @@ func WithMode(value, mode string) string {
 	return value + modeField + mode
 }
 
+// A change in place is a put of the hold's key, which moves its mod revision. etcd's
+// recipe.RWMutex weighs only the keys whose mod revision is below its own key's creation,
+// so a waiter of the recipe queued behind the hold that reads the name after the change
+// would not see the key at all, and could be served beside it. So a change is refused while
+// such a waiter that it would let in is queued behind the hold (a writer of the recipe, or
+// a reader too for the put that makes the hold a writer), and every put of a change
+// compares, in its Txn, that no key of the name was created after a read that found none
+// (recipeBehind).
+
+// ErrRecipeBehind is why a change in place is refused: a waiter of etcd's recipe.RWMutex is
+// queued behind the hold. Nothing was written.
+var ErrRecipeBehind = fmt.Errorf("%w: a waiter of etcd's recipe.RWMutex is queued behind this hold, and would not see it change in place (the recipe weighs keys by their mod revision)", ErrInvalidOption)
+
+// recipeBehind reports whether kvs, keys of the name under prefix, hold a key of etcd's
+// recipe.RWMutex of one of kinds created after rev: under the kind, a decimal time
+// ("<kind><ns>"), where etcdsync's keys are "<kind><lease hex>_<slot>". Its writers count
+// for a hold that stays a read or becomes one (its readers may hold beside that); its
+// readers too for the put that makes the hold a writer.
+func recipeBehind(prefix string, kvs []*mvccpb.KeyValue, rev int64, kinds ...string) bool {
+	for _, kv := range kvs {
+		if kv.CreateRevision > rev && recipeKey(prefix, string(kv.Key), kinds) {
+			return true
+		}
+	}
+	return false
+}
+
+// recipeKey reports whether key, a key of the name under prefix, is one of etcd's
+// recipe.RWMutex of one of kinds.
+func recipeKey(prefix, key string, kinds []string) bool {
+	rest := strings.TrimPrefix(key, prefix)
+	for _, kind := range kinds {
+		if id, ok := strings.CutPrefix(rest, kind); ok && !strings.Contains(id, "_") {
+			return true
+		}
+	}
+	return false
+}
+
+// createdBy is the compare that no key of the name under prefix was created after rev.
+func createdBy(prefix string, rev int64) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(prefix), "<", rev+1).WithPrefix()
+}
+
 // ChangeMode puts value into h's key, fenced on its create revision and on the revision
 // of its last write (so that a try etcd applies late, after a later change, writes
-// nothing), and reads every key of the name with its value in the same Txn. It returns
-// those keys, the revision they were read at, and the revision at which the key took value
-// (a try whose answer was lost may have applied it). ErrLost, with nothing written, once
-// the key is not h's any more. One Txn, retried through leader changes until ctx ends; one
+// nothing), and on no key of the name created since a read that found no waiter of etcd's
+// recipe behind it (see above); it reads every key of the name with its value in the same
+// Txn. It returns those keys, the revision they were read at, and the revision at which the
+// key took value (a try whose answer was lost may have applied it). ErrLost, with nothing
+// written, once the key is not h's any more; ErrRecipeBehind while a waiter of the recipe is
+// queued behind it. One read (keys only) and one Txn, and one more Txn after every arrival
+// of a key between a read and the write, retried through leader changes until ctx ends; one
 // more if the key was written again after its creation before the hold's first change (an
 // acquisition that took over its own key).
 func (q *Queue) ChangeMode(ctx context.Context, h *Hold, value string) (kvs []*mvccpb.KeyValue, read, at int64, err error) {
@@ -81,10 +128,21 @@ func (q *Queue) ChangeMode(ctx context.Context, h *Hold, value string) (kvs []*m
 	if !known {
 		mod = h.rev // written once, at its creation, unless taken over
 	}
-	for {
+	// A read first: which keys are behind the hold, and whether one is the recipe's.
+	resp, err := readState(ctx, q.cli, clientv3.OpGet(q.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("change %s: %w", h.key, err)
+	}
+	if recipeBehind(q.prefix, resp.Responses[0].GetResponseRange().Kvs, h.rev, KindWrite) {
+		return nil, 0, 0, fmt.Errorf("change %s: %w", h.key, ErrRecipeBehind)
+	}
+	seen := resp.Header.Revision // no key created by then is the recipe's
+	var b backoff
+	for tries := 1; ; tries++ {
 		resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
 			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
-				If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev), clientv3.Compare(clientv3.ModRevision(h.key), "=", mod)).
+				If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev), clientv3.Compare(clientv3.ModRevision(h.key), "=", mod),
+					createdBy(q.prefix, seen)).
 				Then(clientv3.OpPut(h.key, value, clientv3.WithLease(h.sess.Lease())), clientv3.OpGet(q.prefix, clientv3.WithPrefix())).
 				Else(clientv3.OpGet(q.prefix, clientv3.WithPrefix())).
 				Commit()
@@ -97,14 +155,25 @@ func (q *Queue) ChangeMode(ctx context.Context, h *Hold, value string) (kvs []*m
 		switch {
 		case own == nil:
 			return nil, 0, 0, h.gone()
-		case string(own.Value) != value && !known:
+		case string(own.Value) == value:
+			h.wrote(own.ModRevision)
+			return kvs, resp.Header.Revision, own.ModRevision, nil
+		case own.ModRevision != mod && !known:
 			mod, known = own.ModRevision, true // taken over: try from its last write
 			continue
-		case string(own.Value) != value: // only its holder writes the key: it cannot be
+		case own.ModRevision != mod: // only its holder writes the key: it cannot be
 			return nil, 0, 0, fmt.Errorf("change %s: its value changed under it to %q", h.key, own.Value)
+		case recipeBehind(q.prefix, kvs, h.rev, KindWrite): // the hold is, or becomes, a read
+			return nil, 0, 0, fmt.Errorf("change %s: %w", h.key, ErrRecipeBehind)
 		}
-		h.wrote(own.ModRevision)
-		return kvs, resp.Header.Revision, own.ModRevision, nil
+		// Keys came after the last read, none of them the recipe's: again, from this read
+		// (at once the first time).
+		if tries > 1 {
+			if err := b.wait(ctx); err != nil {
+				return nil, 0, 0, err
+			}
+		}
+		seen = resp.Header.Revision
 	}
 }
 
@@ -182,7 +251,14 @@ func (q *Queue) Upgrade(ctx context.Context, h *Hold, kvs []*mvccpb.KeyValue, re
 			}
 			continue
 		}
-		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev), clientv3.Compare(clientv3.ModRevision(h.key), "=", at)}
+		hb.mu.Lock()
+		behind, known := d.recipeBehind(q.prefix), d.at
+		hb.mu.Unlock()
+		if behind {
+			return fmt.Errorf("upgrade %s: %w", h.key, ErrRecipeBehind)
+		}
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev), clientv3.Compare(clientv3.ModRevision(h.key), "=", at),
+			createdBy(q.prefix, known)}
 		if guard != nil {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(guard.key), "=", guard.created))
 		}
@@ -227,6 +303,18 @@ type drainer struct {
 	ahead  string  // the prefix of the keys a reader waits behind
 	weigh  weigher // a reader's: which of those pass
 	keys   map[string]drainKey
+	at     int64 // every key created at or before it is in keys (or was deleted)
+}
+
+// recipeBehind reports whether a key of etcd's recipe.RWMutex, a reader or a writer, is
+// queued behind the upgrading key, which is about to become a writer (see ChangeMode). Under the hub's mutex once joined.
+func (d *drainer) recipeBehind(prefix string) bool {
+	for _, k := range d.keys {
+		if k.created > d.rev && recipeKey(prefix, k.key, []string{KindRead, KindWrite}) {
+			return true
+		}
+	}
+	return false
 }
 
 type drainKey struct {
@@ -242,6 +330,7 @@ func (d *drainer) reset(kvs []*mvccpb.KeyValue, rev int64) {
 		return
 	}
 	d.snap, d.rereading = rev, false
+	d.at = max(d.at, rev)
 	d.keys = make(map[string]drainKey, len(kvs))
 	own := false
 	for _, kv := range kvs {
@@ -255,10 +344,11 @@ func (d *drainer) reset(kvs []*mvccpb.KeyValue, rev int64) {
 	signal(d.wake)
 }
 
-func (d *drainer) apply(_ int64, evs []event) {
+func (d *drainer) apply(rev int64, evs []event) {
 	if d.err != nil {
 		return
 	}
+	d.at = max(d.at, rev)
 	for _, e := range evs {
 		switch {
 		case e.put:

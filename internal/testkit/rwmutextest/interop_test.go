@@ -1,12 +1,13 @@
 package rwmutex_test
 
 import (
-	"sync"
+	"context"
 	"testing"
 	"time"
 
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
 	"github.com/etcdsync/etcdsync/internal/testkit/primtest"
+	"github.com/etcdsync/etcdsync/rwmutex"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -61,50 +62,75 @@ func TestTakesTurnsWithEtcdRecipe(t *testing.T) {
 }
 
 // TestUpgradableReadBesideEtcdRecipe: our upgradable read holds beside the recipe's reader
-// ahead of it, and the recipe's reader and writer behind it take it for a writer and wait;
-// Upgrade waits for the recipe's reader ahead, and the recipe's writer comes in after it.
+// ahead of it, and the recipe's writer behind it takes it for a writer and waits; Upgrade
+// waits for the recipe's reader ahead, and the recipe's writer that comes after it waits
+// for the upgraded hold.
 func TestUpgradableReadBesideEtcdRecipe(t *testing.T) {
 	ctx := etcdtest.Context(t)
 	const name = "recipe-upgradable"
 	admin := cluster.Client(t)
-	session := func() *concurrency.Session {
-		s, err := concurrency.NewSession(cluster.Client(t))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
-	reader := recipe.NewRWMutex(session(), name)
+	reader := recipe.NewRWMutex(recipeSession(t), name)
 	require.NoError(t, reader.RLock())
 	u := newRW(t, cluster.Client(t), name)
 	require.NoError(t, etcdtest.Within(t, etcdtest.Async(func() error { return u.ULock(ctx) }), served, "ULock beside the recipe's reader"))
-	// The recipe weighs only keys whose mod revision is below its own key's creation: its
-	// writer takes our key for a writer only if it reads the name before the upgrade changes
-	// the key (not safe otherwise: see docs/guarantees.md). So the upgrade starts once the
-	// writer's first read was answered.
-	inj := &etcdtest.Injector{}
-	wread := make(chan struct{})
-	var once sync.Once
-	inj.Add(etcdtest.Rule{Method: "Range", Action: etcdtest.Delay, Answered: func() { once.Do(func() { close(wread) }) }})
-	ws, err := concurrency.NewSession(inj.Client(t, cluster))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ws.Close() })
-	writer, late := recipe.NewRWMutex(ws, name), recipe.NewRWMutex(session(), name)
-	wlocked := etcdtest.Async(writer.Lock)
-	primtest.AwaitKeys(t, admin, name, 3)
-	etcdtest.Within(t, wread, served, "the recipe's writer's read")
-	rlocked := etcdtest.Async(late.RLock)
-	primtest.AwaitKeys(t, admin, name, 4)
-
 	upgraded := etcdtest.Async(func() error { return u.Upgrade(ctx) })
 	waits(t, upgraded, "Upgrade beside the recipe's reader")
-	waits(t, rlocked, "the recipe's RLock behind an upgradable read")
 	require.NoError(t, reader.RUnlock())
 	require.NoError(t, etcdtest.Within(t, upgraded, served, "Upgrade once the recipe's reader left"))
+	writer, late := recipe.NewRWMutex(recipeSession(t), name), recipe.NewRWMutex(recipeSession(t), name)
+	wlocked := etcdtest.Async(writer.Lock)
+	primtest.AwaitKeys(t, admin, name, 2)
+	rlocked := etcdtest.Async(late.RLock)
+	primtest.AwaitKeys(t, admin, name, 3)
 	waits(t, wlocked, "the recipe's Lock behind the upgraded hold")
+	waits(t, rlocked, "the recipe's RLock behind the upgraded hold")
 	require.NoError(t, u.Unlock(ctx))
 	require.NoError(t, etcdtest.Within(t, wlocked, served, "the recipe's Lock"))
 	require.NoError(t, writer.Unlock())
 	require.NoError(t, etcdtest.Within(t, rlocked, served, "the recipe's RLock"))
 	require.NoError(t, late.RUnlock())
 	assert.Zero(t, primtest.Keys(t, admin, name))
+}
+
+// TestNoChangeInPlaceOverARecipeWaiter: while a waiter of etcd's recipe.RWMutex is queued
+// behind a hold, a change of the hold in place is refused with ErrInvalidOption and writes
+// nothing: the recipe weighs keys by their mod revision, and would not see the key once
+// changed (a race in CI served its writer beside an upgraded hold). The hold is as it was
+// (the write hold after Downgrade, the upgradable read after Upgrade), and the recipe's
+// writer waits for it.
+func TestNoChangeInPlaceOverARecipeWaiter(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	const name = "recipe-behind"
+	admin := cluster.Client(t)
+	rw := newRW(t, cluster.Client(t), name)
+	for _, c := range []struct {
+		what   string
+		take   func(context.Context) error
+		change func(context.Context) error
+		leave  func(context.Context) error
+	}{
+		{"Downgrade", rw.Lock, rw.Downgrade, rw.Unlock},
+		{"Upgrade", rw.ULock, rw.Upgrade, rw.UUnlock},
+	} {
+		require.NoError(t, c.take(ctx), c.what)
+		writer := recipe.NewRWMutex(recipeSession(t), name)
+		wlocked := etcdtest.Async(writer.Lock)
+		primtest.AwaitKeys(t, admin, name, 2)
+		since := etcdtest.Revision(t, admin)
+		assert.ErrorIs(t, c.change(ctx), rwmutex.ErrInvalidOption, c.what)
+		etcdtest.NoWrites(t, admin, since, c.what+" over the recipe's waiter")
+		waits(t, wlocked, "the recipe's Lock behind a hold that did not change")
+		require.NoError(t, c.leave(ctx), c.what)
+		require.NoError(t, etcdtest.Within(t, wlocked, served, "the recipe's Lock"), c.what)
+		require.NoError(t, writer.Unlock())
+	}
+	assert.Zero(t, primtest.Keys(t, admin, name))
+}
+
+// recipeSession is a session of etcd's concurrency package on a client of its own.
+func recipeSession(t *testing.T) *concurrency.Session {
+	s, err := concurrency.NewSession(cluster.Client(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }
