@@ -337,10 +337,8 @@ func (b *Barrier) Leave(ctx context.Context, p *Participant) (err error) {
 	held := true
 	leave := func() error {
 		held = false
-		if _, err := p.h.Release(ctx); err != nil {
-			return err
-		}
-		return nil
+		_, err := p.h.Release(ctx)
+		return err
 	}
 	for {
 		of := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1),

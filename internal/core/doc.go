@@ -35,10 +35,11 @@
 //     the take-back; a candidate's preference in its key; a request to transfer.
 //   - mode.go: a hold that changes what it is in place (rwmutex Downgrade, the upgradable
 //     read): the mode in its key's value, who passes which mode (Spec.Passes), the change
-//     (ChangeMode), and an upgrade that every client agrees on (Upgrade).
-//   - follow.go: what a barrier or a latch waits for is a state of a few keys: read it,
-//     then watch for its change from the revision after the read, and read again after any
-//     gap in the watch (readState, follow).
+//     (ChangeMode), and an upgrade that every client agrees on (Upgrade); a change refused
+//     while a waiter of etcd's recipe.RWMutex is queued behind (ErrRecipeBehind).
+//   - follow.go: what a barrier, a gate or a latch waits for is a state of a few keys: watch
+//     them from the present, read the state, take the events after the read, and watch and
+//     read again after any gap (readState, follow).
 //   - barrier.go: a double barrier: participants are keys joined at once (Queue.Join);
 //     rounds are slices of their create revisions, filled by a compare-and-swap of the
 //     record of rounds; a withdrawal rewrites that record; the first of a round leaves last.

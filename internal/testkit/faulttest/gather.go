@@ -20,8 +20,8 @@ import (
 
 // ExploreGathering runs the primitives that gather participants, a double barrier and a
 // countdown latch, under the explorer's fault schedules (see Explore): on the explorer's
-// clients, each cut off, disturbed, shut down or served by members stopped and restarted
-// at random, participants of a barrier of gatherN enter and leave round after round (one
+// clients (spread over the members, under large background writes), each cut off,
+// disturbed, shut down or served by members stopped and restarted at random, participants of a barrier of gatherN enter and leave round after round (one
 // more than gatherN, so that one always waits for the next round), and latches are set,
 // counted down by named participants (who try again after an error) and awaited, one after
 // another. It checks what their users rely on:
@@ -164,6 +164,11 @@ func gatherSeed(t *testing.T, env *Env, seed uint64) {
 		wg.Go(func() { g.participate(i, b, rng, stop) })
 	}
 	wg.Go(func() { g.latches(t, x.clients, opts, rand.New(rand.NewPCG(seed, 99)), stop) })
+	// Large writes beside them, as under the locks' schedules: followers apply behind the
+	// leader, and the clients spread over the members read from ones that trail.
+	x.r.stopLocks = func() {}
+	x.r.wg.Go(x.r.noise)
+	defer x.r.Stop()
 
 	g.awaitProgress(ctx, t, "warm-up", 0)
 	for start := time.Now(); time.Since(start) < exploreFor; {
