@@ -81,7 +81,7 @@ func Resume(ctx context.Context, cli *clientv3.Client, ticket string, opts ...Op
 	if err := m.turn.Take(ctx); err != nil {
 		return nil, m.errorf("resume", err)
 	}
-	h, err := m.q.Resume(ctx, t)
+	h, err := m.q.Resume(ctx, t, core.Spec{})
 	if err != nil {
 		m.turn.Give()
 		return nil, m.errorf("resume", err)

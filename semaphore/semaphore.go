@@ -333,7 +333,7 @@ func (s *Semaphore) Resume(ctx context.Context, ticket string) (*Permit, error) 
 	if !ok || !strings.HasPrefix(t.Key, s.q.Prefix()+permitKind) {
 		return nil, s.errorf("resume", fmt.Errorf("%w: the ticket's key %q is not a permit of this semaphore", ErrInvalidOption, t.Key))
 	}
-	h, err := s.q.Resume(ctx, t)
+	h, err := s.q.Resume(ctx, t, s.specFor(units, s.Limit()))
 	if err != nil {
 		return nil, s.errorf("resume", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -24,11 +25,16 @@ import (
 // The ticket's nonce is the mod revision of the detaching write: etcd assigns it, no two
 // writes share it, and any later write of the key (a Resume, an operator's) changes it. A
 // random nonce in the value would protect nothing more: whoever can read the key can read
-// its value.
+// its value, and so can build a ticket for any key. What makes a ticket safe is what it is
+// checked against: a ticket is honoured only for a key that the detaching write marked so
+// (its value starts with detachedMark), that is alone on its lease (the lease Detach
+// granted for it), and, for a kind that holds alone, that has no key of its kind ahead. A
+// live hold, a waiter, a key on a client's shared lease or a resumed hold fails one of
+// these, and the ticket is stale: nothing is written and no lease revoked.
 
-// ErrStaleTicket: a ticket that no longer names a detached hold: its key is gone (released,
-// or its lease ran out), was resumed with that ticket already, or was taken again. Nothing
-// was written.
+// ErrStaleTicket: a ticket that does not name a detached hold: its key is gone (released,
+// or its lease ran out), was resumed with that ticket already, was taken again, or was
+// never detached. Nothing was written.
 var ErrStaleTicket = errors.New("etcdsync: stale ticket")
 
 // Ticket names a detached hold: its key, the lease it was moved to, its create revision
@@ -41,6 +47,74 @@ type Ticket struct {
 }
 
 const ticketVersion = "t1"
+
+// detachedMark starts the value of a detached hold's key: "detached " and the owner value
+// of the process that detached it. Only Detach writes it, in the put that moves the key
+// onto its own lease, and Resume writes it away.
+const detachedMark = "detached "
+
+// markedDetached is a compare that holds while key's value starts with detachedMark (etcd
+// compares values byte-wise: '!' follows ' ').
+func markedDetached(key string) []clientv3.Cmp {
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.Value(key), ">", detachedMark),
+		clientv3.Compare(clientv3.Value(key), "<", strings.TrimSuffix(detachedMark, " ")+"!"),
+	}
+}
+
+// IsDetached reports whether value is a detached hold's.
+func IsDetached(value string) bool { return strings.HasPrefix(value, detachedMark) }
+
+// names reports whether kv is the key t names, as the detaching write left it.
+func (t Ticket) names(kv *mvccpb.KeyValue) bool {
+	return kv != nil && string(kv.Key) == t.Key && kv.CreateRevision == t.Token && kv.ModRevision == t.Nonce &&
+		clientv3.LeaseID(kv.Lease) == t.Lease && IsDetached(string(kv.Value))
+}
+
+// checkTicket reports, wrapped around ErrStaleTicket, why t does not name a detached hold
+// as far as one Txn cannot compare: its lease must live and carry its key alone. It returns
+// the lease's remaining TTL. One LeaseTimeToLive.
+func checkTicket(ctx context.Context, cli *clientv3.Client, t Ticket) (time.Duration, error) {
+	ttl, err := retry(ctx, func() (*clientv3.LeaseTimeToLiveResponse, error) {
+		return cli.TimeToLive(clientv3.WithRequireLeader(ctx), t.Lease, clientv3.WithAttachedKeys())
+	})
+	switch {
+	case err != nil:
+		return 0, err
+	case ttl.TTL <= 0:
+		return 0, fmt.Errorf("%w: %s: its lease %x has ended", ErrStaleTicket, t.Key, int64(t.Lease))
+	case len(ttl.Keys) != 1 || string(ttl.Keys[0]) != t.Key:
+		return 0, fmt.Errorf("%w: %s: its lease %x carries %d keys: not a detached hold's", ErrStaleTicket,
+			t.Key, int64(t.Lease), len(ttl.Keys))
+	}
+	return time.Duration(ttl.TTL) * time.Second, nil
+}
+
+// ticketCompares are the compares of a Txn that acts on the hold t names: its key as the
+// detaching write left it.
+func ticketCompares(t Ticket) []clientv3.Cmp {
+	return append([]clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(t.Key), "=", t.Token),
+		clientv3.Compare(clientv3.ModRevision(t.Key), "=", t.Nonce),
+		clientv3.Compare(clientv3.LeaseValue(t.Key), "=", t.Lease),
+	}, markedDetached(t.Key)...)
+}
+
+// staleWhy says why the key as read (kvs, of a keys-and-values Get) is not the one t names.
+func staleWhy(t Ticket, kvs []*mvccpb.KeyValue) error {
+	why := "its key is gone"
+	switch {
+	case len(kvs) == 1 && kvs[0].CreateRevision == t.Token && kvs[0].ModRevision == t.Nonce && !IsDetached(string(kvs[0].Value)):
+		why = "its key was never detached"
+	case len(kvs) == 1 && kvs[0].CreateRevision == t.Token && kvs[0].ModRevision == t.Nonce:
+		why = "its key is not on the ticket's lease"
+	case len(kvs) == 1 && kvs[0].CreateRevision == t.Token:
+		why = "the ticket was used: the hold was resumed, or its key written, since"
+	case len(kvs) == 1:
+		why = "the name was taken again"
+	}
+	return fmt.Errorf("%w: %s: %s", ErrStaleTicket, t.Key, why)
+}
 
 // String is the ticket as one shell-safe word: t1.LEASE.TOKEN.NONCE.KEY, the lease in hex
 // and the key in unpadded base64url.
@@ -125,7 +199,7 @@ func (h *Hold) detach(ctx context.Context) (Ticket, error) {
 	}
 	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
 		return h.cli.Txn(clientv3.WithRequireLeader(ctx)).If(h.IsOwner()).
-			Then(clientv3.OpPut(h.key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(lease.ID))).Commit()
+			Then(clientv3.OpPut(h.key, detachedMark+OwnerValue(""), clientv3.WithLease(lease.ID))).Commit()
 	})
 	if err != nil || !resp.Succeeded {
 		// Revoking the new lease removes the key too if a lost answer hid its move.
@@ -147,50 +221,57 @@ func revokeLease(cli *clientv3.Client, id clientv3.LeaseID) {
 	_, _ = cli.Revoke(clientv3.WithRequireLeader(ctx), id)
 }
 
-// Resume takes over the detached hold t names, as a hold of q: one Txn checks that its key
-// is there with the ticket's token, nonce and lease, and writes it again on that lease (so
-// the ticket resumes once); a keep-alive of its own then renews the lease, with a local
-// deadline as the shared ones', and the key is watched. The lease is revoked once the hold
-// has ended and its key is gone.
+// Resume takes over the detached hold t names, as a hold of q of the kind spec describes:
+// the ticket's lease must carry its key alone (checkTicket), and one Txn checks that its
+// key is there as the detaching write left it (token, nonce, lease, the mark) and, for a
+// kind that holds alone, that no key of the kind is ahead of it, and writes it again on
+// that lease without the mark (so the ticket resumes once, and no ticket built from the
+// resumed key does); a keep-alive of its own then renews the lease, with a local deadline
+// as the shared ones', and the key is watched. The lease is revoked once the hold has ended
+// and its key is gone.
 //
 // The caller checks that t's key is one of its kind under q's name.
 //
-// Errors: ErrStaleTicket, saying why, when t no longer names the hold, having written
-// nothing; etcd's error otherwise. Cost: a LeaseKeepAliveOnce and one Txn, then a watch of
-// the key.
-func (q *Queue) Resume(ctx context.Context, t Ticket) (*Hold, error) {
+// Errors: ErrStaleTicket, saying why, when t does not name a detached hold, having written
+// nothing; etcd's error otherwise. Cost: a LeaseTimeToLive, one Txn and a
+// LeaseKeepAliveOnce, then a watch of the key.
+func (q *Queue) Resume(ctx context.Context, t Ticket, spec Spec) (*Hold, error) {
 	cli := q.cli
-	sent := time.Now()
-	ka, err := retry(ctx, func() (*clientv3.LeaseKeepAliveResponse, error) {
-		return cli.KeepAliveOnce(clientv3.WithRequireLeader(ctx), t.Lease)
-	})
-	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return nil, fmt.Errorf("%w: %s: its lease %x has ended", ErrStaleTicket, t.Key, int64(t.Lease))
-	case err != nil:
-		return nil, fmt.Errorf("resume %s: %w", t.Key, err)
+	if _, err := checkTicket(ctx, cli, t); err != nil {
+		return nil, fmt.Errorf("resume: %w", err)
+	}
+	cmps := ticketCompares(t)
+	if !spec.weighted() {
+		// Nothing of its kind ahead: every key the kind waits behind came after it.
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(q.prefix+spec.Ahead), ">", t.Token-1).
+			WithPrefix())
 	}
 	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
-		return cli.Txn(clientv3.WithRequireLeader(ctx)).
-			If(clientv3.Compare(clientv3.CreateRevision(t.Key), "=", t.Token),
-				clientv3.Compare(clientv3.ModRevision(t.Key), "=", t.Nonce),
-				clientv3.Compare(clientv3.LeaseValue(t.Key), "=", t.Lease)).
-			Then(clientv3.OpPut(t.Key, "", clientv3.WithIgnoreValue(), clientv3.WithLease(t.Lease))).
-			Else(clientv3.OpGet(t.Key, clientv3.WithKeysOnly())).Commit()
+		return cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).
+			Then(clientv3.OpPut(t.Key, OwnerValue(""), clientv3.WithLease(t.Lease))).
+			Else(clientv3.OpGet(t.Key)).Commit()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("resume %s: %w", t.Key, err)
 	}
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().Kvs
-		why := "its key is gone"
-		switch {
-		case len(kvs) == 1 && kvs[0].CreateRevision == t.Token:
-			why = "the ticket was used: the hold was resumed, or its key written, since"
-		case len(kvs) == 1:
-			why = "the name was taken again"
+		if len(kvs) == 1 && t.names(kvs[0]) {
+			return nil, fmt.Errorf("%w: %s: a key of its kind is ahead of it: it does not hold", ErrStaleTicket, t.Key)
 		}
-		return nil, fmt.Errorf("%w: %s: %s", ErrStaleTicket, t.Key, why)
+		return nil, staleWhy(t, kvs)
+	}
+	sent := time.Now()
+	ka, err := retry(ctx, func() (*clientv3.LeaseKeepAliveResponse, error) {
+		return cli.KeepAliveOnce(clientv3.WithRequireLeader(ctx), t.Lease)
+	})
+	if err != nil {
+		// The key is resumed and the lease renewed by nobody: it goes with its TTL, or now.
+		revokeLease(cli, t.Lease)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return nil, fmt.Errorf("%w: %s: its lease %x has ended", ErrStaleTicket, t.Key, int64(t.Lease))
+		}
+		return nil, fmt.Errorf("resume %s: %w", t.Key, err)
 	}
 	sess := startKeepAlive(cli, t.Lease, sent, time.Duration(ka.TTL)*time.Second, nil)
 	sess.cluster = resp.Header.ClusterId
@@ -204,9 +285,21 @@ func (q *Queue) Resume(ctx context.Context, t Ticket) (*Hold, error) {
 }
 
 // RenewTicket renews the lease of the detached hold t names once, for its TTL, and reports
-// the TTL granted. Errors: ErrStaleTicket when its lease has ended or its key is no longer
-// the one t names. Cost: a LeaseKeepAliveOnce and a Range.
+// the TTL granted. Errors: ErrStaleTicket, having renewed nothing, when t does not name a
+// detached hold (its lease has ended or carries other keys, its key is gone, taken again,
+// resumed, or was never detached). Cost: a LeaseTimeToLive, a Range and a
+// LeaseKeepAliveOnce.
 func RenewTicket(ctx context.Context, cli *clientv3.Client, t Ticket) (time.Duration, error) {
+	if _, err := checkTicket(ctx, cli, t); err != nil {
+		return 0, err
+	}
+	resp, err := cli.Get(clientv3.WithRequireLeader(ctx), t.Key)
+	if err != nil {
+		return 0, err
+	}
+	if len(resp.Kvs) != 1 || !t.names(resp.Kvs[0]) {
+		return 0, staleWhy(t, resp.Kvs)
+	}
 	ka, err := cli.KeepAliveOnce(clientv3.WithRequireLeader(ctx), t.Lease)
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
@@ -214,30 +307,33 @@ func RenewTicket(ctx context.Context, cli *clientv3.Client, t Ticket) (time.Dura
 	case err != nil:
 		return 0, err
 	}
-	resp, err := cli.Get(clientv3.WithRequireLeader(ctx), t.Key, clientv3.WithKeysOnly())
-	if err != nil {
-		return 0, err
-	}
-	if len(resp.Kvs) != 1 || resp.Kvs[0].CreateRevision != t.Token || resp.Kvs[0].ModRevision != t.Nonce {
-		return 0, fmt.Errorf("%w: %s: its key is gone, taken again or resumed", ErrStaleTicket, t.Key)
-	}
 	return time.Duration(ka.TTL) * time.Second, nil
 }
 
 // ReleaseTicket releases the detached hold t names: one Txn deletes its key if it is still
-// the one t names, then its lease, which carried it alone, is revoked. Errors:
-// ErrStaleTicket when the key is not the one t names (nothing written). Cost: one Txn and a
-// LeaseRevoke.
+// as the detaching write left it, and its lease, which carried it alone, is revoked once
+// a read finds it carries nothing. Errors: ErrStaleTicket when t does not name a detached
+// hold (nothing written, nothing revoked). Cost: a LeaseTimeToLive, one Txn, a second
+// LeaseTimeToLive and a LeaseRevoke.
 func ReleaseTicket(ctx context.Context, cli *clientv3.Client, t Ticket) error {
-	resp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).
-		If(clientv3.Compare(clientv3.CreateRevision(t.Key), "=", t.Token),
-			clientv3.Compare(clientv3.ModRevision(t.Key), "=", t.Nonce)).
-		Then(clientv3.OpDelete(t.Key)).Commit()
+	if _, err := checkTicket(ctx, cli, t); err != nil {
+		return err
+	}
+	resp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).If(ticketCompares(t)...).
+		Then(clientv3.OpDelete(t.Key)).Else(clientv3.OpGet(t.Key)).Commit()
 	if err != nil {
 		return err
 	}
 	if !resp.Succeeded {
-		return fmt.Errorf("%w: %s: its key is gone, taken again or resumed", ErrStaleTicket, t.Key)
+		return staleWhy(t, resp.Responses[0].GetResponseRange().Kvs)
+	}
+	// A lease that carries a key is never revoked here, whatever the ticket said.
+	ttl, err := cli.TimeToLive(clientv3.WithRequireLeader(ctx), t.Lease, clientv3.WithAttachedKeys())
+	switch {
+	case err != nil:
+		return fmt.Errorf("released %s; read its lease: %w", t.Key, err)
+	case ttl.TTL <= 0 || len(ttl.Keys) > 0:
+		return nil // gone already; or it carries another's key, which its TTL or owner ends
 	}
 	if _, err := cli.Revoke(clientv3.WithRequireLeader(ctx), t.Lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("released %s; revoke its lease: %w", t.Key, err)

@@ -121,3 +121,85 @@ func createRev(t *testing.T, cli *clientv3.Client, key string) int64 {
 	require.Len(t, resp.Kvs, 1, "the key %s", key)
 	return resp.Kvs[0].CreateRevision
 }
+
+// handTicket is the ticket anyone who can read key builds for it: its lease, create and
+// mod revisions, as `etcdctl get -w json` shows them.
+func handTicket(t *testing.T, cli *clientv3.Client, key string) string {
+	t.Helper()
+	resp, err := cli.Get(etcdtest.Context(t), key)
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1, "the key %s", key)
+	kv := resp.Kvs[0]
+	return core.Ticket{Key: key, Lease: clientv3.LeaseID(kv.Lease), Token: kv.CreateRevision, Nonce: kv.ModRevision}.String()
+}
+
+// TestATicketBuiltByHandTakesNothing: a ticket names only a detached hold. One built by
+// hand for a live hold (on a lease that carries another hold of its client too), for a
+// waiter, for a waiter's key moved by hand onto a lease of its own and marked, or for a
+// hold resumed already is stale for Resume, RenewTicket and ReleaseTicket alike: nothing is
+// written, no lease revoked, and the live holds go on.
+func TestATicketBuiltByHandTakesNothing(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	const name = "detach-forged"
+	cli, admin, other := cluster.Client(t), cluster.Client(t), cluster.Client(t)
+	m := newMutex(t, cli, name)
+	require.NoError(t, m.Lock(ctx))
+	also := newMutex(t, cli, name+"-also") // a second hold on the victim's shared lease
+	require.NoError(t, also.Lock(ctx))
+	waiter := newMutex(t, other, name)
+	served := etcdtest.Async(func() error { return waiter.Lock(ctx) })
+	etcdtest.AwaitKeys(t, admin, core.NamePrefix(name), 2)
+	waiterKey := waiter.Key()
+
+	// A waiter's key moved by hand onto a lease of its own and marked as Detach marks.
+	moved := newMutex(t, other, name)
+	movedWait := etcdtest.Async(func() error { return moved.Lock(ctx) })
+	etcdtest.AwaitKeys(t, admin, core.NamePrefix(name), 3)
+	own, err := admin.Grant(ctx, 60)
+	require.NoError(t, err)
+	_, err = admin.Put(ctx, moved.Key(), "detached host=h pid=1 since=2026-11-29T00:00:00Z", clientv3.WithLease(own.ID))
+	require.NoError(t, err)
+
+	forged := map[string]string{
+		"a live hold":                       handTicket(t, admin, m.Key()),
+		"a waiter":                          handTicket(t, admin, waiterKey),
+		"a waiter moved by hand and marked": handTicket(t, admin, moved.Key()),
+	}
+	before := etcdtest.Revision(t, admin)
+	for what, ticket := range forged {
+		_, err := mutex.Resume(ctx, cluster.Client(t), ticket)
+		assert.ErrorIs(t, err, mutex.ErrStaleTicket, "Resume of %s", what)
+		tk, err := core.ParseTicket(ticket)
+		require.NoError(t, err)
+		_, err = core.RenewTicket(ctx, admin, tk)
+		if what != "a waiter moved by hand and marked" { // it is marked and alone: renewable, never resumable
+			assert.ErrorIs(t, err, mutex.ErrStaleTicket, "RenewTicket of %s", what)
+			assert.ErrorIs(t, core.ReleaseTicket(ctx, admin, tk), mutex.ErrStaleTicket, "ReleaseTicket of %s", what)
+		}
+	}
+	etcdtest.NoWrites(t, admin, before, "a ticket built by hand wrote")
+	assert.NoError(t, m.Err(), "the holder goes on")
+	assert.NoError(t, also.Err(), "the other hold on its lease goes on")
+	alive, err := admin.TimeToLive(ctx, leaseOf(t, admin, m.Key()))
+	require.NoError(t, err)
+	assert.Positive(t, alive.TTL, "the victim's shared lease lives")
+	etcdtest.Pending(t, served, "the waiter, behind the live hold")
+	_, err = admin.Revoke(ctx, own.ID)
+	require.NoError(t, err)
+	assert.Error(t, etcdtest.Within(t, movedWait, 20*time.Second, "the waiter whose key was moved by hand"))
+
+	// A hold resumed already: neither its ticket nor one built from its key now resumes.
+	require.NoError(t, m.Unlock(ctx))
+	require.NoError(t, etcdtest.Within(t, served, 20*time.Second, "the waiter"))
+	ticket, err := waiter.Detach(ctx)
+	require.NoError(t, err)
+	r, err := mutex.Resume(ctx, cluster.Client(t), ticket)
+	require.NoError(t, err)
+	for what, tk := range map[string]string{"its ticket": ticket, "one built from its key": handTicket(t, admin, r.Key())} {
+		_, err := mutex.Resume(ctx, cluster.Client(t), tk)
+		assert.ErrorIs(t, err, mutex.ErrStaleTicket, "a resumed hold, %s", what)
+	}
+	assert.NoError(t, r.Err(), "the resumed hold goes on")
+	require.NoError(t, r.Unlock(ctx))
+	require.NoError(t, also.Unlock(ctx))
+}
