@@ -213,7 +213,9 @@ func (a *Attempt) HeldGroup(g *Group) {
 func (g *Group) recordEnd(err error) { g.metrics.end(err, g.sess) }
 
 // settleLoss is Hold.settleLoss for the Group: a Release returns once the loss is counted.
-func (g *Group) settleLoss() { settle(&g.mu, &g.metrics, g.cli, g.sess) }
+func (g *Group) settleLoss() {
+	settle(&g.mu, &g.metrics, g.sess, func() bool { return leaseGone(g.cli, g.sess) })
+}
 
 func (g *Group) unsettled() bool {
 	g.mu.Lock()

@@ -345,6 +345,20 @@ func release(ctx context.Context, cli *clientv3.Client, sess *Session, members [
 		h.mu.Unlock()
 	}
 	deleted, err := deleteFenced(ctx, cli, sess, append(live, stray...))
+	// A key found gone was not deleted by this release: an operator's, whose reason the
+	// holder must hear whether or not it watched its hold, or its lease's end.
+	var gone []*Hold
+	for i, h := range live {
+		if deleted != nil && !deleted[i] && h.recordKey() != "" {
+			gone = append(gone, h)
+		}
+	}
+	why := map[*Hold]error{}
+	if len(gone) > 0 {
+		for i, err := range releasedErrs(context.WithoutCancel(ctx), cli, gone) {
+			why[gone[i]] = err
+		}
+	}
 	kept := false
 	for _, h := range stray {
 		h.mu.Lock()
@@ -364,7 +378,10 @@ func release(ctx context.Context, cli *clientv3.Client, sess *Session, members [
 		h.mu.Lock()
 		switch {
 		case deleted != nil && !deleted[i]:
-			loss = errKeyGone(h.key)
+			loss = why[h]
+			if loss == nil {
+				loss = errKeyGone(h.key)
+			}
 		case deleted != nil:
 		case h.seen != nil && errors.Is(h.seen, errUnwatched) && !sess.ended():
 			// Its watch was refused while the delete got no answer: lost, and its key may

@@ -457,8 +457,17 @@ func (k *keyWatch) checkAll() {
 		for _, h := range settles {
 			h.settleLoss()
 		}
-		var again []keyCheck
+		var again, gone []keyCheck
 		for _, c := range checks {
+			if c.gone && c.loss == nil {
+				gone = append(gone, c)
+			}
+		}
+		k.tellGone(gone)
+		for _, c := range checks {
+			if c.gone && c.loss == nil {
+				continue
+			}
 			if !k.recheck(c) {
 				again = append(again, c)
 			}
@@ -527,6 +536,73 @@ func (k *keyWatch) recheck(c keyCheck) bool {
 	}
 	k.create(e)
 	return true
+}
+
+// tellGone ends the holds of cs, whose keys were seen deleted, all at once however many
+// they are: a lease that ends deletes every key on it in one revision, and thousands of
+// holds must hear of it within a second, not one read after another. Holds whose lease is
+// gone (their session knows, or one LeaseTimeToLive per lease says so) are told at once:
+// their keys went with it. The others' keys were deleted while their leases lived, by an
+// operator's release or by hand: their release records are read together (releasedErrs),
+// so that an operator's reason reaches Err.
+func (k *keyWatch) tellGone(cs []keyCheck) {
+	if len(cs) == 0 {
+		return
+	}
+	bySession := map[*Session][]*Hold{}
+	for _, c := range cs {
+		e, h := c.e, c.e.h
+		k.mu.Lock()
+		watched := k.holds[h] == e
+		k.mu.Unlock()
+		switch {
+		case !watched:
+		case !h.isHeld():
+			// Being released, it sees its own delete go: that needs no reason and must
+			// cost no read (the release weighs what it observed).
+			h.observe(errKeyGone(h.key))
+			h.settleLoss()
+		default:
+			bySession[h.sess] = append(bySession[h.sess], h)
+		}
+	}
+	var alive []*Hold
+	for sess, holds := range bySession {
+		if sess.lostErr() == nil && !leaseGone(k.cli, sess) {
+			alive = append(alive, holds...)
+			continue
+		}
+		for _, h := range holds {
+			h.observe(errKeyGone(h.key))
+		}
+		for _, h := range holds {
+			h.settleLossAs(true)
+		}
+	}
+	var named []*Hold
+	for _, h := range alive {
+		if h.recordKey() == "" {
+			h.observe(errKeyGone(h.key))
+			h.settleLossAs(false)
+			continue
+		}
+		named = append(named, h)
+	}
+	for i, rel := range releasedErrs(k.cli.Ctx(), k.cli, named) {
+		h := named[i]
+		if rel == nil {
+			rel = errKeyGone(h.key)
+		}
+		h.observe(rel)
+		h.settleLossAs(false)
+	}
+}
+
+// isHeld reports whether h is held: neither being released nor ended.
+func (h *Hold) isHeld() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state == held
 }
 
 // sessionEnded ends every watched hold of s as lost: its lease is gone, or may be.

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -74,8 +77,83 @@ func releasedErr(ctx context.Context, cli *clientv3.Client, s *slot, rev int64) 
 	if json.Unmarshal(resp.Kvs[0].Value, &rec) != nil || rec.Token != rev {
 		return nil
 	}
-	return fmt.Errorf("%w: %w: key %s: %q (by %s at %s)", ErrLost, ErrReleasedByOperator, key,
-		rec.Reason, rec.By, rec.At.Format(time.RFC3339))
+	return operatorLoss(key, rec)
+}
+
+// recordBatch is how many release records one Txn reads (etcd takes 128 ops by default),
+// and recordReaders how many such Txns are in flight at once.
+const (
+	recordBatch   = 64
+	recordReaders = 4
+)
+
+// releasedErrs is releasedErr for each of holds, whose keys were all seen gone while their
+// leases lived: the records are read in Txns of recordBatch Gets, recordReaders at a time,
+// all bounded by recordWait, so that thousands of keys deleted at once (an operator's del
+// --prefix) are told within it. A nil entry: no record, or none could be read.
+func releasedErrs(ctx context.Context, cli *clientv3.Client, holds []*Hold) []error {
+	errs := make([]error, len(holds))
+	ctx, cancel := context.WithTimeout(ctx, recordWait)
+	defer cancel()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, recordReaders)
+	for start := 0; start < len(holds); start += recordBatch {
+		batch := holds[start:min(start+recordBatch, len(holds))]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ops := make([]clientv3.Op, 0, len(batch))
+			for _, h := range batch {
+				ops = append(ops, clientv3.OpGet(h.recordKey()))
+			}
+			resp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
+			if err != nil {
+				return
+			}
+			for i, h := range batch {
+				errs[start+i] = h.releasedBy(resp.Responses[i].GetResponseRange().GetKvs())
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// recordKey is where the record of an operator's release of h's key would lie; "" for a
+// hold with no name (see releasedErr).
+func (h *Hold) recordKey() string {
+	if h.slot == nil || h.slot.name == 0 {
+		return ""
+	}
+	return ReleaseRecordKey(h.key[:h.slot.name], h.key)
+}
+
+// releasedBy is the loss of h if kvs, a read of its recordKey, holds the record of an
+// operator's release of it; else nil.
+func (h *Hold) releasedBy(kvs []*mvccpb.KeyValue) error {
+	if len(kvs) == 0 {
+		return nil
+	}
+	var rec ReleaseRecord
+	if json.Unmarshal(kvs[0].Value, &rec) != nil || rec.Token != h.rev {
+		return nil
+	}
+	return operatorLoss(h.key, rec)
+}
+
+// operatorLoss is the loss of the key an operator released, as rec says.
+func operatorLoss(key string, rec ReleaseRecord) error {
+	return fmt.Errorf("%w: %w: key %s: %s (by %s at %s)", ErrLost, ErrReleasedByOperator, key,
+		quoteReason(rec.Reason), rec.By, rec.At.Format(time.RFC3339))
+}
+
+// quoteReason is an operator's reason as a loss quotes it: "no reason given" for none.
+func quoteReason(reason string) string {
+	if reason == "" {
+		return "no reason given"
+	}
+	return strconv.Quote(reason)
 }
 
 // whyGone is err, the failure of a wait, or the operator's release of the key of slot s

@@ -616,7 +616,17 @@ func (h *Hold) settleLoss() {
 		h.group.settleLoss()
 		return
 	}
-	settle(&h.mu, &h.metrics, h.cli, h.sess)
+	settle(&h.mu, &h.metrics, h.sess, func() bool { return leaseGone(h.cli, h.sess) })
+}
+
+// settleLossAs is settleLoss for a caller that knows whether the hold's lease is gone (see
+// keyWatch.tellGone): it asks etcd nothing.
+func (h *Hold) settleLossAs(gone bool) {
+	if h.group != nil {
+		h.group.settleLoss()
+		return
+	}
+	settle(&h.mu, &h.metrics, h.sess, func() bool { return gone })
 }
 
 // unsettled reports whether the hold's loss is still to be counted (see settleLoss).
@@ -631,7 +641,7 @@ func (h *Hold) unsettled() bool {
 
 // settle is settleLoss for the metrics *mp of a hold or Group, guarded by mu: the first
 // call counts the loss, any other waits until it is counted.
-func settle(mu *sync.Mutex, mp **holdMetrics, cli *clientv3.Client, sess *Session) {
+func settle(mu *sync.Mutex, mp **holdMetrics, sess *Session, leaseGone func() bool) {
 	mu.Lock()
 	m := *mp
 	switch {
@@ -653,11 +663,10 @@ func settle(mu *sync.Mutex, mp **holdMetrics, cli *clientv3.Client, sess *Sessio
 	mu.Unlock()
 	defer close(settled)
 	c := causeDeleted
-	if leaseGone(cli, sess) {
-		c = causeRevoked
-	}
 	if sc, known := lossCause(errKeyDeleted, sess); known {
 		c = sc // the session has ended meanwhile, and knows why
+	} else if leaseGone() {
+		c = causeRevoked
 	}
 	m.t.ins.lost.Add(context.Background(), 1, m.t.byCause[c]...)
 }
