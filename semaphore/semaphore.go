@@ -20,6 +20,11 @@ const (
 	limitName  = core.RecordLimit
 )
 
+// MaxLimit is the highest limit of a semaphore, and so the most units a permit takes:
+// 2^31-1. A higher one is [ErrInvalidOption], so that the units held and asked for ahead of
+// a waiter can always be summed.
+const MaxLimit = core.MaxUnits
+
 // guardTries bounds how often an acquisition reads the limit again after its guard
 // failed: only changes coming one after another (SetLimit, an operator's delete) make it
 // fail more than once.
@@ -44,7 +49,7 @@ type Semaphore struct {
 // New returns a Semaphore on name over cli, with limit the units to record for a name
 // whose limit etcd does not record yet (see the package doc). It does no I/O. Errors,
 // wrapped with the detail: [ErrInvalidName] for a bad name, [ErrInvalidOption] for a limit
-// below 1, a bad option or a nil cli.
+// below 1 or above [MaxLimit], a bad option or a nil cli.
 func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semaphore, error) {
 	if err := core.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("semaphore: %w", err)
@@ -52,8 +57,8 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 	if cli == nil {
 		return nil, fmt.Errorf("semaphore %q: %w: nil client", name, ErrInvalidOption)
 	}
-	if limit < 1 {
-		return nil, fmt.Errorf("semaphore %q: %w: limit %d is below 1", name, ErrInvalidOption, limit)
+	if err := core.CheckLimit(limit); err != nil {
+		return nil, fmt.Errorf("semaphore %q: %w", name, err)
 	}
 	cfg, err := core.Options(opts)
 	if err != nil {
@@ -129,7 +134,7 @@ func (s *Semaphore) Limit() int {
 // ask. A waiter asking more units than the new limit fails with [ErrLimitMismatch]. It
 // records n if etcd records no limit for the name.
 //
-// Errors: [ErrInvalidOption] for n below 1, having sent nothing, and when s was not made by
+// Errors: [ErrInvalidOption] for n below 1 or above [MaxLimit], having sent nothing, and when s was not made by
 // [New] or its client is closed. ctx's error, wrapped: with ctx done already, having sent
 // nothing; when ctx ends first, the limit may have changed then or not.
 //
@@ -138,8 +143,8 @@ func (s *Semaphore) SetLimit(ctx context.Context, n int) error {
 	if err := s.queue().Unusable(); err != nil {
 		return s.errorf("set limit", err)
 	}
-	if n < 1 {
-		return s.errorf("set limit", fmt.Errorf("%w: limit %d is below 1", ErrInvalidOption, n))
+	if err := core.CheckLimit(n); err != nil {
+		return s.errorf("set limit", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return s.errorf("set limit", err) // before any I/O
@@ -257,6 +262,9 @@ func (s *Semaphore) take(ctx context.Context, n int, acquire func(context.Contex
 			return nil, fmt.Errorf("%w: %d units is over the limit of %d that etcd records", ErrInvalidOption, n, limit)
 		}
 		h, err := acquire(ctx, s.specFor(n, limit))
+		if c := h.Capacity(); c > 0 {
+			s.limit.Store(int64(c)) // a SetLimit while it waited: served under that limit
+		}
 		if !errors.Is(err, core.ErrGuard) {
 			return h, err
 		}

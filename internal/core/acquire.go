@@ -26,6 +26,9 @@ type acquisition struct {
 	spec  Spec
 	sess  *Session
 	slots []*slot
+	// capacity is the capacity it was served under, when a change of it was heard while
+	// it waited (Spec.CapacityMark); 0: the spec's.
+	capacity int
 }
 
 func (a *acquisition) cli() *clientv3.Client { return a.qs[0].cli }
@@ -234,6 +237,9 @@ func grant[T any](ctx context.Context, a *acquisition, rev int64, err error, mk 
 		return none, err
 	}
 	t := mk(a.cli(), a.sess, a.slots, rev)
+	if h, ok := any(t).(*Hold); ok {
+		h.capacity = a.capacity
+	}
 	bound(a.qs, t)
 	return t, nil
 }
@@ -490,6 +496,13 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 			continue // its keys may have gone meanwhile
 		}
 		if !pending {
+			for _, s := range subs {
+				if s.w.mark != "" {
+					s.h.mu.Lock()
+					a.capacity = s.w.slots + s.w.units - 1
+					s.h.mu.Unlock()
+				}
+			}
 			return nil
 		}
 		select {

@@ -52,6 +52,9 @@ type Hold struct {
 	group   *Group       // the Group it is a member of, which is what is counted; nil for none
 	timer   *time.Timer  // its maximum hold's (life.go); nil for none
 	mod     int64        // the revision of its last change of mode (mode.go); 0 before one
+	// capacity is the capacity it was served under when a change of it was heard while it
+	// waited (a semaphore's SetLimit); 0: its spec's. Set before the Hold is handed out.
+	capacity int
 }
 
 func newHold(cli *clientv3.Client, sess *Session, slot *slot, rev int64) *Hold {
@@ -64,6 +67,15 @@ func (h *Hold) Key() string {
 		return ""
 	}
 	return h.key
+}
+
+// Capacity is the capacity the hold was served under, when it heard of a change while it
+// waited; 0 when it was served under its spec's.
+func (h *Hold) Capacity() int {
+	if h == nil {
+		return 0
+	}
+	return h.capacity
 }
 
 // Token is the hold's create revision: its fencing token; 0 for no hold.

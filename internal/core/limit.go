@@ -28,6 +28,23 @@ import (
 // Txn, that those that held and the first that waited are still there, so that nobody was
 // served under the old limit between its read and its write.
 
+// MaxUnits is the highest limit of a semaphore, and so the most units one permit takes:
+// the units of a permit are in its key (see unitsKind), read back as a 32-bit number, and
+// the units of every key ahead of a waiter are summed in an int, which no count of keys
+// etcd can hold makes overflow on a 64-bit platform.
+const MaxUnits = 1<<31 - 1
+
+// CheckLimit reports, wrapped around ErrInvalidOption, why n cannot be a semaphore's limit.
+func CheckLimit(n int) error {
+	switch {
+	case n < 1:
+		return fmt.Errorf("%w: limit %d is below 1", ErrInvalidOption, n)
+	case n > MaxUnits:
+		return fmt.Errorf("%w: limit %d is over the most units a semaphore counts, %d", ErrInvalidOption, n, MaxUnits)
+	}
+	return nil
+}
+
 // LimitMark starts the key of a limit's marker under the name's prefix.
 const LimitMark = RecordLimit + "/"
 
@@ -41,7 +58,7 @@ func IsRecord(rest string) bool {
 // prefix and LimitMark); false if it names none.
 func markedLimit(rest string) (int, bool) {
 	n, err := strconv.Atoi(rest)
-	return n, err == nil && n >= 1 && strconv.Itoa(n) == rest
+	return n, err == nil && n >= 1 && n <= MaxUnits && strconv.Itoa(n) == rest
 }
 
 // limitState is what etcd records of a semaphore's limit.

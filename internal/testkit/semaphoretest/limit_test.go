@@ -91,6 +91,7 @@ func TestARaiseServesTheWaitersThatNowFit(t *testing.T) {
 		a := outcome(t, outcomes[i])
 		require.NoError(t, a.err, "waiter %d", i)
 		held = append(held, a.p)
+		assert.Equal(t, 4, waiters[i].Limit(), "waiter %d: the limit it was served under", i)
 	}
 	n, err := holder.InUse(ctx)
 	require.NoError(t, err)
@@ -201,6 +202,7 @@ func TestSetLimitRefusesBadInputAndWritesNothing(t *testing.T) {
 	cli := cluster.Client(t)
 	before := etcdtest.Revision(t, cli)
 	assert.ErrorIs(t, newSemaphore(t, cli, "set-limit-bad", 2).SetLimit(ctx, 0), semaphore.ErrInvalidOption)
+	assert.ErrorIs(t, newSemaphore(t, cli, "set-limit-bad", 2).SetLimit(ctx, semaphore.MaxLimit+1), semaphore.ErrInvalidOption)
 	assert.ErrorIs(t, new(semaphore.Semaphore).SetLimit(ctx, 2), semaphore.ErrInvalidOption)
 	assert.Zero(t, new(semaphore.Semaphore).Limit())
 	done, cancel := context.WithCancel(ctx)

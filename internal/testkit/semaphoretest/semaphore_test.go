@@ -3,6 +3,7 @@ package semaphore_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -345,12 +346,14 @@ func TestAServedWaiterSendsNoRPCAfterItsWakeUp(t *testing.T) {
 	require.NoError(t, b.Release(ctx))
 }
 
-// TestABadLimitIsRejectedAndWritesNothing: New refuses a limit below 1. (Bad names and
-// options of every package: primtest's TestBadInputIsRejectedAndWritesNothing.)
+// TestABadLimitIsRejectedAndWritesNothing: New refuses a limit below 1, or one whose units
+// could overflow what a waiter sums (a limit of 2^63-1 once let three permits of 5e18
+// units hold at once). (Bad names and options of every package: primtest's
+// TestBadInputIsRejectedAndWritesNothing.)
 func TestABadLimitIsRejectedAndWritesNothing(t *testing.T) {
 	cli := cluster.Client(t)
 	before := etcdtest.Revision(t, cli)
-	for _, limit := range []int{0, -3} {
+	for _, limit := range []int{0, -3, semaphore.MaxLimit + 1, math.MaxInt} {
 		s, err := semaphore.New(cli, "ok", limit)
 		assert.ErrorIs(t, err, semaphore.ErrInvalidOption, "limit %d", limit)
 		assert.Nil(t, s)
