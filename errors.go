@@ -31,6 +31,11 @@ var (
 	// it: its key was released or went with its lease, the ticket was used to resume it
 	// already, or the name was taken again. Nothing was written.
 	ErrStaleTicket = core.ErrStaleTicket
+	// ErrOtherKind: the name holds keys or records of another kind of primitive (a
+	// semaphore's limit record under a name now locked, say), which this one would wait
+	// behind, perhaps for good; nothing was written. The error names the key found. Once
+	// nobody uses the name, admin.Delete (etcdsync delete) removes its lasting records.
+	ErrOtherKind = core.ErrOtherKind
 	// ErrLimitMismatch: a semaphore's limit in etcd changed under an acquisition: it was
 	// lowered below the units a waiter asks (whose key is then deleted), or kept changing.
 	ErrLimitMismatch = core.ErrLimitMismatch

@@ -125,7 +125,7 @@ func (e *Election) campaign(ctx context.Context, value string, stop context.Canc
 	if err := e.takeTurn(ctx); err != nil {
 		return nil, e.errorf("campaign", err)
 	}
-	spec := core.Spec{Value: value, Tel: e.tel, Handover: true}
+	spec := core.Spec{Value: value, Tel: e.tel, Handover: true, Use: core.UseElection}
 	if e.pref > 0 {
 		spec.Kind = core.PreferenceKind(e.pref)
 	}

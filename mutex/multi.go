@@ -111,7 +111,7 @@ func (m *Multi) lock(ctx context.Context) (_ *core.Group, err error) {
 	if err := m.turn.Take(ctx); err != nil {
 		return nil, m.errorf("lock", err)
 	}
-	g, err := core.AcquireAll(ctx, m.qs, core.Spec{Value: core.OwnerValue(""), Tel: m.tel}, m.setWaiting)
+	g, err := core.AcquireAll(ctx, m.qs, core.Spec{Value: core.OwnerValue(""), Tel: m.tel, Use: core.UseLock}, m.setWaiting)
 	a.HeldGroup(g)
 	m.mu.Lock()
 	m.waiting, m.group = nil, g
@@ -139,7 +139,7 @@ func (m *Multi) TryLock(ctx context.Context) (err error) {
 	if !m.turn.TryTake() {
 		return m.errorf("try lock", ErrLocked)
 	}
-	g, err := core.TryAcquireAll(ctx, m.qs, core.Spec{Value: core.OwnerValue("")})
+	g, err := core.TryAcquireAll(ctx, m.qs, core.Spec{Value: core.OwnerValue(""), Use: core.UseLock})
 	a.HeldGroup(g)
 	if err != nil {
 		m.turn.Give()

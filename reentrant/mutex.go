@@ -93,7 +93,7 @@ func (m *Mutex) Lock(ctx context.Context) (_ context.Context, err error) {
 	// not from the span's.
 	actx, a := m.tel.BeginWait(ctx, "etcdsync.reentrant.Lock")
 	defer func() { a.End(err) }()
-	h, err := m.q.Acquire(actx, core.Spec{Value: ownerValue(), Tel: m.tel}, nil)
+	h, err := m.q.Acquire(actx, core.Spec{Value: ownerValue(), Tel: m.tel, Use: core.UseLock}, nil)
 	a.Held(h)
 	if err != nil {
 		return ctx, m.errorf("lock", err)
@@ -124,7 +124,7 @@ func (m *Mutex) TryLock(ctx context.Context) (_ context.Context, err error) {
 	}
 	actx, a := m.tel.BeginTry(ctx, "etcdsync.reentrant.TryLock")
 	defer func() { a.End(err) }()
-	h, err := m.q.TryAcquire(actx, core.Spec{Value: ownerValue()})
+	h, err := m.q.TryAcquire(actx, core.Spec{Value: ownerValue(), Use: core.UseLock})
 	a.Held(h)
 	if err != nil {
 		return ctx, m.errorf("try lock", err)

@@ -80,7 +80,7 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 // etcd records limit.
 func (s *Semaphore) specFor(n, limit int) core.Spec {
 	return core.Spec{
-		Kind: permitKind, Ahead: permitKind, Capacity: limit, Weight: n, Tel: s.tel,
+		Kind: permitKind, Ahead: permitKind, Capacity: limit, Weight: n, Tel: s.tel, Use: core.UseSemaphore,
 		Value:        core.OwnerValue(""),
 		Guard:        []clientv3.Cmp{clientv3.Compare(clientv3.Value(s.limitKey), "=", strconv.Itoa(limit))},
 		CapacityMark: core.LimitMark,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -165,14 +166,34 @@ func acquire[T any](ctx context.Context, qs []*Queue, spec Spec, onKeys func([]s
 
 // withAcquisition runs attempt with an acquisition of qs under spec on a live session (see
 // withSession); attempt owns its slots from then on.
+//
+// With spec.Use, every Txn that may write a key also holds spec.Use's claim on each name
+// (Claim.Guard, in spec.Guard); a guard that fails because a key of another use is there
+// is ErrOtherKind, naming it.
 func withAcquisition[T any](ctx context.Context, qs []*Queue, spec Spec, attempt func(*acquisition) (T, error)) (T, error) {
-	return withSession(ctx, qs[0].sessions, func(sess *Session) (T, error) {
+	var claims []Claim
+	if spec.Use != 0 {
+		guard := slices.Clip(spec.Guard)
+		for _, q := range qs {
+			c := Claim{q.prefix, spec.Use}
+			claims = append(claims, c)
+			guard = append(guard, c.Guard()...)
+		}
+		spec.Guard = guard
+	}
+	t, err := withSession(ctx, qs[0].sessions, func(sess *Session) (T, error) {
 		a := &acquisition{qs: qs, spec: spec, sess: sess, slots: make([]*slot, len(qs))}
 		for i, q := range qs {
 			a.slots[i] = claimSlot(q.prefix, spec.keyKind(), sess)
 		}
 		return attempt(a)
 	})
+	if errors.Is(err, ErrGuard) && len(claims) > 0 {
+		if other := Check(ctx, qs[0].cli, claims...); other != nil {
+			return t, other
+		}
+	}
+	return t, err
 }
 
 // leaseTries bounds the leases one acquisition takes when each is found gone before

@@ -161,11 +161,11 @@ func (p *Participant) Round() int64 { return p.round }
 // ctx's end included, it deletes the key (see withdraw) before returning.
 func (b *Barrier) Enter(ctx context.Context) (*Participant, error) {
 	size := strconv.Itoa(b.n)
-	spec := Spec{Kind: kindIn, Ahead: kindIn, Value: OwnerValue(""),
+	spec := Spec{Kind: kindIn, Ahead: kindIn, Value: OwnerValue(""), Use: UseBarrier,
 		Guard: []clientv3.Cmp{clientv3.Compare(clientv3.Value(b.sz), "=", size)}}
 	h, err := b.q.Join(ctx, spec)
 	if errors.Is(err, ErrGuard) { // no size recorded yet, or another
-		stored, rerr := Record(ctx, b.q.cli, b.sz, size)
+		stored, rerr := Record(ctx, b.q.cli, Claim{b.q.prefix, UseBarrier}, b.sz, size)
 		switch {
 		case rerr != nil:
 			return nil, waitErr(ctx, b.q.cli, rerr)

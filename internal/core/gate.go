@@ -31,7 +31,7 @@ func (g *Gate) Queue() *Queue { return g.q }
 // Hold closes the gate: it creates its key, if absent. One Txn, retried through leader
 // changes.
 func (g *Gate) Hold(ctx context.Context) error {
-	if _, err := Record(ctx, g.q.cli, g.key, OwnerValue("")); err != nil {
+	if _, err := Record(ctx, g.q.cli, Claim{g.q.prefix, UseGate}, g.key, OwnerValue("")); err != nil {
 		return waitErr(ctx, g.q.cli, err)
 	}
 	return nil

@@ -87,7 +87,8 @@ func parseLatch(kv *mvccpb.KeyValue) (count int, id string, err error) {
 func (l *Latch) Set(ctx context.Context, count int) error {
 	id := uuid.NewString()
 	value := strconv.Itoa(count) + " " + id
-	stored, err := Record(ctx, l.cli, l.record, value)
+	claim := Claim{strings.TrimSuffix(l.record, latchKey), UseLatch}
+	stored, err := Record(ctx, l.cli, claim, l.record, value)
 	switch {
 	case err != nil:
 		return waitErr(ctx, l.cli, err)

@@ -131,7 +131,7 @@ func heldPermits(prefix, kind string, kvs []*mvccpb.KeyValue, l limitState) []bo
 // recorded first. One Txn, retried through leader changes.
 func EnsureLimit(ctx context.Context, cli *clientv3.Client, prefix string, n int) (int, error) {
 	record := prefix + RecordLimit
-	stored, err := Record(ctx, cli, record, strconv.Itoa(n), clientv3.OpPut(prefix+LimitMark+strconv.Itoa(n), "0"))
+	stored, err := Record(ctx, cli, Claim{prefix, UseSemaphore}, record, strconv.Itoa(n), clientv3.OpPut(prefix+LimitMark+strconv.Itoa(n), "0"))
 	if err != nil {
 		return 0, err
 	}
@@ -173,6 +173,10 @@ func ChangeLimit(ctx context.Context, cli *clientv3.Client, prefix string, n int
 		}
 		permits := resp.Responses[2].GetResponseRange().Kvs
 		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(record), "=", l.rev)}
+		claim := Claim{prefix, UseSemaphore}
+		if l.n == 0 {
+			cmps = append(cmps, claim.Guard()...) // a new record: on a name of no other use
+		}
 		var ops []clientv3.Op
 		if l.n != 0 && !l.marked {
 			// A record without its marker: mark it first, so that the change has a delete
@@ -216,6 +220,11 @@ func ChangeLimit(ctx context.Context, cli *clientv3.Client, prefix string, n int
 			continue // marked: now the change
 		case tresp.Succeeded:
 			return nil
+		}
+		if l.n == 0 {
+			if err := Check(ctx, cli, claim); err != nil {
+				return err
+			}
 		}
 		if err := b.wait(ctx); err != nil { // it changed between: read again
 			return err

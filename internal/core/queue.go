@@ -93,6 +93,10 @@ type Spec struct {
 	// heard as puts (the queue must watch arrivals; an approaching waiter watches the keys
 	// it picked for puts too).
 	Passes []string
+	// Use, if not 0, is what the acquisition uses the name as: every Txn that may write
+	// the key also compares that no key of another use is under the name (Claim.Guard), and
+	// fails with ErrOtherKind, naming it, when one is.
+	Use Use
 	// Handover, for an election's candidate, says that its key may be deleted by a handover
 	// of the leader's key to it (see handover.go): a wait that sees its key deleted then
 	// reads the record of the handover, and holds that key if it was handed it.
@@ -353,12 +357,13 @@ func Served(prefix string, keys []QueuedKey, specOf func(rel, mode string) (Spec
 // Record writes value at key unless the key exists, and returns what the key holds then:
 // value if this call or an earlier one wrote it, else what another writer recorded first.
 // The writes also are made with it, in the same Txn. The key has no lease: it outlives
-// every session. One Txn, retried through leader changes (a retry of a put that was
-// applied finds its own value).
-func Record(ctx context.Context, cli *clientv3.Client, key, value string, also ...clientv3.Op) (stored string, err error) {
+// every session. It writes nothing while the name holds a key of another use than the
+// claim's: ErrOtherKind, naming it (a second Txn reads what). One Txn, retried through
+// leader changes (a retry of a put that was applied finds its own value).
+func Record(ctx context.Context, cli *clientv3.Client, claim Claim, key, value string, also ...clientv3.Op) (stored string, err error) {
 	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
 		return cli.Txn(clientv3.WithRequireLeader(ctx)).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, claim.Guard()...)...).
 			Then(append([]clientv3.Op{clientv3.OpPut(key, value)}, also...)...).
 			Else(clientv3.OpGet(key)).
 			Commit()
@@ -370,8 +375,11 @@ func Record(ctx context.Context, cli *clientv3.Client, key, value string, also .
 		return value, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 { // deleted between the compare and the read cannot happen in one Txn
-		return "", fmt.Errorf("record %s: key vanished inside a Txn", key)
+	if len(kvs) == 0 { // absent, so the claim's guard failed
+		if err := Check(ctx, cli, claim); err != nil {
+			return "", err
+		}
+		return "", fmt.Errorf("record %s: %w: the name's keys changed between a write and a read", key, ErrOtherKind)
 	}
 	return string(kvs[0].Value), nil
 }
