@@ -30,6 +30,10 @@ type acquisition struct {
 	// capacity is the capacity it was served under, when a change of it was heard while
 	// it waited (Spec.CapacityMark); 0: the spec's.
 	capacity int
+	// claims are its uses of its names (Spec.Use), whose guards are the last useGuards of
+	// spec.Guard (see withAcquisition).
+	claims    []Claim
+	useGuards int
 }
 
 func (a *acquisition) cli() *clientv3.Client { return a.qs[0].cli }
@@ -172,6 +176,7 @@ func acquire[T any](ctx context.Context, qs []*Queue, spec Spec, onKeys func([]s
 // is ErrOtherKind, naming it.
 func withAcquisition[T any](ctx context.Context, qs []*Queue, spec Spec, attempt func(*acquisition) (T, error)) (T, error) {
 	var claims []Claim
+	useGuards := 0
 	if spec.Use != 0 {
 		guard := slices.Clip(spec.Guard)
 		for _, q := range qs {
@@ -179,10 +184,11 @@ func withAcquisition[T any](ctx context.Context, qs []*Queue, spec Spec, attempt
 			claims = append(claims, c)
 			guard = append(guard, c.Guard()...)
 		}
+		useGuards = len(guard) - len(spec.Guard)
 		spec.Guard = guard
 	}
 	t, err := withSession(ctx, qs[0].sessions, func(sess *Session) (T, error) {
-		a := &acquisition{qs: qs, spec: spec, sess: sess, slots: make([]*slot, len(qs))}
+		a := &acquisition{qs: qs, spec: spec, sess: sess, slots: make([]*slot, len(qs)), claims: claims, useGuards: useGuards}
 		for i, q := range qs {
 			a.slots[i] = claimSlot(q.prefix, spec.keyKind(), sess)
 		}
@@ -542,8 +548,15 @@ var ErrGuard = errors.New("etcdsync: guard failed")
 
 // try writes the keys only if no key is in spec.Ahead of any queue (and the guard holds):
 // one Txn, ErrLocked (or ErrGuard) when it writes nothing.
+//
+// A try of a kind that waits behind every key of its names (Spec.Ahead "") needs no guard
+// of its use: its compare that no key is there is stronger. When a key is, and the first
+// of a name is of another use, it fails with ErrOtherKind instead of ErrLocked, at no cost.
 func try[T any](ctx context.Context, a *acquisition, mk maker[T]) (T, error) {
 	n, spec := len(a.qs), a.spec
+	if spec.Ahead == "" {
+		spec.Guard = spec.Guard[:len(spec.Guard)-a.useGuards]
+	}
 	var none T
 	cmps := make([]clientv3.Cmp, 0, n+len(spec.Guard))
 	then := make([]clientv3.Op, 0, n)
@@ -572,6 +585,13 @@ func try[T any](ctx context.Context, a *acquisition, mk maker[T]) (T, error) {
 		return none, ErrGuard
 	case ans.present == 0:
 		a.abandon(ctx, 0, ans.unknown)
+		if spec.Ahead == "" && len(a.claims) == n {
+			for i, c := range a.claims {
+				if head := resp.Responses[n+i].GetResponseRange().Kvs; len(head) > 0 && c.foreign(string(head[0].Key)) {
+					return none, c.otherKind(string(head[0].Key))
+				}
+			}
+		}
 		return none, ErrLocked
 	}
 	if err != nil {

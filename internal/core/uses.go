@@ -157,6 +157,17 @@ func Check(ctx context.Context, cli *clientv3.Client, claims ...Claim) error {
 	return nil
 }
 
+// foreign reports whether key, under the claim's name, is not of the claim's use.
+func (c Claim) foreign(key string) bool {
+	rest := strings.TrimPrefix(key, c.Prefix)
+	for _, s := range ownedBy[c.Use] {
+		if rest >= s.from && (s.to == "" || rest < s.to) {
+			return false
+		}
+	}
+	return true
+}
+
 // otherKind is ErrOtherKind for key, found under the claim's name.
 func (c Claim) otherKind(key string) error {
 	what := "a key of no primitive's"

@@ -193,3 +193,31 @@ func TestNoPrimitiveWaitsOnAnotherKindsKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestATryOnAnotherKindsNameSaysSo: a try of a lock, a writer or a Multi on a name whose
+// first key is another kind's (a semaphore's record) fails with ErrOtherKind, not
+// ErrLocked, in its one Txn, having written nothing.
+func TestATryOnAnotherKindsNameSaysSo(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	admin := cluster.Client(t)
+	const name = "uses-try"
+	s, err := semaphore.New(admin, name, 1)
+	require.NoError(t, err)
+	p, err := s.Acquire(ctx)
+	require.NoError(t, err)
+	require.NoError(t, p.Release(ctx))
+	cli := cluster.Client(t)
+	m, err := mutex.New(cli, name)
+	require.NoError(t, err)
+	rw, err := rwmutex.New(cli, name)
+	require.NoError(t, err)
+	multi, err := mutex.NewMulti(cli, []string{name, name + "-other"})
+	require.NoError(t, err)
+	before := etcdtest.Revision(t, admin)
+	for what, try := range map[string]func(context.Context) error{"mutex": m.TryLock, "rwmutex": rw.TryLock, "multi": multi.TryLock} {
+		assert.ErrorIs(t, try(ctx), etcdsync.ErrOtherKind, what)
+	}
+	etcdtest.NoWrites(t, admin, before, "a try on another kind's name")
+	_, err = admin.Delete(ctx, core.NamePrefix(name), clientv3.WithPrefix())
+	require.NoError(t, err)
+}
