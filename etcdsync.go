@@ -48,6 +48,15 @@ func WithMeterProvider(mp metric.MeterProvider) Option { return core.WithMeterPr
 // bounded however many names are used.
 func WithNameAttribute() Option { return core.WithNameAttribute() }
 
+// WithEtcdLayout puts a name's keys exactly where etcd's concurrency.NewMutex(s, name),
+// concurrency.NewElection and recipe.NewRWMutex put them for the same string: under name
+// and a '/', not escaped. A service moving from etcd's primitives to these, one process at
+// a time, uses it so that both exclude each other on a name with '/' ("/my-lock/",
+// "jobs/nightly"). Its names then nest as etcd's do: a key of "a/b" lies under "a/", so
+// "a" counts it. Without it (the default) every name is escaped and independent; names
+// without '/' and '%' lie where etcd's do either way. Every handle of a name must agree.
+func WithEtcdLayout() Option { return core.WithEtcdLayout() }
+
 // WithMaxHold bounds every hold of the primitive to d from its grant, however long its
 // lease lives: then the hold ends by itself as a loss whose error matches [ErrMaxHold]
 // (Done closes, and the ctx of a Do or of a leader's term ends with it as its cause), and

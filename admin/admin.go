@@ -31,6 +31,7 @@ type Option func(*config)
 
 type config struct {
 	prefix    string        // WithPrefix's
+	etcd      bool          // EtcdLayout's
 	exclusive string        // what a key directly under a name is: KindLock or KindCandidate
 	timeout   time.Duration // Watch's bound of each read and of the watches' start
 	errs      []error
@@ -45,6 +46,21 @@ func WithPrefix(prefix string) Option {
 		}
 		c.prefix = prefix
 	}
+}
+
+// EtcdLayout reads names laid out as etcdsync.WithEtcdLayout lays them out: under the name
+// as it is and a '/', where etcd's own primitives put them. A scan without names still
+// finds names by the escaped layout.
+func EtcdLayout() Option {
+	return func(c *config) { c.etcd = true }
+}
+
+// keyPrefix is where the keys of name are.
+func (c config) keyPrefix(name string) string {
+	if c.etcd {
+		return c.prefix + name + "/"
+	}
+	return c.prefix + core.NamePrefix(name)
 }
 
 // Elections shows the keys directly under a name as an election's candidates (KindCandidate,

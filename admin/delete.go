@@ -56,7 +56,7 @@ func Delete(ctx context.Context, cli *clientv3.Client, names []string, opts ...O
 func deleteOnce(ctx context.Context, cli *clientv3.Client, c config, names []string) (done bool, err error) {
 	reads := make([]clientv3.Op, len(names))
 	for i, name := range names {
-		reads[i] = clientv3.OpGet(c.prefix+core.NamePrefix(name), clientv3.WithPrefix())
+		reads[i] = clientv3.OpGet(c.keyPrefix(name), clientv3.WithPrefix())
 	}
 	resp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(reads...).Commit()
 	if err != nil {
@@ -67,7 +67,7 @@ func deleteOnce(ctx context.Context, cli *clientv3.Client, c config, names []str
 	var cmps []clientv3.Cmp
 	var dels []clientv3.Op
 	for i, name := range names {
-		keyPrefix := c.prefix + core.NamePrefix(name)
+		keyPrefix := c.keyPrefix(name)
 		kvs := resp.Responses[i].GetResponseRange().Kvs
 		for _, kv := range kvs {
 			rest := strings.TrimPrefix(string(kv.Key), keyPrefix)

@@ -55,7 +55,7 @@ func Release(ctx context.Context, cli *clientv3.Client, names []string, token in
 	var keys []string
 	prefixOf := make(map[int]string, len(names))
 	for _, name := range names {
-		keyPrefix := c.prefix + core.NamePrefix(name)
+		keyPrefix := c.keyPrefix(name)
 		resp, err := cli.Get(clientv3.WithRequireLeader(ctx), keyPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		if err != nil {
 			return fmt.Errorf("read %q: %w", name, err)

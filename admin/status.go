@@ -83,7 +83,7 @@ func (c config) read(ctx context.Context, cli *clientv3.Client, names []string) 
 	var rev int64
 	if len(names) > 0 {
 		for _, n := range names {
-			targets = append(targets, nameRange{name: n, keyPrefix: prefix + core.NamePrefix(n)})
+			targets = append(targets, nameRange{name: n, keyPrefix: c.keyPrefix(n)})
 		}
 	} else {
 		var err error
@@ -120,13 +120,13 @@ type nameRange struct {
 
 // rangesOf is what status watches: the key prefix of each name, or all of prefix without
 // names.
-func rangesOf(prefix string, names []string) []string {
+func (c config) rangesOf(names []string) []string {
 	if len(names) == 0 {
-		return []string{prefix}
+		return []string{c.prefix}
 	}
 	ranges := make([]string, len(names))
 	for i, n := range names {
-		ranges[i] = prefix + core.NamePrefix(n)
+		ranges[i] = c.keyPrefix(n)
 	}
 	return ranges
 }

@@ -39,7 +39,7 @@ func (c config) watch(ctx context.Context, cli *clientv3.Client, names []string,
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ranges := rangesOf(c.prefix, names)
+	ranges := c.rangesOf(names)
 	ready := make(chan struct{}, len(ranges))
 	relevant := func(string) bool { return true }
 	if len(names) == 0 { // what else is under the prefix (the whole keyspace at the root) is no change

@@ -30,6 +30,9 @@ func WithSession(s *concurrency.Session) Option { return etcdsync.WithSession(s)
 // WithPrefix is [etcdsync.WithPrefix].
 func WithPrefix(prefix string) Option { return etcdsync.WithPrefix(prefix) }
 
+// WithEtcdLayout is [etcdsync.WithEtcdLayout].
+func WithEtcdLayout() Option { return etcdsync.WithEtcdLayout() }
+
 // WithMaxHold is [etcdsync.WithMaxHold].
 func WithMaxHold(d time.Duration) Option { return etcdsync.WithMaxHold(d) }
 

@@ -69,12 +69,11 @@ func Resume(ctx context.Context, cli *clientv3.Client, ticket string, opts ...Op
 	if err != nil {
 		return nil, fmt.Errorf("mutex: resume: %w", err)
 	}
-	rest, ok := strings.CutPrefix(t.Key, cfg.Prefix)
-	i := strings.IndexByte(rest, '/')
-	if !ok || i <= 0 || strings.Contains(rest[i+1:], "/") || i+1 == len(rest) {
+	name, ok := cfg.NameOfKey(t.Key)
+	if !ok || !cfg.EtcdLayout && strings.Count(strings.TrimPrefix(t.Key, cfg.Prefix), "/") != 1 {
 		return nil, fmt.Errorf("mutex: resume: %w: the ticket's key %q is not a Mutex's under prefix %q", ErrInvalidOption, t.Key, cfg.Prefix)
 	}
-	m, err := New(cli, core.UnescapeName(rest[:i]), opts...)
+	m, err := New(cli, name, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("mutex: resume: %w", err)
 	}

@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -33,6 +34,8 @@ type Config struct {
 	LockDelay     time.Duration // WithLockDelay's
 	Preference    int           // an election candidate's WithPreference; 0 for none
 	Settle        time.Duration // an election's WithSettle: DefaultSettle without it
+	// EtcdLayout: a name's keys are under the name as it is, not escaped (WithEtcdLayout).
+	EtcdLayout  bool
 	noTelemetry   bool          // WithoutTelemetry
 	errs          []error
 	ttlSet        bool
@@ -135,8 +138,36 @@ func WithSettle(d time.Duration) Option {
 	}
 }
 
-// KeyPrefix is the key prefix that holds every key of name under c's prefix.
-func (c Config) KeyPrefix(name string) string { return c.Prefix + NamePrefix(name) }
+// WithEtcdLayout puts a name's keys where etcd's concurrency and recipes put them for the
+// same string: under the name as it is and a '/', not escaped (see KeyPrefix).
+func WithEtcdLayout() Option {
+	return func(c *Config) { c.EtcdLayout = true }
+}
+
+// KeyPrefix is the key prefix that holds every key of name under c's prefix: the escaped
+// name and a '/' (NamePrefix); with EtcdLayout, the name as it is and a '/', as etcd's
+// concurrency.NewMutex(s, name) takes name + "/".
+func (c Config) KeyPrefix(name string) string {
+	if c.EtcdLayout {
+		return c.Prefix + name + "/"
+	}
+	return c.Prefix + NamePrefix(name)
+}
+
+// NameOfKey is the name whose key under c's prefix is key, as KeyPrefix lays it out: the
+// part before the last '/' (unescaped, but with EtcdLayout); false when key is not under
+// the prefix or names no key of a name.
+func (c Config) NameOfKey(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, c.Prefix)
+	i := strings.LastIndexByte(rest, '/')
+	if !ok || i <= 0 || i+1 == len(rest) {
+		return "", false
+	}
+	if c.EtcdLayout {
+		return rest[:i], true
+	}
+	return UnescapeName(rest[:i]), true
+}
 
 // Options applies opts to the defaults and reports every invalid one, wrapped around
 // ErrInvalidOption.
