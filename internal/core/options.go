@@ -36,9 +36,9 @@ type Config struct {
 	Settle        time.Duration // an election's WithSettle: DefaultSettle without it
 	// EtcdLayout: a name's keys are under the name as it is, not escaped (WithEtcdLayout).
 	EtcdLayout  bool
-	noTelemetry   bool          // WithoutTelemetry
-	errs          []error
-	ttlSet        bool
+	noTelemetry bool // WithoutTelemetry
+	errs        []error
+	ttlSet      bool
 }
 
 // WithTTL sets the lease TTL, from one second to MaxTTL; a fraction of a second is rounded

@@ -140,4 +140,3 @@ func TestEtcdLayoutTakesTurnsWithEtcdsRecipeRWMutex(t *testing.T) {
 		})
 	}
 }
-
