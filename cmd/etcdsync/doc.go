@@ -9,12 +9,12 @@
 //	etcdsync lock     [flags] NAME [NAME...] [-- CMD [ARGS...]]
 //	etcdsync rlock    [flags] NAME [-- CMD [ARGS...]]
 //	etcdsync sem      -n N [--units K] [flags] NAME [-- CMD [ARGS...]]
-//	etcdsync elect    [--value V] [--loop] [--prefer N] [flags] NAME [-- CMD [ARGS...]]
+//	etcdsync elect    [flags] NAME [PROPOSAL] [-- CMD [ARGS...]]
 //	etcdsync transfer [--to VALUE] [flags] NAME
 //	etcdsync barrier  -n N [flags] NAME [-- CMD [ARGS...]]
-//	etcdsync latch    [flags] NAME (--set N | --down [--as ID] | --wait | --count | --delete)
-//	etcdsync status   [--prefix P] [--kind lock|election] [--json] [--watch | --check] [flags] [NAME...]
-//	etcdsync release  --token T [--reason TEXT] [flags] NAME [NAME...] | --ticket TICKET
+//	etcdsync latch    [flags] NAME (--set N|--down|--wait|--count|--delete)
+//	etcdsync status   [--json] [--watch | --check] [flags] [NAME...]
+//	etcdsync release  --token T [--reason R] [flags] NAME... | --ticket TICKET
 //	etcdsync renew    [flags] TICKET
 //	etcdsync help     [COMMAND]
 //	etcdsync version
