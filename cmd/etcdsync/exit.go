@@ -78,11 +78,14 @@ func message(err string) string {
 // (after message): its key, the quoted reason, the operator and the time.
 var operatorRelease = regexp.MustCompile(`released by an operator: key (.*): ("(?:[^"\\]|\\.)*") \(by (.*) at ([^ )]*)\)$`)
 
+// lostAgain is the packages' "lost: " in a message (after message) that says so already.
+var lostAgain = regexp.MustCompile(`(^|: )lost: `)
+
 // lossCause says why a hold or a wait ended, for a message that says it was lost already:
 // without the packages' "lost: " again, and an operator's release as "released by an
 // operator, bob@ops at 2026-11-24T02:30:00Z, reason: "stuck"" (or "no reason given").
 func lossCause(err error) string {
-	msg := strings.TrimPrefix(message(err.Error()), "lost: ")
+	msg := lostAgain.ReplaceAllString(message(err.Error()), "$1")
 	m := operatorRelease.FindStringSubmatchIndex(msg)
 	if m == nil {
 		return msg
@@ -97,7 +100,7 @@ func lossCause(err error) string {
 	} else {
 		text += ", reason: " + strconv.Quote(reason)
 	}
-	return msg[:m[0]] + text
+	return text // what the package adds before it ("mutex "x": lock: ") names what the message does
 }
 
 // oneLine makes msg one line, so that every error is one line on stderr: a multi-line error
