@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // subcommand is one of etcdsync's commands: its flags, and the help that --help prints.
@@ -120,38 +119,6 @@ func (s *subcommand) printHelp(w io.Writer) {
 		}
 		fmt.Fprintf(w, "%s\n%s\n", line, wrap(usage, "        "))
 	})
-}
-
-func indent(text string) string {
-	return "  " + strings.ReplaceAll(strings.TrimSpace(text), "\n", "\n  ")
-}
-
-// helpWidth is the width of every help text, in columns (a test holds them to it).
-const helpWidth = 80
-
-// wrap fills text to helpWidth columns, every line after prefix: its paragraphs (apart by
-// a blank line) each reflowed, their words kept whole.
-func wrap(text, prefix string) string { return wrapHanging(text, prefix, prefix) }
-
-// wrapHanging is wrap with first, not prefix, before the text's first line.
-func wrapHanging(text, first, prefix string) string {
-	var out []string
-	for para := range strings.SplitSeq(strings.TrimSpace(text), "\n\n") {
-		line, start := first, first
-		for word := range strings.FieldsSeq(para) {
-			if line != start && utf8.RuneCountInString(line)+1+utf8.RuneCountInString(word) > helpWidth {
-				out = append(out, line)
-				line, start = prefix, prefix
-			}
-			if line != start {
-				line += " "
-			}
-			line += word
-		}
-		out = append(out, line, "")
-		first = prefix
-	}
-	return strings.Join(out[:len(out)-1], "\n")
 }
 
 // The errors of the flag package's Parse, which name a flag with one dash ("-ttl"), as the

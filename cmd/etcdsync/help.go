@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 )
 
 // usages are etcdsync's commands as its usage lists them: the one source of their synopses,
@@ -114,3 +115,35 @@ in the environment. These flags may come before the command too, as etcdctl's gl
 flags do (etcdsync --endpoints HOST:2379 lock NAME). etcdsync help COMMAND shows a
 command's flags and an example; etcdsync version (or --version) the version of etcdsync
 and of Go.`
+
+func indent(text string) string {
+	return "  " + strings.ReplaceAll(strings.TrimSpace(text), "\n", "\n  ")
+}
+
+// helpWidth is the width of every help text, in columns (a test holds them to it).
+const helpWidth = 80
+
+// wrap fills text to helpWidth columns, every line after prefix: its paragraphs (apart by
+// a blank line) each reflowed, their words kept whole.
+func wrap(text, prefix string) string { return wrapHanging(text, prefix, prefix) }
+
+// wrapHanging is wrap with first, not prefix, before the text's first line.
+func wrapHanging(text, first, prefix string) string {
+	var out []string
+	for para := range strings.SplitSeq(strings.TrimSpace(text), "\n\n") {
+		line, start := first, first
+		for word := range strings.FieldsSeq(para) {
+			if line != start && utf8.RuneCountInString(line)+1+utf8.RuneCountInString(word) > helpWidth {
+				out = append(out, line)
+				line, start = prefix, prefix
+			}
+			if line != start {
+				line += " "
+			}
+			line += word
+		}
+		out = append(out, line, "")
+		first = prefix
+	}
+	return strings.Join(out[:len(out)-1], "\n")
+}
