@@ -179,7 +179,7 @@ func (c *statusCommand) printChange(w io.Writer, snap *admin.Snapshot) error {
 // names whose keys can only be an election's are shown as elections (tellElections).
 func (c *statusCommand) print(w io.Writer, snap *admin.Snapshot) error {
 	if c.kind == "" {
-		tellElections(snap)
+		snap = tellElections(snap)
 	}
 	if c.json {
 		enc := json.NewEncoder(w)

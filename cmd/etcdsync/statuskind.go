@@ -3,6 +3,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/etcdsync/etcdsync/admin"
@@ -37,17 +38,21 @@ func isCandidate(rest, value string) bool {
 	return false
 }
 
-// tellElections shows each name whose keys admin read as a lock's as an election, when a
-// key of it can only be a candidate's: its primitive election, its keys candidates, and the
-// one that holds leads. admin.Elections would show the same: lock and candidate keys are
-// served by the same rule.
-func tellElections(snap *admin.Snapshot) {
-	for i := range snap.Names {
-		ns := &snap.Names[i]
+// tellElections is snap with each name whose keys admin read as a lock's shown as an
+// election, when a key of it can only be a candidate's: its primitive election, its keys
+// candidates, and the one that holds leads. admin.Elections would show the same: lock and
+// candidate keys are served by the same rule. snap itself is left as it is (admin.Watch
+// compares the next snapshot with it).
+func tellElections(snap *admin.Snapshot) *admin.Snapshot {
+	told := *snap
+	told.Names = slices.Clone(snap.Names)
+	for i := range told.Names {
+		ns := &told.Names[i]
 		if ns.Primitive != admin.KindLock || !hasCandidate(ns) {
 			continue
 		}
 		ns.Primitive = "election"
+		ns.Queue = slices.Clone(ns.Queue)
 		for j := range ns.Queue {
 			e := &ns.Queue[j]
 			if e.Kind != admin.KindLock {
@@ -59,6 +64,7 @@ func tellElections(snap *admin.Snapshot) {
 			}
 		}
 	}
+	return &told
 }
 
 // hasCandidate reports whether a key of ns can only be an election candidate's.
