@@ -108,7 +108,7 @@ func (c *holdCommand) define() *subcommand {
 	if c.verb == "lock" {
 		fs.BoolVar(&c.detach, "detach", false, "take the lock, print its ticket and exit, leaving the hold for its TTL (see renew, release --ticket)")
 	}
-	fs.DurationVar(&c.maxHold, "max-hold", 0, "end the hold after this long even if the command still runs: its process group is stopped (SIGTERM, SIGKILL after --grace), and only once it is gone the hold released (exit 123); 0 for no bound")
+	fs.DurationVar(&c.maxHold, "max-hold", 0, "end the hold after this long even if the command still runs: its process group is stopped (SIGTERM, SIGKILL after --grace), and the hold released once the group is gone (exit 123); 0 for no bound")
 	fs.DurationVar(&c.lockDelay, "lock-delay", 0, "when the holder before this one did not release (its lease ended: it crashed or was cut off), wait this much more, up to 60s")
 	if c.verb == "elect" {
 		fs.BoolVar(&c.try, "try", false, "") // not in the help: refused with a message of its own
