@@ -40,36 +40,37 @@ func (c *barrierCommand) define() *subcommand {
 	sub := newSubcommand("barrier",
 		`Enters the double barrier of N participants on NAME, waits until N have entered (this
 one among them), runs CMD, then leaves, waits until every participant of its round has
-left, and exits with CMD's status. Participants come from any host: etcdsync barrier, or
-Go's etcdsync/barrier on the same name. They meet in rounds of N: those that come after
-a round filled make the next one. CMD runs as lock runs its CMD (its own process group,
-signals passed on, --grace), with ETCDSYNC_NAME and ETCDSYNC_ROUND (the round's number:
-1, 2, ...); a barrier gives no fencing token, so there is no ETCDSYNC_KEY or
-ETCDSYNC_TOKEN. If this participant's key goes while CMD runs (its lease expired or was
-revoked), the others count it as gone: CMD is stopped, exit 125. Without CMD, it enters
-and leaves at once: a rendezvous point, exit 0 once every participant of the round has
-left. Every participant of a name gives the same N: another is exit 64.`,
-		`# the four workers of a batch start the next step together, and finish it together
+left, and exits with CMD's status. CMD follows NAME, or a "--" after it, as lock's does.
+Participants come from any host: etcdsync barrier, or Go's etcdsync/barrier on the same
+name. They meet in rounds of N: those that come after a round filled make the next one.
+CMD runs as lock runs its CMD (its own process group, signals passed on, --grace), with
+ETCDSYNC_NAME and ETCDSYNC_ROUND (the round's number: 1, 2, ...); a barrier gives no
+fencing token, so there is no ETCDSYNC_KEY or ETCDSYNC_TOKEN. If this participant's key
+goes while CMD runs (its lease expired or was revoked), the others count it as gone: CMD
+is stopped, exit 125. Without CMD, it enters and leaves at once: a rendezvous point, exit
+0 once every participant of the round has left. Every participant of a name gives the
+same N: another is exit 64.`,
+		`# four workers start the next step together, and finish it together
 etcdsync barrier -n 4 batch-42 -- ./step --shard "$SHARD"
-# a rendezvous point for a script run on three hosts: go on once all three are there
+# a rendezvous for a script on three hosts: go on once all three are there
 etcdsync barrier -n 3 --timeout 10m deploy-ready && ./switch-traffic`)
 	fs := sub.flags
-	fs.IntVar(&c.n, "n", 0, fmt.Sprintf("how many (`N`) participants enter together, from 1 to %d; the same for every\nparticipant of NAME (required)", barrier.MaxParticipants))
-	fs.DurationVar(&c.ttl, "ttl", barrier.DefaultTTL, "lease TTL: how long the others count this participant as there if etcdsync dies or loses\netcd")
+	fs.IntVar(&c.n, "n", 0, fmt.Sprintf("how many (`N`) participants enter together, from 1 to %d; the same for every participant of NAME (required)", barrier.MaxParticipants))
+	fs.DurationVar(&c.ttl, "ttl", barrier.DefaultTTL, "lease TTL: how long the others count this participant as there if etcdsync dies or loses etcd")
 	fs.StringVar(&c.prefix, "prefix", "", "put the name's keys under this `prefix`, which ends with '/'")
-	fs.DurationVar(&c.timeout, "timeout", 0, "give up entering after this long, before N have entered (exit 124); 0 waits forever.\nIt does not bound CMD, nor the wait for the others to leave")
-	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after SIGTERM to the command's process group (on a loss, or passed on from etcdsync's first\nSIGINT, SIGTERM or SIGHUP), SIGKILL after this long; a second signal sends it at once")
-	fs.IntVar(&c.commandFailed, "command-failed", 0, "exit `N` whenever the command exits non-zero or dies of a signal, so that its\nstatus never reads as one of etcdsync's own; N from 1 to 122 but 64, 69, 75")
+	fs.DurationVar(&c.timeout, "timeout", 0, "give up entering after this long, before N have entered (exit 124); 0 waits forever. It does not bound CMD, nor the wait for the others to leave")
+	fs.DurationVar(&c.grace, "grace", 10*time.Second, "after SIGTERM to the command's process group (on a loss, or passed on from etcdsync's first SIGINT, SIGTERM or SIGHUP), SIGKILL after this long; a second signal sends it at once")
+	fs.IntVar(&c.commandFailed, "command-failed", 0, "exit `N` whenever the command exits non-zero or dies of a signal, so that its status never reads as one of etcdsync's own; N from 1 to 122 but 64, 69, 75")
 	fs.BoolVar(&c.shell, "shell", false, "run CMD ARGS... joined by spaces with /bin/sh -c")
 	fs.BoolVar(&c.verbose, "verbose", false, "log every step to stderr, with times")
 	c.conn.register(fs)
 	return sub
 }
 
-// parse reads NAME, the command after it (with or without "--"), the flags and ETCDCTL_*
-// variables, and checks what can be checked without etcd.
+// parse reads NAME, the command after it (as commandLine reads them), the flags and
+// ETCDCTL_* variables, and checks what can be checked without etcd.
 func (c *barrierCommand) parse(sub *subcommand, args []string, a *app) error {
-	operands, rest, err := sub.parse(args, 1)
+	operands, rest, err := sub.commandLine(args, false)
 	if err != nil {
 		return err
 	}
@@ -81,6 +82,8 @@ func (c *barrierCommand) parse(sub *subcommand, args []string, a *app) error {
 	switch {
 	case len(operands) == 0:
 		return usagef("NAME missing (etcdsync barrier --help)")
+	case len(operands) > 1:
+		return usagef("%d names before \"--\": barrier takes one NAME (only lock takes several)", len(operands))
 	case !set["n"]:
 		return usagef("-n N missing: how many participants enter together")
 	case c.n < 1 || c.n > barrier.MaxParticipants:
@@ -177,7 +180,7 @@ func (c *barrierCommand) run(a *app) (int, error) {
 	p.Done() // watch the key from now on, so that a loss is known at once
 	code, ran := exitOK, ""
 	if c.command != nil {
-		code, err = c.runner.runCommand(a, p, sigc)
+		code, err = c.runner.runCommand(a, p, sigc, nil)
 		if err != nil {
 			return 0, err // lost, or not run: the shutdown takes the key away, if it is there
 		}

@@ -318,7 +318,7 @@ func testBarrierLatchBadInput(t *testing.T, h *harness) {
 		{[]string{"barrier", "-n", "0", name, "--", "true"}, "etcdsync barrier: -n 0: from 1 to 100000 participants"},
 		{[]string{"barrier", "-n", "100001", name}, "etcdsync barrier: -n 100001: from 1 to 100000 participants"},
 		{[]string{"barrier", "-n", "2"}, "etcdsync barrier: NAME missing"},
-		{[]string{"barrier", "-n", "2", "--try", name}, "etcdsync barrier: flag provided but not defined: -try"},
+		{[]string{"barrier", "-n", "2", "--try", name}, "etcdsync barrier: unknown flag --try (etcdsync barrier --help)"},
 		{[]string{"barrier", "-n", "2", "--shell", name}, "etcdsync barrier: --shell without a command"},
 		{[]string{"barrier", "-n", "2", "--command-failed", "64", name, "--", "true"}, "etcdsync barrier: --command-failed 64: "},
 		{[]string{"barrier", "-n", "2", "--timeout", "-1s", name}, "etcdsync barrier: --timeout -1s is negative"},

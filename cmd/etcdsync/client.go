@@ -71,7 +71,7 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
 			continue
 		}
 		if err := fs.Set(name, v); err != nil {
-			return usagef("%s=%q is not a valid --%s: %v", envName(name), v, name, err)
+			return usagef("%s=%s is not a valid --%s: %s", envName(name), quoteValue(v), name, valueProblem(fs.Lookup(name), v, err.Error()))
 		}
 	}
 	return nil

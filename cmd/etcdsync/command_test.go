@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,6 +47,8 @@ func TestCommand(t *testing.T) {
 		{"NamespaceKeepsEveryKeyInside", testNamespace},
 		{"ALossStopsTheCommand", testLossStopsTheCommand},
 		{"MaxHoldStopsTheCommand", testMaxHoldStopsTheCommand},
+		{"MaxHoldReleasesOnceTheGroupIsGone", testMaxHoldReleasesOnceTheGroupIsGone},
+		{"ElectTakesAProposalAsEtcdctlElect", testElectProposal},
 		{"LockDelayAfterAKilledHolder", testLockDelayAfterAKilledHolder},
 		{"DetachRenewAndReleaseATicket", testDetachRenewRelease},
 		{"ABlackHoledHolderStopsItsCommandBeforeTheSuccessorStarts", testBlackHoledHolder},
@@ -169,9 +172,9 @@ func testElectionHandsOver(t *testing.T, h *harness) {
 	cli := cluster.Client(t)
 	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), 2)
 	ev.none(t, "while a leads")
-	st := h.run(t, environ(), "status", "--kind", "election", name)
+	st := h.run(t, environ(), "status", name) // the values tell an election: no --kind
 	require.Equal(t, 0, st.code, st.stderr.text())
-	assert.Contains(t, st.stdout.text(), name+": election, 1 leading, 1 waiting")
+	assert.Contains(t, st.stdout.text(), name+`: election, leader "candidate-a", 1 leading, 1 waiting`)
 
 	g.open(t, "a")
 	assert.Equal(t, 0, a.wait(30*time.Second), a.stderr.text())
@@ -182,6 +185,40 @@ func testElectionHandsOver(t *testing.T, h *harness) {
 	assert.Greater(t, tokenB, tokenA)
 	g.open(t, "b")
 	assert.Equal(t, 0, b.wait(30*time.Second), b.stderr.text())
+	nothingLeft(t, cli, "", name)
+}
+
+// testElectProposal: `elect NAME PROPOSAL` campaigns with PROPOSAL as its value and, once
+// it leads, prints the leader's key and value as etcdctl elect does; status tells the
+// election by the values, PROPOSAL's and the default's (elect's owner, marked as a
+// candidate's), and shows the leader and each candidate's value.
+func testElectProposal(t *testing.T, h *harness) {
+	const name = "cmd-elect-proposal"
+	cli := cluster.Client(t)
+	ev := newEvents(t)
+	leader := h.start(t, environ(), "elect", name, "web-7:8080")
+	key := leader.stdout.next(t, 30*time.Second)
+	assert.Equal(t, "web-7:8080", leader.stdout.next(t, 30*time.Second))
+	keys := keysOf(t, cli, "", name)
+	require.Len(t, keys, 1)
+	assert.Equal(t, keys[0].key, key)
+	assert.Equal(t, "web-7:8080", keys[0].value)
+
+	standby := h.start(t, environ("EV="+ev.path), append([]string{"elect", name}, script(`echo "leads $ETCDSYNC_NAME" >"$EV"`)...)...)
+	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), 2)
+	st := h.run(t, environ(), "status", name)
+	require.Equal(t, 0, st.code, st.stderr.text())
+	lines := strings.Split(st.stdout.text(), "\n")
+	require.GreaterOrEqual(t, len(lines), 4, st.stdout.text())
+	assert.Equal(t, name+`: election, leader "web-7:8080", 1 leading, 1 waiting`, lines[0])
+	assert.Regexp(t, `^  POS +KIND +STATE +KEY +TOKEN +LEASE +TTL +VALUE$`, lines[1])
+	assert.Regexp(t, `^  1 +candidate +leads +`+regexp.QuoteMeta(key)+` .* web-7:8080$`, lines[2])
+	assert.Regexp(t, `^  2 +candidate +waits +.* host=\S+ pid=\d+ since=\S+ role=candidate$`, lines[3])
+
+	leader.signal(syscall.SIGTERM)
+	assert.Equal(t, 0, leader.wait(30*time.Second), leader.stderr.text())
+	assert.Equal(t, "leads "+name, ev.next(t, 30*time.Second))
+	assert.Equal(t, 0, standby.wait(30*time.Second), standby.stderr.text())
 	nothingLeft(t, cli, "", name)
 }
 
@@ -196,6 +233,18 @@ func holdArgs(kind, name string, flags ...string) []string {
 }
 
 var kinds = []string{"lock", "rlock", "sem", "elect"}
+
+// awaitHeld waits until p, a hold of kind without a command, holds: it has printed its
+// hold, the token last, or for elect the leader's key and value as etcdctl elect does.
+func awaitHeld(t *testing.T, p *process, kind string) {
+	t.Helper()
+	if kind == "elect" {
+		p.stdout.next(t, 30*time.Second) // the key
+		p.stdout.next(t, 30*time.Second) // the value
+		return
+	}
+	p.stdout.awaitLine(t, "ETCDSYNC_TOKEN=", 30*time.Second)
+}
 
 // testExitStatusIsTheCommands: etcdsync exits with its command's status, 128+N for a death by
 // signal N, 127 and 126 when it cannot run it; every kind of hold.
@@ -248,7 +297,7 @@ func testTimeoutAndBusy(t *testing.T, h *harness) {
 			release = func() { assert.NoError(t, rw.Unlock(etcdtest.Context(t))) }
 		} else {
 			holder := h.start(t, environ(), holdArgs(kind, name)...)
-			holder.stdout.awaitLine(t, "ETCDSYNC_TOKEN=", 30*time.Second)
+			awaitHeld(t, holder, kind)
 			release = func() {
 				holder.signal(syscall.SIGINT)
 				assert.Equal(t, 0, holder.wait(30*time.Second), holder.stderr.text())
@@ -272,14 +321,23 @@ func testTimeoutAndBusy(t *testing.T, h *harness) {
 		release()
 		nothingLeft(t, cli, "", name)
 	}
-	// etcd's record is the limit: another -n follows it, and units above it are a usage error.
+	// etcd's record is the limit: another -n follows it, with a warning that names both
+	// limits and how to change it, and units above it are a usage error.
 	holder := h.start(t, environ(), "sem", "-n", "2", "cmd-busy-limit")
 	holder.stdout.awaitLine(t, "ETCDSYNC_TOKEN=", 30*time.Second)
+	before := etcdtest.Revision(t, cli)
 	p := h.run(t, environ(), "sem", "-n", "3", "--units", "3", "cmd-busy-limit", "--", "true")
 	assert.Equal(t, exitUsage, p.code, p.stderr.text())
-	assertOneLine(t, p.stderr.text(), "etcdsync sem: --units 3: ")
+	assert.Equal(t, `etcdsync sem: --units 3: over the limit of 2 that etcd records for semaphore "cmd-busy-limit" (not -n 3: etcd's record is the limit; --set-limit changes it)`+"\n", p.stderr.text())
+	for _, w := range etcdtest.Writes(t, cli, before) { // other subtests write beside it
+		assert.NotContains(t, w, " "+core.NamePrefix("cmd-busy-limit"), "a refused --units wrote")
+	}
 	p = h.run(t, environ(), "sem", "-n", "3", "cmd-busy-limit", "--", "true")
 	assert.Equal(t, 0, p.code, p.stderr.text())
+	assert.Equal(t, `etcdsync sem: warning: semaphore "cmd-busy-limit": etcd records a limit of 2, not -n 3: it runs under 2 (to change it for every user: etcdsync sem --set-limit 3 cmd-busy-limit)`+"\n", p.stderr.text())
+	p = h.run(t, environ(), "sem", "-n", "2", "cmd-busy-limit", "--", "true")
+	assert.Equal(t, 0, p.code, p.stderr.text())
+	assert.Empty(t, p.stderr.text(), "the limit etcd records: no warning")
 	holder.signal(syscall.SIGTERM)
 	assert.Equal(t, 0, holder.wait(30*time.Second), holder.stderr.text())
 	nothingLeft(t, cli, "", "cmd-busy-limit")

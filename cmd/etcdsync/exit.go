@@ -6,9 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
-
-	"github.com/etcdsync/etcdsync/internal/core"
 )
 
 // The command's own exit statuses. Every other status is the command's it ran: its exit
@@ -33,15 +32,6 @@ const (
 // 64, 69 and 75. --command-failed takes one of them.
 func freeStatus(status int) bool {
 	return status >= 1 && status < exitMaxHold && status != exitUsage && status != exitEtcd && status != exitBusy
-}
-
-// lossStatus is the exit status of a hold that ended with err while it was held: its
-// maximum passed (--max-hold), or it was lost.
-func lossStatus(err error) int {
-	if errors.Is(err, core.ErrMaxHold) {
-		return exitMaxHold
-	}
-	return exitLost
 }
 
 // failure is an error that ends the command with code, reported as one line.
@@ -82,6 +72,35 @@ var packagePrefix = regexp.MustCompile(`(^|: |\()etcdsync: `)
 // line, without the packages' "etcdsync: " again ("etcdsync lock: invalid name: empty").
 func message(err string) string {
 	return oneLine(packagePrefix.ReplaceAllString(err, "$1"))
+}
+
+// operatorRelease is the loss of a hold that an operator released, as the packages word it
+// (after message): its key, the quoted reason, the operator and the time.
+var operatorRelease = regexp.MustCompile(`released by an operator: key (.*): ("(?:[^"\\]|\\.)*") \(by (.*) at ([^ )]*)\)$`)
+
+// lostAgain is the packages' "lost: " in a message (after message) that says so already.
+var lostAgain = regexp.MustCompile(`(^|: )lost: `)
+
+// lossCause says why a hold or a wait ended, for a message that says it was lost already:
+// without the packages' "lost: " again, and an operator's release as "released by an
+// operator, bob@ops at 2026-11-24T02:30:00Z, reason: "stuck"" (or "no reason given").
+func lossCause(err error) string {
+	msg := lostAgain.ReplaceAllString(message(err.Error()), "$1")
+	m := operatorRelease.FindStringSubmatchIndex(msg)
+	if m == nil {
+		return msg
+	}
+	reason, uerr := strconv.Unquote(msg[m[4]:m[5]])
+	if uerr != nil {
+		return msg
+	}
+	text := fmt.Sprintf("released by an operator, %s at %s", msg[m[6]:m[7]], msg[m[8]:m[9]])
+	if reason == "" {
+		text += ", no reason given"
+	} else {
+		text += ", reason: " + strconv.Quote(reason)
+	}
+	return text // what the package adds before it ("mutex "x": lock: ") names what the message does
 }
 
 // oneLine makes msg one line, so that every error is one line on stderr: a multi-line error

@@ -100,7 +100,7 @@ func testStatusFindsEveryName(t *testing.T, h *harness) {
 	for _, ns := range snap.Names {
 		found[ns.Name] = ns
 	}
-	for name, want := range map[string]string{etcdMutex: "lock", etcdElection: "lock", ours: "lock", idleSem: "semaphore"} {
+	for name, want := range map[string]string{etcdMutex: "lock", etcdElection: "election", ours: "lock", idleSem: "semaphore"} {
 		if assert.Contains(t, found, name, "status without NAME") {
 			assert.Equal(t, want, found[name].Primitive, name)
 		}
@@ -115,13 +115,15 @@ func testStatusFindsEveryName(t *testing.T, h *harness) {
 	p = h.run(t, environ(), "status", "--kind", "election", "--command-timeout", "60s")
 	require.Equal(t, 0, p.code, p.stderr.text())
 	out := p.stdout.text()
-	assert.Contains(t, out, etcdElection+": election, 1 leading, 0 waiting\n")
+	assert.Contains(t, out, etcdElection+`: election, leader "leader-1", 1 leading, 0 waiting`+"\n")
+	assert.Contains(t, out, etcdMutex+`: election, leader "", 1 leading, 0 waiting`+"\n", "--kind election: every lock too")
 	assert.Contains(t, out, idleSem+": semaphore of 2, nobody holds or waits\n")
 	assert.NotContains(t, out, "root-data")
 
 	p = h.run(t, environ(), "status", "--prefix", "root-data-nested/")
 	require.Equal(t, 0, p.code, p.stderr.text())
-	assert.True(t, strings.HasPrefix(p.stdout.text(), "a: lock, 1 holding, 0 waiting\n"), p.stdout.text())
+	// Its key's value, "x", is no lock's (a lock writes nothing, or its owner): an election's.
+	assert.True(t, strings.HasPrefix(p.stdout.text(), `a: election, leader "x", 1 leading, 0 waiting`+"\n"), p.stdout.text())
 }
 
 // TestStatusFitsAnyMaxTxnOps: status reads names in pieces that the server takes, on a

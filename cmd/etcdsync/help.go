@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"unicode/utf8"
 )
 
 // usages are etcdsync's commands as its usage lists them: the one source of their synopses,
@@ -15,12 +16,12 @@ var usages = []struct{ verb, synopsis string }{
 	{"lock", "[flags] NAME [NAME...] [-- CMD [ARGS...]]"},
 	{"rlock", "[flags] NAME [-- CMD [ARGS...]]"},
 	{"sem", "-n N [--units K] [flags] NAME [-- CMD [ARGS...]]"},
-	{"elect", "[--value V] [--loop] [--prefer N] [flags] NAME [-- CMD [ARGS...]]"},
+	{"elect", "[flags] NAME [PROPOSAL] [-- CMD [ARGS...]]"},
 	{"transfer", "[--to VALUE] [flags] NAME"},
 	{"barrier", "-n N [flags] NAME [-- CMD [ARGS...]]"},
-	{"latch", "[flags] NAME (--set N | --down [--as ID] | --wait | --count | --delete)"},
-	{"status", "[--prefix P] [--kind lock|election] [--json] [--watch | --check] [flags] [NAME...]"},
-	{"release", "--token T [--reason TEXT] [flags] NAME [NAME...] | --ticket TICKET"},
+	{"latch", "[flags] NAME (--set N|--down|--wait|--count|--delete)"},
+	{"status", "[--json] [--watch | --check] [flags] [NAME...]"},
+	{"release", "--token T [--reason R] [flags] NAME... | --ticket TICKET"},
 	{"renew", "[flags] TICKET"},
 	{"help", "[COMMAND]"},
 	{"version", ""},
@@ -45,68 +46,104 @@ func usageLines() []string {
 	return lines
 }
 
-// printHelp writes etcdsync's own help.
+// printHelp writes etcdsync's own help, every line within helpWidth.
 func printHelp(w io.Writer) {
-	fmt.Fprintf(w, `etcdsync runs a command under a distributed lock, read lock, semaphore permit or
+	fmt.Fprintf(w, "%s\n\nUsage:\n  %s\n\n%s\n\n", wrap(helpAbout, ""), strings.Join(usageLines(), "\n  "), wrap(helpCommands, ""))
+	fmt.Fprintf(w, "%s\n", wrap(helpExitStatus, ""))
+	for _, s := range exitStatuses {
+		fmt.Fprintf(w, "%s\n", wrapHanging(s.text, fmt.Sprintf("  %-6s ", s.code), strings.Repeat(" ", 9)))
+	}
+	fmt.Fprintf(w, "\n%s\n", wrap(helpConnection, ""))
+}
+
+const helpAbout = `etcdsync runs a command under a distributed lock, read lock, semaphore permit or
 leadership held in etcd, and shows who holds and who waits; it also starts commands
-together at a barrier, and counts down latches.
+together at a barrier, and counts down latches.`
 
-Usage:
-  %s
-
-lock, rlock, sem and elect wait their turn, first come first served, then run CMD in a
-process group of its own, with ETCDSYNC_NAME, ETCDSYNC_KEY and ETCDSYNC_TOKEN (the
+const helpCommands = `lock, rlock, sem and elect wait their turn, first come first served, then run CMD in
+a process group of its own, with ETCDSYNC_NAME, ETCDSYNC_KEY and ETCDSYNC_TOKEN (the
 fencing token) in its environment, and release when its group is gone: lock one at a
 time, rlock many readers but never beside an rwmutex writer, sem at most N at a time,
-elect only the leader. lock of several names takes all of them at once, or none (no
-deadlock, whatever order others list them in), and runs CMD only after "--". Without
-CMD, etcdsync holds until SIGINT, SIGTERM or SIGHUP.
+elect only the leader. CMD follows NAME, as with etcdctl lock NAME CMD ARGS..., or a
+"--" after it. lock of several names takes all of them at once, or none (no deadlock,
+whatever order others list them in), and needs a "--" after the last name. elect NAME
+PROPOSAL campaigns with PROPOSAL as its value, as etcdctl elect does, and takes CMD only
+after "--". Without CMD, etcdsync holds until SIGINT, SIGTERM or SIGHUP.
+
 release ends the hold whose token is T (fenced: a NAME taken again since is never
 touched), with a reason its holder reads. lock --detach takes the lock, prints a ticket
 and exits, leaving the hold for its --ttl: renew TICKET renews it once, release --ticket
 TICKET releases it, and Go's mutex.Resume takes it over. transfer asks an election's
-leader to hand its leadership to another candidate, or to step down. status shows who holds each NAME and who waits (--kind election: the keys directly
-under a name are an election's); without NAME, every name at the root of the keyspace,
-or under --prefix P.
-barrier -n N enters the double barrier NAME, runs CMD once N participants have entered, as
-lock runs its CMD (with ETCDSYNC_NAME and ETCDSYNC_ROUND, the round's number: a barrier has
-no fencing token), then leaves and waits until every participant of its round has left;
-without CMD, it enters and leaves at once. latch sets (--set N), counts down (--down; with
---as ID once per ID), awaits (--wait), prints (--count) or deletes (--delete) the
-countdown latch NAME.
+leader to hand its leadership to another candidate, or to step down. status shows what
+each NAME is (lock, rwmutex, semaphore, election, barrier, latch), who holds it and who
+waits, and an election's leader and candidates by their values; without NAME, every name
+at the root of the keyspace, or under --prefix P.
 
-Stopping: when the hold is lost, the command's whole group gets SIGTERM at once; the
-first SIGINT, SIGTERM or SIGHUP etcdsync gets goes to the group. Either way SIGKILL
-follows after --grace (10s), or at once on a second signal.
+barrier -n N enters the double barrier NAME, runs CMD once N participants have entered,
+as lock runs its CMD (with ETCDSYNC_NAME and ETCDSYNC_ROUND, the round's number: a
+barrier has no fencing token), then leaves and waits until every participant of its
+round has left; without CMD, it enters and leaves at once. latch sets (--set N), counts
+down (--down; with --as ID once per ID), awaits (--wait), prints (--count) or deletes
+(--delete) the countdown latch NAME.
 
-Exit status: the command's own (128+N if it died of signal N; N for every status but 0
-with --command-failed N), or etcdsync's:
-  0      without CMD: released after SIGINT, SIGTERM or SIGHUP; elect: the leadership
-         was handed over (transfer, --prefer), its CMD stopped; barrier without CMD:
-         every participant of the round has left
-  1      status --check: a NAME is free (0: every one is held); release: no key of a
-         NAME has that token, nothing changed; transfer: nobody leads, or no candidate
-         has that value, or it did not take over, nothing changed; latch: set already
-         (--set), not set (--down, --count), nothing changed, or deleted while awaited
-  64     usage: a bad flag, argument or name
-  69     etcd could not be reached, or refused (TLS, login, permission), or the wait
-         failed; not for a waiter whose key or lease was removed: it waits again
-  75     --try: the name is busy; transfer: another transfer is asked already
-  123    --max-hold passed: the command was stopped, the hold ended
-  124    --timeout passed before the hold was granted (transfer: the leader did not
-         answer; barrier: before N had entered; latch --wait: before the count was zero)
-  125    the hold was lost while the command ran; it was stopped (or an operator
-         released the wait: etcdsync release; barrier: the participant's key went while
-         it entered, ran CMD or left: the others counted it as gone)
-  126    the command could not be run
-  127    the command was not found
-  128+N  signal N: while waiting (barrier: entering or leaving; latch --wait), or the
-         command was stopped by it (whatever its status)
+Stopping: when the hold is lost, or --max-hold passes, the command's whole group gets
+SIGTERM at once; the first SIGINT, SIGTERM or SIGHUP etcdsync gets goes to the group.
+Either way SIGKILL follows after --grace (10s), or at once on a second signal, and the
+hold is released only once the group is gone.`
 
-etcd is reached as etcdctl reaches it: --endpoints, --cacert, --cert, --key, --user,
+const helpExitStatus = `Exit status: the command's own (128+N if it died of signal N; N for every status but
+0 with --command-failed N), or etcdsync's:`
+
+// exitStatuses are etcdsync's own exit statuses, as its help lists them.
+var exitStatuses = []struct{ code, text string }{
+	{"0", "without CMD: released after SIGINT, SIGTERM or SIGHUP; elect: the leadership was handed over (transfer, --prefer), its CMD stopped; barrier without CMD: every participant of the round has left"},
+	{"1", "status --check: a NAME is free (0: every one is held); release: no key of a NAME has that token, nothing changed; transfer: nobody leads, or no candidate has that value, or it did not take over, nothing changed; latch: set already (--set), not set (--down, --count), nothing changed, or deleted while awaited"},
+	{"64", "usage: a bad flag, argument or name"},
+	{"69", "etcd could not be reached, or refused (TLS, login, permission), or the wait failed; not for a waiter whose key or lease was removed: it waits again"},
+	{"75", "--try: the name is busy; transfer: another transfer is asked already"},
+	{"123", "--max-hold passed: the command was stopped, then the hold released"},
+	{"124", "--timeout passed before the hold was granted (transfer: the leader did not answer; barrier: before N had entered; latch --wait: before the count was zero)"},
+	{"125", "the hold was lost while the command ran; it was stopped (or an operator released the wait: etcdsync release; barrier: the participant's key went while it entered, ran CMD or left: the others counted it as gone)"},
+	{"126", "the command could not be run"},
+	{"127", "the command was not found"},
+	{"128+N", "signal N: while waiting (barrier: entering or leaving; latch --wait), or the command was stopped by it (whatever its status)"},
+}
+
+const helpConnection = `etcd is reached as etcdctl reaches it: --endpoints, --cacert, --cert, --key, --user,
 --password, --dial-timeout, --command-timeout, or ETCDCTL_ENDPOINTS, ETCDCTL_CACERT, ...
 in the environment. These flags may come before the command too, as etcdctl's global
-flags do (etcdsync --endpoints HOST:2379 lock NAME). etcdsync help COMMAND shows a command's flags and an example;
-etcdsync version (or --version) the version of etcdsync and of Go.
-`, strings.Join(usageLines(), "\n  "))
+flags do (etcdsync --endpoints HOST:2379 lock NAME). etcdsync help COMMAND shows a
+command's flags and an example; etcdsync version (or --version) the version of etcdsync
+and of Go.`
+
+func indent(text string) string {
+	return "  " + strings.ReplaceAll(strings.TrimSpace(text), "\n", "\n  ")
+}
+
+// helpWidth is the width of every help text, in columns (a test holds them to it).
+const helpWidth = 80
+
+// wrap fills text to helpWidth columns, every line after prefix: its paragraphs (apart by
+// a blank line) each reflowed, their words kept whole.
+func wrap(text, prefix string) string { return wrapHanging(text, prefix, prefix) }
+
+// wrapHanging is wrap with first, not prefix, before the text's first line.
+func wrapHanging(text, first, prefix string) string {
+	var out []string
+	for para := range strings.SplitSeq(strings.TrimSpace(text), "\n\n") {
+		line, start := first, first
+		for word := range strings.FieldsSeq(para) {
+			if line != start && utf8.RuneCountInString(line)+1+utf8.RuneCountInString(word) > helpWidth {
+				out = append(out, line)
+				line, start = prefix, prefix
+			}
+			if line != start {
+				line += " "
+			}
+			line += word
+		}
+		out = append(out, line, "")
+		first = prefix
+	}
+	return strings.Join(out[:len(out)-1], "\n")
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+	"github.com/etcdsync/etcdsync/rwmutex"
 )
 
 // testMaxHoldStopsTheCommand: with --max-hold the command is stopped once the hold has
@@ -32,6 +34,79 @@ func testMaxHoldStopsTheCommand(t *testing.T, h *harness) {
 		assert.Equal(t, exitMaxHold, p.wait(30*time.Second), "%s: %s", kind, p.stderr.text())
 		assertOneLine(t, p.stderr.text(), "etcdsync "+kind+": ")
 		assert.Contains(t, p.stderr.text(), "held for --max-hold 1s: the command was stopped")
+		nothingLeft(t, cli, "", name)
+	}
+	// Without a command, the hold is released at the maximum.
+	p := h.start(t, environ(), "lock", "--max-hold", "1s", "cmd-maxhold-nocommand")
+	p.stdout.awaitLine(t, "ETCDSYNC_TOKEN=", 30*time.Second)
+	assert.Equal(t, exitMaxHold, p.wait(30*time.Second), p.stderr.text())
+	assert.Equal(t, `etcdsync lock: lock "cmd-maxhold-nocommand" held for --max-hold 1s: released`+"\n", p.stderr.text())
+	nothingLeft(t, cli, "", "cmd-maxhold-nocommand")
+}
+
+// testMaxHoldReleasesOnceTheGroupIsGone: at --max-hold the command's group is stopped
+// first, and the hold released only once the group is gone, so the next holder's command
+// never runs beside it: not while a command that traps SIGTERM takes its time to finish,
+// nor while one that ignores SIGTERM waits for SIGKILL after --grace. Every kind of hold;
+// the next holder of an rlock is a writer (Go's rwmutex), of the others the same command.
+// The next holder's command checks, when it starts, that the first's process is gone.
+func testMaxHoldReleasesOnceTheGroupIsGone(t *testing.T, h *harness) {
+	cli := cluster.Client(t)
+	ev := newEvents(t)
+	// A command that finishes its work in a SIGTERM trap, for a second of its 5 s grace.
+	finishing := `trap 'echo term >"$EV"; sleep 1; echo exit >"$EV"; exit 0' TERM; echo "start $$" >"$EV"; ` + waitLoop
+	// A command whose whole group ignores SIGTERM: SIGKILL after --grace.
+	ignoring := `trap '' TERM; echo "start $$" >"$EV"; ` + waitLoop
+	for _, tc := range []struct {
+		kind, body, grace string
+		events            []string // what the first command writes after it started
+	}{
+		{"lock", finishing, "5s", []string{"term", "exit"}},
+		{"rlock", finishing, "5s", []string{"term", "exit"}},
+		{"sem", finishing, "5s", []string{"term", "exit"}},
+		{"elect", finishing, "5s", []string{"term", "exit"}},
+		{"lock", ignoring, "1s", nil},
+	} {
+		name := fmt.Sprintf("cmd-maxhold-next-%s-%s", tc.kind, tc.grace)
+		first := h.start(t, environ("EV="+ev.path), append(holdArgs(tc.kind, name, "--max-hold", "3s", "--grace", tc.grace), script(tc.body)...)...)
+		started, ok := strings.CutPrefix(ev.next(t, 30*time.Second), "start ")
+		require.True(t, ok)
+		pid, err := strconv.Atoi(started)
+		require.NoError(t, err)
+
+		var next *process
+		var writer *rwmutex.RWMutex
+		var written <-chan error
+		if tc.kind == "rlock" {
+			writer, err = rwmutex.New(cli, name)
+			require.NoError(t, err)
+			written = etcdtest.Async(func() error {
+				err := writer.Lock(etcdtest.Context(t))
+				if err == nil && alive(pid) {
+					err = fmt.Errorf("the writer holds while the reader's command %d still runs", pid)
+				}
+				return err
+			})
+		} else {
+			body := `if kill -0 "$FIRST" 2>/dev/null; then echo "next beside"; else echo "next after"; fi >"$EV"`
+			next = h.start(t, environ("EV="+ev.path, "FIRST="+started), append(holdArgs(tc.kind, name), script(body)...)...)
+		}
+		sub := map[string]string{"rlock": core.KindWrite, "sem": core.KindPermit}[tc.kind]
+		etcdtest.AwaitKeys(t, cli, core.NamePrefix(name)+sub, int64(1+btoi(tc.kind != "rlock")))
+
+		for _, want := range tc.events {
+			assert.Equal(t, want, ev.next(t, 30*time.Second), "%s %s", tc.kind, tc.grace)
+		}
+		assert.Equal(t, exitMaxHold, first.wait(30*time.Second), "%s: %s", tc.kind, first.stderr.text())
+		assert.False(t, alive(pid), "%s: the first command outlived its etcdsync", tc.kind)
+		if tc.kind == "rlock" {
+			require.NoError(t, etcdtest.Within(t, written, 30*time.Second, "the writer"))
+			require.NoError(t, writer.Unlock(etcdtest.Context(t)))
+		} else {
+			assert.Equal(t, "next after", ev.next(t, 30*time.Second), "%s %s: the next command started beside the first", tc.kind, tc.grace)
+			assert.Equal(t, 0, next.wait(30*time.Second), "%s: %s", tc.kind, next.stderr.text())
+		}
+		ev.none(t, tc.kind)
 		nothingLeft(t, cli, "", name)
 	}
 }
@@ -95,8 +170,12 @@ func testDetachRenewRelease(t *testing.T, h *harness) {
 	rel := h.run(t, environ(), "release", "--ticket", ticket)
 	require.Equal(t, 0, rel.code, rel.stderr.text())
 	nothingLeft(t, cli, "", name)
-	assert.Equal(t, exitFree, h.run(t, environ(), "renew", ticket).code, "renew of a released hold")
-	assert.Equal(t, exitFree, h.run(t, environ(), "release", "--ticket", ticket).code, "release of a released hold")
+	stale := h.run(t, environ(), "renew", ticket)
+	assert.Equal(t, exitFree, stale.code, "renew of a released hold")
+	assert.Regexp(t, `^etcdsync renew: stale ticket: cmd-detach/\S+: its \S.*: nothing changed\n$`, stale.stderr.text())
+	stale = h.run(t, environ(), "release", "--ticket", ticket)
+	assert.Equal(t, exitFree, stale.code, "release of a released hold")
+	assert.Regexp(t, `^etcdsync release: stale ticket: cmd-detach/\S+: its \S.*: nothing changed\n$`, stale.stderr.text())
 
 	assert.Equal(t, exitUsage, h.run(t, environ(), "renew", "not-a-ticket").code)
 	assert.Equal(t, exitUsage, h.run(t, environ(), "release", "--ticket", ticket, name).code)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -34,6 +35,12 @@ func (a *app) logf(format string, args ...any) {
 // warnf reports a problem that does not change the exit status, on one line.
 func (a *app) warnf(format string, args ...any) {
 	fmt.Fprintf(a.stderr, "%s: warning: %s\n", a.command, message(fmt.Sprintf(format, args...)))
+}
+
+// errorf reports why the command ends, on one line, after the command's prefix alone
+// ("etcdsync release: stale ticket: nothing changed", never "etcdsync release: etcdsync: ").
+func (a *app) errorf(format string, args ...any) {
+	fmt.Fprintf(a.stderr, "%s: %s\n", a.command, message(fmt.Sprintf(format, args...)))
 }
 
 // command is a subcommand parsed into its flags, ready to run.
@@ -77,10 +84,10 @@ func run(args []string, a *app) int {
 		printHelp(a.stdout)
 		return exitOK
 	case err != nil:
-		fmt.Fprintf(a.stderr, "etcdsync: %s\n", message(err.Error()))
+		a.errorf("%v", err)
 		return exitCode(err)
 	case verb == "":
-		fmt.Fprintln(a.stderr, "etcdsync: no command: lock, rlock, sem, elect, transfer, barrier, latch, status, release or renew (etcdsync --help)")
+		fmt.Fprintln(a.stderr, "etcdsync: no command: "+verbList+" (etcdsync --help)")
 		return exitUsage
 	}
 	switch verb {
@@ -88,18 +95,11 @@ func run(args []string, a *app) int {
 		printVersion(a.stdout)
 		return exitOK
 	case "help":
-		if len(args) == 1 {
-			if c := newCommand(args[0]); c != nil {
-				c.define().printHelp(a.stdout)
-				return exitOK
-			}
-		}
-		printHelp(a.stdout)
-		return exitOK
+		return help(a, args)
 	}
 	c := newCommand(verb)
 	if c == nil {
-		fmt.Fprintf(a.stderr, "etcdsync: no command %q: lock, rlock, sem, elect, transfer, barrier, latch, status, release or renew (etcdsync --help)\n", verb)
+		fmt.Fprintf(a.stderr, "etcdsync: no command %q: %s (etcdsync --help)\n", verb, verbList)
 		return exitUsage
 	}
 	a.command = "etcdsync " + verb
@@ -114,10 +114,34 @@ func run(args []string, a *app) int {
 		code, err = c.run(a)
 	}
 	if err != nil {
-		fmt.Fprintf(a.stderr, "%s: %s\n", a.command, message(err.Error()))
+		a.errorf("%v", err)
 		return exitCode(err)
 	}
 	return code
+}
+
+// verbList lists the commands, for the messages that name none or an unknown one.
+const verbList = "lock, rlock, sem, elect, transfer, barrier, latch, status, release or renew"
+
+// help is `etcdsync help [TOPIC]`: etcdsync's help, or a command's. A topic that is no
+// command, or more than one, is a usage error.
+func help(a *app, topics []string) int {
+	a.command = "etcdsync help"
+	switch {
+	case len(topics) == 0, len(topics) == 1 && (topics[0] == "help" || topics[0] == "version"):
+		printHelp(a.stdout)
+		return exitOK
+	case len(topics) > 1:
+		a.errorf("one COMMAND, not %d: etcdsync help COMMAND", len(topics))
+		return exitUsage
+	}
+	c := newCommand(topics[0])
+	if c == nil {
+		a.errorf("no command %q: %s (etcdsync --help)", topics[0], verbList)
+		return exitUsage
+	}
+	c.define().printHelp(a.stdout)
+	return exitOK
 }
 
 // splitLeadingFlags splits off the connection flags written before the command, as etcdctl
@@ -137,9 +161,13 @@ func splitLeadingFlags(args []string) (lead []string, verb string, rest []string
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, "", nil, err
 		}
-		return nil, "", nil, usagef("%v: only etcd's connection flags (--endpoints, --user, ...) may come before the command (etcdsync --help)", err)
+		name, msg := flagProblem(fs, err)
+		if undefinedFlag.MatchString(err.Error()) {
+			return nil, "", nil, usagef("%s: only etcd's connection flags (--endpoints, --user, ...) may come before the command (etcdsync --help)", spelled(name))
+		}
+		return nil, "", nil, usagef("%s (etcdsync --help)", msg)
 	}
-	lead = args[:len(args)-fs.NArg()]
+	lead = slices.Clone(args[:len(args)-fs.NArg()]) // the caller appends to it: not into args
 	if len(lead) > 0 && lead[len(lead)-1] == "--" {
 		return nil, "", nil, usagef(`"--" before the command (etcdsync --help)`)
 	}

@@ -14,13 +14,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// testLockOfSeveralNames: `etcdsync lock B A` holds both names at once, one key under each
-// with one token, which status shows under each name; a try on either is busy; the command
-// after "--" sees the names and keys one per line; nothing is left after a signal.
+// testLockOfSeveralNames: `etcdsync lock B A --` holds both names at once, one key under
+// each with one token, which status shows under each name; a try on either is busy; the
+// command after "--" sees the names and keys one per line; nothing is left after a signal.
+// Without "--", what follows the first name is the command, as etcdctl lock runs it.
 func testLockOfSeveralNames(t *testing.T, h *harness) {
 	const a, b = "cmd-multi-a", "cmd-multi-b"
 	cli := cluster.Client(t)
-	p := h.start(t, environ(), "lock", b, a, a)
+	p := h.start(t, environ(), "lock", b, a, a, "--")
 	token := strings.TrimPrefix(p.stdout.awaitLine(t, "ETCDSYNC_TOKEN=", 30*time.Second), "ETCDSYNC_TOKEN=")
 	assert.Equal(t, "ETCDSYNC_NAME='"+a+"\n"+b+"'\n", p.stdout.text()[:len("ETCDSYNC_NAME='"+a+"\n"+b+"'\n")])
 	for _, name := range []string{a, b} {
@@ -45,4 +46,9 @@ func testLockOfSeveralNames(t *testing.T, h *harness) {
 	assert.Equal(t, 0, child.code, child.stderr.text())
 	nothingLeft(t, cli, "", a)
 	nothingLeft(t, cli, "", b)
+
+	etcdctlForm := h.run(t, environ(), "lock", a, "/bin/sh", "-c", `test "$ETCDSYNC_NAME" = "$1" && exit 7`, "sh", a)
+	assert.Equal(t, 7, etcdctlForm.code, "lock NAME CMD ARGS runs CMD: %s", etcdctlForm.stderr.text())
+	nothingLeft(t, cli, "", a)
+	assert.Empty(t, keysOf(t, cli, "", "/bin/sh"), "CMD taken as a name")
 }

@@ -11,11 +11,12 @@ import (
 	"github.com/etcdsync/etcdsync/admin"
 )
 
-// TestFlagsAndOperandsMix: flags may come before and after the names; every operand of
-// lock up to a "--" that follows a name is a name (sorted, once each), and what follows
-// that "--" is the command, its own flags untouched. A "--" before the first name ends the
-// flags only. The other hold commands take one NAME, and the command from the next operand
-// on, with or without "--".
+// TestFlagsAndOperandsMix: flags may come before and after the names. The command follows
+// NAME as etcdctl lock's does, or a "--": without a "--" after NAME, the first operand is
+// NAME and the rest, from the next operand on, the command, its own flags untouched; with
+// one, every operand before it is a name (lock: sorted, once each) and the command follows
+// it. A "--" before the first name ends the flags only. elect takes NAME [PROPOSAL], and
+// its command only after a "--".
 func TestFlagsAndOperandsMix(t *testing.T) {
 	for _, tc := range []struct {
 		verb    string
@@ -31,11 +32,21 @@ func TestFlagsAndOperandsMix(t *testing.T) {
 		{"lock", []string{"n", "--", "ls", "--ttl", "5s"}, []string{"n"}, []string{"ls", "--ttl", "5s"}, "1m0s"},
 		{"lock", []string{"-ttl=5s", "n", "--", "--ttl"}, []string{"n"}, []string{"--ttl"}, "5s"},
 		{"lock", []string{"--", "-n", "--", "ls"}, []string{"-n"}, []string{"ls"}, "1m0s"},
+		{"lock", []string{"--", "-n", "ls"}, []string{"-n"}, []string{"ls"}, "1m0s"},
 		{"lock", []string{"n", "--"}, []string{"n"}, nil, "1m0s"},
 		{"lock", []string{"b", "--ttl", "5s", "a", "b", "--", "ls", "--", "x"}, []string{"a", "b"}, []string{"ls", "--", "x"}, "5s"},
-		{"lock", []string{"b", "a"}, []string{"a", "b"}, nil, "1m0s"},
+		{"lock", []string{"b", "a", "--"}, []string{"a", "b"}, nil, "1m0s"},
+		// etcdctl's form: NAME CMD ARGS...
+		{"lock", []string{"n", "ls", "-l"}, []string{"n"}, []string{"ls", "-l"}, "1m0s"},
+		{"lock", []string{"n", "--ttl", "5s", "ls", "--ttl", "7s"}, []string{"n"}, []string{"ls", "--ttl", "7s"}, "5s"},
+		{"lock", []string{"b", "a"}, []string{"b"}, []string{"a"}, "1m0s"},
 		{"rlock", []string{"n", "ls", "--ttl", "5s"}, []string{"n"}, []string{"ls", "--ttl", "5s"}, "1m0s"},
 		{"rlock", []string{"--", "-n", "ls"}, []string{"-n"}, []string{"ls"}, "1m0s"},
+		{"sem", []string{"-n", "2", "n", "ls", "-l"}, []string{"n"}, []string{"ls", "-l"}, "1m0s"},
+		{"elect", []string{"n"}, []string{"n"}, nil, "1m0s"},
+		{"elect", []string{"n", "web-7:8080"}, []string{"n"}, nil, "1m0s"},
+		{"elect", []string{"n", "--ttl", "5s", "web-7:8080", "--", "ls", "-l"}, []string{"n"}, []string{"ls", "-l"}, "5s"},
+		{"elect", []string{"n", "--", "ls"}, []string{"n"}, []string{"ls"}, "1m0s"},
 	} {
 		c := &holdCommand{verb: tc.verb}
 		sub := c.define()
@@ -46,6 +57,47 @@ func TestFlagsAndOperandsMix(t *testing.T) {
 		assert.Equal(t, tc.command, c.command, "%q", tc.args)
 		assert.Equal(t, tc.ttl, c.ttl.String(), "%q", tc.args)
 	}
+}
+
+// TestElectTakesAProposal: elect's second operand is the candidate's value, as etcdctl
+// elect's PROPOSAL; without one, --value's, or etcdsync's owner marked as a candidate's.
+func TestElectTakesAProposal(t *testing.T) {
+	value := func(args ...string) string {
+		c := &holdCommand{verb: "elect"}
+		require.NoError(t, c.parse(c.define(), args, &app{getenv: func(string) string { return "" }}), "%q", args)
+		return c.value
+	}
+	assert.Equal(t, "web-7:8080", value("n", "web-7:8080"))
+	assert.Equal(t, "web-7:8080", value("n", "web-7:8080", "--", "ls"))
+	assert.Equal(t, "v", value("--value", "v", "n", "--", "ls"))
+	assert.Regexp(t, `^host=\S+ pid=\d+ since=\S+ role=candidate$`, value("n", "--", "ls"))
+}
+
+// TestOperandsThatAreNotNamesAreUsageErrors: only lock takes several names; elect takes
+// NAME [PROPOSAL], and the value once.
+func TestOperandsThatAreNotNamesAreUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		verb string
+		args []string
+		want string
+	}{
+		{"rlock", []string{"a", "b", "--", "ls"}, `2 names before "--": rlock takes one NAME (only lock takes several)`},
+		{"sem", []string{"-n", "1", "a", "b", "--", "ls"}, `2 names before "--": sem takes one NAME`},
+		{"elect", []string{"n", "p", "ls"}, `3 operands before the command: elect takes NAME [PROPOSAL], and CMD only after "--"`},
+		{"elect", []string{"n", "p", "x", "--", "ls"}, `3 operands before the command`},
+		{"elect", []string{"--value", "v", "n", "p"}, `the candidate's value twice: --value and PROPOSAL "p"`},
+		{"lock", []string{"n", "ls", "-l", "--", "x"}, `unknown flag -l (etcdsync lock --help)`},
+	} {
+		c := &holdCommand{verb: tc.verb}
+		err := c.parse(c.define(), tc.args, &app{getenv: func(string) string { return "" }})
+		require.Error(t, err, "%q", tc.args)
+		assert.Equal(t, exitUsage, exitCode(err), "%q", tc.args)
+		assert.Contains(t, err.Error(), tc.want, "%q", tc.args)
+	}
+	b := &barrierCommand{}
+	err := b.parse(b.define(), []string{"-n", "2", "a", "b", "--", "ls"}, &app{getenv: func(string) string { return "" }})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `2 names before "--": barrier takes one NAME`)
 }
 
 // TestStatusTakesNamesAndFlagsMixed: status's names may come around its flags.

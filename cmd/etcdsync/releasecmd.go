@@ -34,11 +34,11 @@ lock --detach printed that ticket for (exit 1 if it is gone, resumed or taken ag
 		`# who holds it, and its token
 etcdsync status nightly-report
 # end that hold, saying why
-etcdsync release nightly-report --token 812 --reason "stuck since 02:00, ticket OPS-17"`)
+etcdsync release nightly-report --token 812 --reason "stuck since 02:00"`)
 	fs := sub.flags
 	fs.Int64Var(&c.token, "token", 0, "the hold's token `T` (status shows it): only the key created at T is deleted")
 	fs.StringVar(&c.ticket, "ticket", "", "release the detached hold of this `TICKET` (lock --detach printed it) instead")
-	fs.StringVar(&c.reason, "reason", "", "why, recorded for the holder to read (up to 1 KiB)")
+	fs.StringVar(&c.reason, "reason", "", "why (`R`), recorded for the holder to read (up to 1 KiB)")
 	fs.StringVar(&c.prefix, "prefix", "", "the names' keys are under this `prefix` (ends with '/')")
 	c.conn.register(fs)
 	return sub
@@ -95,7 +95,7 @@ func (c *releaseCommand) run(a *app) (int, error) {
 	err = admin.Release(ctx, cli, c.names, c.token, c.reason, admin.WithPrefix(c.prefix))
 	switch {
 	case errors.Is(err, admin.ErrNoHold):
-		fmt.Fprintf(a.stderr, "%s: %v: nothing changed\n", a.command, err)
+		a.errorf("%v: nothing changed", err)
 		return exitFree, nil
 	case errors.Is(err, core.ErrInvalidOption):
 		return 0, usagef("%v", err)
@@ -111,7 +111,7 @@ func ticketCommand(a *app, conn connection, do func() error) (int, error) {
 	err := do()
 	switch {
 	case errors.Is(err, core.ErrStaleTicket):
-		fmt.Fprintf(a.stderr, "%s: %v: nothing changed\n", a.command, err)
+		a.errorf("%v: nothing changed", err)
 		return exitFree, nil
 	case err != nil:
 		return 0, failf(exitEtcd, "etcd at %s: %v", conn.endpoints, err)
@@ -130,7 +130,7 @@ func (c *renewCommand) define() *subcommand {
 		`Renews once, for its TTL, the lease of the detached hold that lock --detach printed
 TICKET for, and prints the seconds it has left. Exit 1 if the hold is gone (released, its
 lease ran out), resumed or taken again.`,
-		`# take the lock for a unit's whole life: before it starts, and renewed while it runs
+		`# hold the lock for a unit's whole life: taken before it starts, then renewed
 etcdsync lock --detach --ttl 5m deploy >/run/deploy.ticket
 etcdsync renew "$(cat /run/deploy.ticket)"`)
 	c.conn.register(sub.flags)

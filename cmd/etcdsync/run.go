@@ -79,9 +79,6 @@ func (c *holdCommand) acquirer(cli *clientv3.Client) (acquirer, error) {
 	if c.prefix != "" {
 		opts = append(opts, mutex.WithPrefix(c.prefix))
 	}
-	if c.maxHold != 0 {
-		opts = append(opts, mutex.WithMaxHold(c.maxHold))
-	}
 	if c.lockDelay != 0 {
 		opts = append(opts, mutex.WithLockDelay(c.lockDelay))
 	}
@@ -145,27 +142,49 @@ func (c *holdCommand) run(a *app) (int, error) {
 	if err := c.conn.probe(cli, c.keyPrefix()); err != nil {
 		return 0, err
 	}
+	if c.verb == "sem" {
+		if err := c.checkLimit(a, cli); err != nil {
+			return 0, err
+		}
+	}
 	for {
 		h, err := c.acquire(a, acq, sigc)
 		if err != nil {
 			return 0, err
 		}
-		var code int
 		if c.detach {
 			return c.detachHold(a, h)
 		}
-		if c.command == nil {
-			code, err = c.holdUntilSignalled(a, h, sigc)
-		} else {
-			code, err = c.runCommand(a, h, sigc)
-		}
-		if rerr := c.release(a, h); rerr != nil && err == nil {
-			a.warnf("%v", rerr)
-		}
+		code, err := c.term(a, h, sigc)
 		if !c.again(a, code, err) {
 			return code, err
 		}
 	}
+}
+
+// term holds h until the command's group is gone (or, without a command, until a signal),
+// then releases it; --max-hold ends it by the command's own timer, which stops the group
+// first: the hold, and so the key, outlasts every process of the group, and the next
+// holder's command never starts beside this one. The library's WithMaxHold would delete the
+// key at the maximum while the group still runs; a backstop of it would run in this same
+// process, so it would fail whenever this timer does, and once etcdsync is gone the lease
+// (--ttl) bounds the key anyway.
+func (c *holdCommand) term(a *app, h hold, sigc <-chan os.Signal) (code int, err error) {
+	var maxHeld <-chan time.Time
+	if c.maxHold > 0 {
+		t := time.NewTimer(c.maxHold)
+		defer t.Stop()
+		maxHeld = t.C
+	}
+	if c.command == nil {
+		code, err = c.holdUntilSignalled(a, h, sigc, maxHeld)
+	} else {
+		code, err = c.runCommand(a, h, sigc, maxHeld)
+	}
+	if rerr := c.release(a, h); rerr != nil && err == nil {
+		a.warnf("%v", rerr)
+	}
+	return code, err
 }
 
 // again reports whether elect --loop campaigns again after a term that ended with code and
@@ -228,7 +247,7 @@ func (c *holdCommand) acquire(a *app, acq acquirer, sigc <-chan os.Signal) (hold
 	case errors.Is(err, semaphore.ErrLimitMismatch), c.verb == "sem" && errors.Is(err, semaphore.ErrInvalidOption):
 		return nil, usagef("--units %d: %v", c.units, err)
 	case errors.Is(err, core.ErrReleasedByOperator):
-		return nil, failf(exitLost, "the wait for %s was ended: %v", c.what(), err)
+		return nil, failf(exitLost, "the wait for %s was ended: %s", c.what(), lossCause(err))
 	default:
 		return nil, fail(exitEtcd, err)
 	}
@@ -285,13 +304,22 @@ func (c *holdCommand) detachHold(a *app, h hold) (int, error) {
 	return exitOK, nil
 }
 
-// holdUntilSignalled prints the key and the token and holds until a signal (exit 0) or a loss.
-func (c *holdCommand) holdUntilSignalled(a *app, h hold, sigc <-chan os.Signal) (int, error) {
-	fmt.Fprintf(a.stdout, "ETCDSYNC_NAME=%s\nETCDSYNC_KEY=%s\nETCDSYNC_TOKEN=%d\n", shellQuote(c.nameVar()), shellQuote(h.Key()), h.Token())
+// holdUntilSignalled prints the hold and holds until a signal (exit 0) or a loss. It prints
+// the name, the key and the token as shell variables; elect prints the leader's key and
+// value, one line each, as etcdctl elect does.
+func (c *holdCommand) holdUntilSignalled(a *app, h hold, sigc <-chan os.Signal, maxHeld <-chan time.Time) (int, error) {
+	if c.verb == "elect" {
+		fmt.Fprintf(a.stdout, "%s\n%s\n", h.Key(), c.value)
+	} else {
+		fmt.Fprintf(a.stdout, "ETCDSYNC_NAME=%s\nETCDSYNC_KEY=%s\nETCDSYNC_TOKEN=%d\n", shellQuote(c.nameVar()), shellQuote(h.Key()), h.Token())
+	}
 	select {
 	case <-h.Done():
-		a.logf("%s: lost: %v", c.what(), h.Err())
-		return 0, failf(lossStatus(h.Err()), "%s lost: %v", c.what(), h.Err())
+		a.logf("%s: lost: %s", c.what(), lossCause(h.Err()))
+		return 0, failf(exitLost, "%s lost: %s", c.what(), lossCause(h.Err()))
+	case <-maxHeld:
+		a.logf("%s: --max-hold %v passed: releasing", c.what(), c.maxHold)
+		return 0, failf(exitMaxHold, "%s held for --max-hold %v: released", c.what(), c.maxHold)
 	case sig := <-sigc:
 		a.logf("%s: releasing on %s", c.what(), signame(sig))
 		return exitOK, nil
@@ -312,7 +340,7 @@ func (c *holdCommand) release(a *app, h hold) error {
 		a.logf("%s: released", c.what())
 		return nil
 	case errors.Is(err, mutex.ErrLost):
-		return fmt.Errorf("%s was lost as it was released: %w", c.what(), err)
+		return fmt.Errorf("%s was lost as it was released: %s", c.what(), lossCause(err))
 	default:
 		return fmt.Errorf("%s not released (its key goes when its lease expires, within %v): %w", c.what(), c.ttl, err)
 	}
@@ -337,27 +365,4 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// changeLimit is `sem --set-limit N NAME`: the limit changed for every user, within
-// --command-timeout.
-func (c *holdCommand) changeLimit(a *app) (int, error) {
-	cli, ctx, done, err := c.conn.request()
-	if err != nil {
-		return 0, err
-	}
-	defer done()
-	opts := []semaphore.Option{semaphore.WithTTL(c.ttl)}
-	if c.prefix != "" {
-		opts = append(opts, semaphore.WithPrefix(c.prefix))
-	}
-	s, err := semaphore.New(cli, c.name, c.setLimit, opts...)
-	if err != nil {
-		return 0, usagef("%v", err)
-	}
-	if err := s.SetLimit(ctx, c.setLimit); err != nil {
-		return 0, failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
-	}
-	a.logf("%s: limit set to %d", c.what(), c.setLimit)
-	return exitOK, nil
 }

@@ -82,7 +82,8 @@ func (q *queueing) enqueue(prefix string, n int64, acquire func(ctx context.Cont
 
 // testStatusGolden queues holders and waiters on a name of every kind, and compares the
 // text and JSON of `etcdsync status` with testdata/status*, volatile fields normalized
-// (leases, tokens, TTLs, this host and pid, times of now). Run with -update to rewrite them.
+// (leases, tokens, TTLs, this host and pid, times of now). The election is told from the
+// locks by its candidates' values, or by --kind. Run with -update to rewrite them.
 func testStatusGolden(t *testing.T, h *harness) {
 	q := newQueueing(t)
 	const lockName, rwName, semName, electName = "status-lock", "status-rw", "status-sem", "status-elect"
@@ -182,7 +183,7 @@ func testStatusGolden(t *testing.T, h *harness) {
 		"host=web-3 pid=4711 since=2001-02-03T04:05:06Z owner=5b0e6c1e-7a43-4f55-9d42-3c0b8f0f3f1a",
 		"host=web-4",
 		"pid=12 since=2001-02-03T04:05:07Z",
-		"a value that names no owner",
+		"", // etcd's concurrency.Mutex, etcdctl lock: no owner
 	} {
 		_, err := cli.Put(etcdtest.Context(t), fmt.Sprintf("%s%x_%d", p, int64(lease.ID), i), value, clientv3.WithLease(lease.ID))
 		require.NoError(t, err)
@@ -202,8 +203,9 @@ func testStatusGolden(t *testing.T, h *harness) {
 		golden string
 		args   []string
 	}{
-		{"status.txt", append([]string{"status"}, names...)},
+		{"status.txt", append([]string{"status"}, append(names, electName)...)},
 		{"status-election.txt", []string{"status", "--kind", "election", electName}},
+		{"status-kind-lock.txt", []string{"status", "--kind", "lock", electName}},
 		{"status.json", append([]string{"status", "--json"}, append(names, electName)...)},
 		{"status-prefix.txt", []string{"status", "--prefix", under}},
 	} {
@@ -320,15 +322,18 @@ func testRelease(t *testing.T, h *harness) {
 	resp, err = cli.Get(etcdtest.Context(t), core.NamePrefix(name), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	require.NoError(t, err)
 	require.Len(t, resp.Kvs, 2)
-	p = h.run(t, environ(), "release", "--token", strconv.FormatInt(resp.Kvs[1].CreateRevision, 10), "--reason", "not today", name)
+	p = h.run(t, environ(), "release", "--token", strconv.FormatInt(resp.Kvs[1].CreateRevision, 10), name)
 	assert.Equal(t, exitOK, p.code, p.stderr.text())
 	assert.Equal(t, exitLost, waiter.wait(30*time.Second), "a waiter released: %s", waiter.stderr.text())
-	assert.Contains(t, waiter.stderr.text(), "not today")
+	assertOneLine(t, waiter.stderr.text(), `etcdsync lock: the wait for lock "cmd-release" was ended: released by an operator, `)
+	assert.Regexp(t, ` at \d{4}-\d\d-\d\dT[^ ]+, no reason given\n$`, waiter.stderr.text(), "a release without --reason")
 
 	p = h.run(t, environ(), "release", "--token", strconv.FormatInt(token, 10), "--reason", "stuck", name)
 	assert.Equal(t, exitOK, p.code, p.stderr.text())
 	assert.Empty(t, p.stdout.text())
 	assert.Equal(t, exitLost, holder.wait(30*time.Second), holder.stderr.text())
-	assert.Contains(t, holder.stderr.text(), "stuck")
+	assertOneLine(t, holder.stderr.text(), `etcdsync lock: lock "cmd-release" lost while the command ran (released by an operator, `)
+	assert.Regexp(t, `, reason: "stuck"\): the command was stopped\n$`, holder.stderr.text())
+	assert.NotContains(t, holder.stderr.text(), "lost: ", "the loss said twice")
 	nothingLeft(t, cli, "", name)
 }

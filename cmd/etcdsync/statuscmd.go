@@ -23,36 +23,57 @@ import (
 
 // statusCommand is `etcdsync status`, parsed.
 type statusCommand struct {
-	names  []string
-	prefix string
-	json   bool
-	watch  bool
-	check  bool   // exit 0 if every name is held, exitFree if one is free
-	kind   string // what to call the keys directly under a name: lock or election
-	conn   connection
+	names    []string
+	prefix   string
+	json     bool
+	writeOut string // -w, --write-out: json, simple, or "" when not given
+	watch    bool
+	check    bool   // exit 0 if every name is held, exitFree if one is free
+	kind     string // what the keys directly under a name are: lock, election, or "" to tell by their values
+	conn     connection
 }
 
 func (c *statusCommand) define() *subcommand {
 	sub := newSubcommand("status",
-		`Shows every holder and waiter of each NAME, in the order they are served: its kind
-(read, write, permit, permit(N) for one of N units, candidate or lock), position, state (holds, leads, waits), key,
-token (the key's create revision), lease and the TTL it has left, and its owner (host,
-pid and since when) if the key's value names one, else "unknown". Works on the names
-of every etcdsync primitive and of etcd's own concurrency.Mutex, Election and etcdctl.
-Without NAME, shows every name under --prefix, or at the root of the keyspace, where
-names go by default (a name under a prefix is shown with --prefix).`,
+		`Shows what each NAME is (lock, rwmutex, semaphore, election, barrier, latch), and every
+holder and waiter of it, in the order they are served: position, kind (lock, read,
+write, permit, permit(K) for K units, candidate, participant), state (holds, leads,
+entered, waits), key, token (the key's create revision), lease and the TTL it has
+left, and its owner (host, pid and since when) if the key's value names one, else
+"unknown". An election shows its leader's value, and each candidate's value instead of
+an owner: what etcdctl elect prints, what transfer --to names. Works on the names of
+every etcdsync primitive and of etcd's own concurrency.Mutex, Election and etcdctl.
+
+The keys of a lock and of an election look alike: a name is an election when one of
+its keys has a value that no lock writes (a lock writes nothing, or its owner); --kind
+says which instead. Without NAME, shows every name under --prefix, or at the root of
+the keyspace, where names go by default (a name under a prefix is shown with --prefix).`,
 		`# who runs the nightly report, and who waits for it
 etcdsync status nightly-report
-# every name at the root of the keyspace, etcdctl's and etcd's concurrency package's too
+# every name at the root of the keyspace, etcdctl's too
 etcdsync status
 # every name under app/, for a script, and again at every change
-etcdsync status --prefix app/ --json --watch`)
+etcdsync status --prefix app/ -w json --watch`)
 	fs := sub.flags
-	fs.StringVar(&c.prefix, "prefix", "", "the names' keys are under this `prefix` (ends with '/'); without NAME, show every name under it\n(without --prefix: every name at the root)")
+	fs.StringVar(&c.prefix, "prefix", "", "the names' keys are under this `prefix` (ends with '/'); without NAME, show every name under it (without --prefix: every name at the root)")
 	fs.BoolVar(&c.json, "json", false, "write JSON: one document, or one line per change with --watch")
+	writeOut := func(v string) error {
+		switch v {
+		case "json":
+			c.json = true
+		case "simple":
+			c.json = false
+		default:
+			return fmt.Errorf("json or simple")
+		}
+		c.writeOut = v
+		return nil
+	}
+	fs.Func("write-out", "the output's `FORMAT`, as etcdctl's: json (as --json) or simple (text, the default); -w for short", writeOut)
+	fs.Func("w", "", writeOut) // -w, etcdctl's short form: in the help as --write-out's
 	fs.BoolVar(&c.watch, "watch", false, "show it again at every change, until interrupted")
-	fs.BoolVar(&c.check, "check", false, "for probes and scripts: print nothing (unless --json), exit 0 if every NAME is held,\n1 if one is free, 69 if etcd cannot be reached")
-	fs.StringVar(&c.kind, "kind", admin.KindLock, "what the keys directly under a name are: lock (mutex, reentrant) or election")
+	fs.BoolVar(&c.check, "check", false, "for probes and scripts: print nothing (unless --json), exit 0 if every NAME is held, 1 if one is free, 69 if etcd cannot be reached")
+	fs.StringVar(&c.kind, "kind", "", "the `KIND` of the keys directly under a name, lock (mutex, reentrant) or election; without it, each name's is told by its keys' values: a candidate writes one that no lock writes")
 	c.conn.register(fs)
 	return sub
 }
@@ -68,9 +89,11 @@ func (c *statusCommand) parse(sub *subcommand, args []string, a *app) error {
 		return usagef("--check without a NAME")
 	case c.check && c.watch:
 		return usagef("--check and --watch exclude each other")
+	case c.writeOut == "simple" && setFlags(sub.flags)["json"]:
+		return usagef("--json and --write-out simple exclude each other")
 	}
 	switch c.kind {
-	case admin.KindLock:
+	case "", admin.KindLock:
 	case "election", admin.KindCandidate:
 		c.kind = admin.KindCandidate
 	default:
@@ -152,8 +175,12 @@ func (c *statusCommand) printChange(w io.Writer, snap *admin.Snapshot) error {
 	return c.print(w, snap)
 }
 
-// print writes a snapshot: as JSON, or as text, a paragraph per name.
+// print writes a snapshot: as JSON, or as text, a paragraph per name. Without --kind, the
+// names whose keys can only be an election's are shown as elections (tellElections).
 func (c *statusCommand) print(w io.Writer, snap *admin.Snapshot) error {
+	if c.kind == "" {
+		snap = tellElections(snap)
+	}
 	if c.json {
 		enc := json.NewEncoder(w)
 		if !c.watch {
@@ -214,14 +241,21 @@ func writeName(b *strings.Builder, ns admin.NameStatus) {
 		fmt.Fprintf(b, "%s: %s, nobody holds or waits\n", name, title)
 		return
 	case ns.Primitive == "election":
-		fmt.Fprintf(b, "%s: %s, %d leading, %d waiting\n", name, title, holding, waiting)
+		fmt.Fprintf(b, "%s: %s, %s, %d leading, %d waiting\n", name, title, leaderText(ns.Queue), holding, waiting)
 	case ns.Primitive == "barrier":
 		fmt.Fprintf(b, "%s: %s, %d entered, %d waiting\n", name, title, holding, waiting)
 	default:
 		fmt.Fprintf(b, "%s: %s, %d holding, %d waiting\n", name, title, holding, waiting)
 	}
+	// An election's candidates are known by their values (what etcdctl elect prints of the
+	// leader, what transfer --to names); the other keys by their owners.
+	election := ns.Primitive == "election"
 	tw := tabwriter.NewWriter(b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  POS\tKIND\tSTATE\tKEY\tTOKEN\tLEASE\tTTL\tOWNER")
+	last := "OWNER"
+	if election {
+		last = "VALUE"
+	}
+	fmt.Fprintf(tw, "  POS\tKIND\tSTATE\tKEY\tTOKEN\tLEASE\tTTL\t%s\n", last)
 	for _, e := range ns.Queue {
 		lease := e.Lease
 		if lease == "" {
@@ -234,9 +268,33 @@ func writeName(b *strings.Builder, ns admin.NameStatus) {
 		case e.Mode != "":
 			kind = fmt.Sprintf("%s(%s)", kind, e.Mode)
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Position, kind, e.State, printable(e.Key), e.Token, lease, ttlText(e), ownerText(e.Owner))
+		who := ownerText(e.Owner)
+		if election {
+			who = valueText(e.Value)
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Position, kind, e.State, printable(e.Key), e.Token, lease, ttlText(e), who)
 	}
 	tw.Flush()
+}
+
+// leaderText names an election's leader by its value ("leader \"web-7:8080\""), or says
+// that nobody leads.
+func leaderText(queue []admin.Entry) string {
+	for _, e := range queue {
+		if e.State == admin.StateLeads {
+			return "leader " + strconv.Quote(e.Value)
+		}
+	}
+	return "no leader"
+}
+
+// valueText shows a candidate's value: as it is, "" when empty, or quoted as printable
+// quotes it.
+func valueText(v string) string {
+	if v == "" {
+		return `""`
+	}
+	return printable(v)
 }
 
 // ttlText shows what the lease has left: "57s", "expired", "-" without a lease, "?" unknown.

@@ -20,9 +20,9 @@ const killWait = 5 * time.Second
 
 // runCommand starts the command in a process group of its own, supervises it until the
 // group is gone, and returns its exit status (see commandStatus); exitLost if the hold was
-// lost meanwhile; 128+N if etcdsync was asked to stop by signal N, whatever the command's
-// own status.
-func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal) (int, error) {
+// lost meanwhile; exitMaxHold if maxHeld fired first (--max-hold: the group was stopped);
+// 128+N if etcdsync was asked to stop by signal N, whatever the command's own status.
+func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal, maxHeld <-chan time.Time) (int, error) {
 	argv := c.command
 	if c.shell {
 		argv = []string{"/bin/sh", "-c", strings.Join(c.command, " ")}
@@ -32,7 +32,7 @@ func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal) (int, er
 	cmd.Env = c.environment(h)
 	select {
 	case <-h.Done():
-		return 0, failf(lossStatus(h.Err()), "%s lost before the command started: %v", c.what(), h.Err())
+		return 0, failf(exitLost, "%s lost before the command started: %s", c.what(), lossCause(h.Err()))
 	case sig := <-sigc:
 		c.stopSignal = sig
 		return 0, failf(exitSignal+signum(sig), "%s before the command started", signame(sig))
@@ -44,16 +44,15 @@ func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal) (int, er
 		return 0, startError(argv[0], err)
 	}
 	a.logf("%s: command started: pid and process group %d", c.what(), g.pid)
-	end := c.supervise(a, h, g, sigc)
+	end := c.supervise(a, h, g, sigc, maxHeld)
 	switch {
-	case end.asked && !end.lost && c.stopSignal == nil:
+	case end.asked && !end.lost && !end.maxHeld && c.stopSignal == nil:
 		a.logf("%s: the command was stopped to hand the leadership over", c.what())
 		return exitOK, nil
 	case end.lost:
-		if lossStatus(h.Err()) == exitMaxHold {
-			return 0, failf(exitMaxHold, "%s held for --max-hold %v: the command was stopped", c.what(), c.maxHold)
-		}
-		return 0, failf(exitLost, "%s lost while the command ran (%v): the command was stopped", c.what(), h.Err())
+		return 0, failf(exitLost, "%s lost while the command ran (%s): the command was stopped", c.what(), lossCause(h.Err()))
+	case end.maxHeld && c.stopSignal == nil:
+		return 0, failf(exitMaxHold, "%s held for --max-hold %v: the command was stopped", c.what(), c.maxHold)
 	case c.stopSignal != nil && end.killed != "":
 		return 0, failf(exitSignal+signum(c.stopSignal), "%s: the command's process group got SIGKILL: %s", signame(c.stopSignal), end.killed)
 	case c.stopSignal != nil:
@@ -88,10 +87,11 @@ func (c *holdCommand) commandStatus(a *app, status int) int {
 
 // ending is how a supervised command's process group ended.
 type ending struct {
-	lost   bool   // the hold was lost while the group lived
-	asked  bool   // the leadership was asked to move (elect): the group was stopped for it
-	ended  bool   // the group is gone (g.status says how the command ended); not if it outlived SIGKILL by killWait
-	killed string // why the group got SIGKILL, if it did
+	lost    bool   // the hold was lost while the group lived
+	maxHeld bool   // --max-hold passed while the group lived: the group was stopped for it
+	asked   bool   // the leadership was asked to move (elect): the group was stopped for it
+	ended   bool   // the group is gone (g.status says how the command ended); not if it outlived SIGKILL by killWait
+	killed  string // why the group got SIGKILL, if it did
 }
 
 // stopPhase is how far etcdsync has gone in stopping a command's group.
@@ -106,9 +106,10 @@ const (
 // supervise passes signals on to the command's group until the group is gone, and stops
 // the group, all of it at once: SIGTERM (and SIGCONT, for stopped processes), or the first
 // signal etcdsync got, then SIGKILL once --grace has run out, or at once on a second signal.
-// It stops the group when the hold is lost, when a signal asks etcdsync to stop (recorded in
-// c.stopSignal), and when the command exits leaving processes behind.
-func (c *holdCommand) supervise(a *app, h hold, g *group, sigc <-chan os.Signal) ending {
+// It stops the group when the hold is lost, when maxHeld fires (--max-hold), when a signal
+// asks etcdsync to stop (recorded in c.stopSignal), and when the command exits leaving
+// processes behind.
+func (c *holdCommand) supervise(a *app, h hold, g *group, sigc <-chan os.Signal, maxHeld <-chan time.Time) ending {
 	var end ending
 	done, exited, asked := h.Done(), g.exited, askedOf(h)
 	phase := notStopping
@@ -148,8 +149,13 @@ func (c *holdCommand) supervise(a *app, h hold, g *group, sigc <-chan os.Signal)
 		case <-done:
 			done = nil
 			end.lost = true
-			a.logf("%s: lost: %v", c.what(), h.Err())
+			a.logf("%s: lost: %s", c.what(), lossCause(h.Err()))
 			terminate(syscall.SIGTERM, "hold lost")
+		case <-maxHeld:
+			maxHeld = nil
+			end.maxHeld = true
+			a.logf("%s: --max-hold %v passed", c.what(), c.maxHold)
+			terminate(syscall.SIGTERM, "--max-hold passed")
 		case <-asked:
 			asked = nil
 			end.asked = true

@@ -34,12 +34,12 @@ leads, or no candidate of etcdsync has that value, or it did not take over (noth
 changed); 75 if another transfer is asked already; 124 if the leader did not answer
 within --timeout (it leads by Campaign, which answers no request): the request is then
 withdrawn.`,
-		`# hand billing's leadership to the replica of the new version, once its work stopped
+		`# hand over to the new version's replica, once the leader's work stopped
 etcdsync transfer billing-leader --to "web-7:8080"
-# the leader steps down; it stands again behind the others if it runs with --loop
+# the leader steps down; with --loop, it stands again, behind the others
 etcdsync transfer billing-leader`)
 	fs := sub.flags
-	fs.Func("to", "the `VALUE` of the candidate to hand the leadership to (etcdsync status --kind election shows\nthem); without it, the leader steps down", func(v string) error {
+	fs.Func("to", "the `VALUE` of the candidate to hand the leadership to (etcdsync status shows them); without it, the leader steps down", func(v string) error {
 		c.to, c.toSet = v, true
 		return nil
 	})
@@ -95,10 +95,10 @@ func (c *transferCommand) run(a *app) (int, error) {
 	l, err := e.RequestTransfer(ctx, c.to)
 	switch {
 	case errors.Is(err, election.ErrNoLeader):
-		fmt.Fprintf(a.stderr, "%s: election %q: nobody leads: nothing changed\n", a.command, c.name)
+		a.errorf("election %q: nobody leads: nothing changed", c.name)
 		return exitFree, nil
 	case errors.Is(err, election.ErrNoCandidate):
-		fmt.Fprintf(a.stderr, "%s: %v: nothing changed\n", a.command, message(err.Error()))
+		a.errorf("%v: nothing changed", err)
 		return exitFree, nil
 	case errors.Is(err, core.ErrTransferAsked):
 		return 0, failf(exitBusy, "election %q: %v", c.name, err)
