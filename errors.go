@@ -2,6 +2,12 @@ package etcdsync
 
 import "github.com/etcdsync/etcdsync/internal/core"
 
+// ReleasedError is the error of a hold, or a wait, that an operator released
+// (admin.Release, etcdsync release): errors.As finds it in what Err, Unlock or Lock return,
+// with the key and the record the release left: its Reason, By (user@host) and At. It
+// matches [ErrLost] and [ErrReleasedByOperator].
+type ReleasedError = core.ReleasedError
+
 // The errors of every etcdsync package, which re-export those they return.
 var (
 	// ErrInvalidName: New was given a name that is empty, over 512 bytes, not valid UTF-8,

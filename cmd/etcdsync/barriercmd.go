@@ -222,6 +222,8 @@ func (c *barrierCommand) enter(a *app, b *barrier.Barrier, sigc <-chan os.Signal
 		return failf(exitTimeout, "%s: %d participants had not entered within %v: this one withdrew", c.what(), c.n, c.timeout)
 	case errors.Is(err, barrier.ErrInvalidOption):
 		return usagef("-n %d: %v", c.n, err)
+	case errors.Is(err, core.ErrOtherKind):
+		return fail(exitUsage, err)
 	case errors.Is(err, barrier.ErrLost):
 		// Entering again could count this participant twice, if its round filled before the
 		// key went: the round it was in may have gone on without it.

@@ -64,6 +64,8 @@ func TestCommand(t *testing.T) {
 		{"StatusWatchFollowsChanges", testStatusWatch},
 		{"StatusCheckIsAnExitStatus", testStatusCheck},
 		{"ReleaseByTokenEndsThatHold", testRelease},
+		{"AnotherKindsNameIsExit64UntilDeleted", testOtherKindAndDelete},
+		{"EtcdLayoutSharesEtcdsKeys", testEtcdLayout},
 		{"StatusWithoutNameFindsEveryNameAtTheRoot", testStatusFindsEveryName},
 		{"BadInputIsOneLineAndWritesNothing", testBadInput},
 		{"HelpOfEverySubcommand", testHelp},

@@ -8,6 +8,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/etcdsync/etcdsync/internal/core"
 )
 
 // The command's own exit statuses. Every other status is the command's it ran: its exit
@@ -74,10 +77,6 @@ func message(err string) string {
 	return oneLine(packagePrefix.ReplaceAllString(err, "$1"))
 }
 
-// operatorRelease is the loss of a hold that an operator released, as the packages word it
-// (after message): its key, the quoted reason, the operator and the time.
-var operatorRelease = regexp.MustCompile(`released by an operator: key (.*): ("(?:[^"\\]|\\.)*") \(by (.*) at ([^ )]*)\)$`)
-
 // lostAgain is the packages' "lost: " in a message (after message) that says so already.
 var lostAgain = regexp.MustCompile(`(^|: )lost: `)
 
@@ -85,22 +84,15 @@ var lostAgain = regexp.MustCompile(`(^|: )lost: `)
 // without the packages' "lost: " again, and an operator's release as "released by an
 // operator, bob@ops at 2026-11-24T02:30:00Z, reason: "stuck"" (or "no reason given").
 func lossCause(err error) string {
-	msg := lostAgain.ReplaceAllString(message(err.Error()), "$1")
-	m := operatorRelease.FindStringSubmatchIndex(msg)
-	if m == nil {
-		return msg
+	var rel *core.ReleasedError
+	if !errors.As(err, &rel) {
+		return lostAgain.ReplaceAllString(message(err.Error()), "$1")
 	}
-	reason, uerr := strconv.Unquote(msg[m[4]:m[5]])
-	if uerr != nil {
-		return msg
+	text := fmt.Sprintf("released by an operator, %s at %s", rel.Record.By, rel.Record.At.Format(time.RFC3339))
+	if rel.Record.Reason == "" {
+		return text + ", no reason given"
 	}
-	text := fmt.Sprintf("released by an operator, %s at %s", msg[m[6]:m[7]], msg[m[8]:m[9]])
-	if reason == "" {
-		text += ", no reason given"
-	} else {
-		text += ", reason: " + strconv.Quote(reason)
-	}
-	return text // what the package adds before it ("mutex "x": lock: ") names what the message does
+	return text + ", reason: " + strconv.Quote(rel.Record.Reason)
 }
 
 // oneLine makes msg one line, so that every error is one line on stderr: a multi-line error

@@ -23,6 +23,7 @@ var usages = []struct{ verb, synopsis string }{
 	{"status", "[--json] [--watch | --check] [flags] [NAME...]"},
 	{"release", "--token T [--reason R] [flags] NAME... | --ticket TICKET"},
 	{"renew", "[flags] TICKET"},
+	{"delete", "[flags] NAME..."},
 	{"help", "[COMMAND]"},
 	{"version", ""},
 }
@@ -77,7 +78,9 @@ TICKET releases it, and Go's mutex.Resume takes it over. transfer asks an electi
 leader to hand its leadership to another candidate, or to step down. status shows what
 each NAME is (lock, rwmutex, semaphore, election, barrier, latch), who holds it and who
 waits, and an election's leader and candidates by their values; without NAME, every name
-at the root of the keyspace, or under --prefix P.
+at the root of the keyspace, or under --prefix P. delete removes a name's lasting records
+(a semaphore's limit, a barrier's, a latch's) once nobody holds or waits: a name serves
+one kind of primitive, and refuses another (exit 64) while those records are there.
 
 barrier -n N enters the double barrier NAME, runs CMD once N participants have entered,
 as lock runs its CMD (with ETCDSYNC_NAME and ETCDSYNC_ROUND, the round's number: a
@@ -97,8 +100,8 @@ const helpExitStatus = `Exit status: the command's own (128+N if it died of sign
 // exitStatuses are etcdsync's own exit statuses, as its help lists them.
 var exitStatuses = []struct{ code, text string }{
 	{"0", "without CMD: released after SIGINT, SIGTERM or SIGHUP; elect: the leadership was handed over (transfer, --prefer), its CMD stopped; barrier without CMD: every participant of the round has left"},
-	{"1", "status --check: a NAME is free (0: every one is held); release: no key of a NAME has that token, nothing changed; transfer: nobody leads, or no candidate has that value, or it did not take over, nothing changed; latch: set already (--set), not set (--down, --count), nothing changed, or deleted while awaited"},
-	{"64", "usage: a bad flag, argument or name"},
+	{"1", "status --check: a NAME is free (0: every one is held); release: no key of a NAME has that token, nothing changed; transfer: nobody leads, or no candidate has that value, or it did not take over, nothing changed; latch: set already (--set), not set (--down, --count), nothing changed, or deleted while awaited; delete: a NAME is held or waited for, nothing deleted"},
+	{"64", "usage: a bad flag, argument or name; a NAME that holds another kind of primitive's keys or records (etcdsync delete removes records), nothing written"},
 	{"69", "etcd could not be reached, or refused (TLS, login, permission), or the wait failed; not for a waiter whose key or lease was removed: it waits again"},
 	{"75", "--try: the name is busy; transfer: another transfer is asked already"},
 	{"123", "--max-hold passed: the command was stopped, then the hold released"},

@@ -104,6 +104,7 @@ func (c *holdCommand) define() *subcommand {
 	}
 	fs.DurationVar(&c.ttl, "ttl", mutex.DefaultTTL, "lease TTL: how long others wait for this hold if etcdsync dies or loses etcd")
 	fs.StringVar(&c.prefix, "prefix", "", "put the name's keys under this `prefix`, which ends with '/'")
+	fs.BoolVar(&c.etcdLayout, "etcd-layout", false, "put the name's keys where etcd's own primitives (etcdctl lock and elect, concurrency.Mutex) put them for a NAME with '/', not escaped")
 	fs.DurationVar(&c.timeout, "timeout", 0, "give up waiting after this long (exit 124); 0 waits forever")
 	if c.verb == "lock" {
 		fs.BoolVar(&c.detach, "detach", false, "take the lock, print its ticket and exit, leaving the hold for its TTL (see renew, release --ticket)")

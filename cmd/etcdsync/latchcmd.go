@@ -152,6 +152,8 @@ func (c *latchCommand) run(a *app) (int, error) {
 		err = l.Delete(ctx)
 	}
 	switch {
+	case errors.Is(err, core.ErrOtherKind):
+		return 0, fail(exitUsage, err)
 	case errors.Is(err, latch.ErrNotSet):
 		return 0, failf(exitFree, "%s is not set: nothing changed", c.what())
 	case err != nil:

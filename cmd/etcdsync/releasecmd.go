@@ -19,6 +19,7 @@ type releaseCommand struct {
 	ticket string // --ticket: a detached hold's, instead of NAME and --token
 	reason string
 	prefix string
+	etcd   bool // --etcd-layout
 	conn   connection
 }
 
@@ -40,6 +41,7 @@ etcdsync release nightly-report --token 812 --reason "stuck since 02:00"`)
 	fs.StringVar(&c.ticket, "ticket", "", "release the detached hold of this `TICKET` (lock --detach printed it) instead")
 	fs.StringVar(&c.reason, "reason", "", "why (`R`), recorded for the holder to read (up to 1 KiB)")
 	fs.StringVar(&c.prefix, "prefix", "", "the names' keys are under this `prefix` (ends with '/')")
+	fs.BoolVar(&c.etcd, "etcd-layout", false, "the names' keys are where etcd's own primitives put them (see lock)")
 	c.conn.register(fs)
 	return sub
 }
@@ -82,17 +84,17 @@ func (c *releaseCommand) run(a *app) (int, error) {
 		})
 	}
 	if c.token == 0 {
-		snap, err := admin.Status(ctx, cli, c.names, admin.WithPrefix(c.prefix))
+		snap, err := admin.Status(ctx, cli, c.names, c.options()...)
 		if err != nil {
 			return 0, failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
 		}
-		show := &statusCommand{prefix: c.prefix}
+		show := &statusCommand{prefix: c.prefix, etcd: c.etcd}
 		if err := show.print(a.stderr, snap); err != nil {
 			return 0, err
 		}
 		return 0, usagef("--token missing: the token of the hold to release (above)")
 	}
-	err = admin.Release(ctx, cli, c.names, c.token, c.reason, admin.WithPrefix(c.prefix))
+	err = admin.Release(ctx, cli, c.names, c.token, c.reason, c.options()...)
 	switch {
 	case errors.Is(err, admin.ErrNoHold):
 		a.errorf("%v: nothing changed", err)
@@ -103,6 +105,15 @@ func (c *releaseCommand) run(a *app) (int, error) {
 		return 0, failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
 	}
 	return exitOK, nil
+}
+
+// options are the admin options of the command's flags.
+func (c *releaseCommand) options() []admin.Option {
+	opts := []admin.Option{admin.WithPrefix(c.prefix)}
+	if c.etcd {
+		opts = append(opts, admin.EtcdLayout())
+	}
+	return opts
 }
 
 // ticketCommand runs do, the renewal or release of a detached hold, and maps its error to

@@ -28,21 +28,23 @@ type holdCommand struct {
 	names   []string // lock: every name to hold at once, sorted, without duplicates
 	command []string // what to run; nil to hold until interrupted
 
-	conn     connection
-	ttl      time.Duration
-	prefix   string
-	timeout  time.Duration
-	grace    time.Duration
-	try      bool
-	shell    bool
-	verbose  bool
-	limit    int           // sem -n
-	units    int           // sem --units
-	setLimit int           // sem --set-limit
-	value    string        // elect --value
-	loop     bool          // elect --loop
-	prefer   int           // elect --prefer
-	settle   time.Duration // elect --settle
+	conn   connection
+	ttl    time.Duration
+	prefix string
+	// etcdLayout: --etcd-layout, the name's keys unescaped, where etcd's primitives put them.
+	etcdLayout bool
+	timeout    time.Duration
+	grace      time.Duration
+	try        bool
+	shell      bool
+	verbose    bool
+	limit      int           // sem -n
+	units      int           // sem --units
+	setLimit   int           // sem --set-limit
+	value      string        // elect --value
+	loop       bool          // elect --loop
+	prefer     int           // elect --prefer
+	settle     time.Duration // elect --settle
 
 	commandFailed int           // --command-failed: the status for every non-zero status of the command; 0 to pass it on
 	maxHold       time.Duration // --max-hold: 0 for none
@@ -70,7 +72,15 @@ func (c *holdCommand) nameVar() string {
 }
 
 // keyPrefix is where the name's keys live (the first name's, with several).
-func (c *holdCommand) keyPrefix() string { return c.prefix + core.NamePrefix(c.name) }
+func (c *holdCommand) keyPrefix() string { return keyPrefix(c.prefix, c.name, c.etcdLayout) }
+
+// keyPrefix is where the keys of name are, under prefix, escaped or (etcd) not.
+func keyPrefix(prefix, name string, etcd bool) string {
+	if etcd {
+		return prefix + name + "/"
+	}
+	return prefix + core.NamePrefix(name)
+}
 
 // acquirer makes the primitive; its constructor validates the name and options, with no I/O.
 func (c *holdCommand) acquirer(cli *clientv3.Client) (acquirer, error) {
@@ -81,6 +91,9 @@ func (c *holdCommand) acquirer(cli *clientv3.Client) (acquirer, error) {
 	}
 	if c.lockDelay != 0 {
 		opts = append(opts, mutex.WithLockDelay(c.lockDelay))
+	}
+	if c.etcdLayout {
+		opts = append(opts, mutex.WithEtcdLayout())
 	}
 	var a acquirer
 	var err error
@@ -246,6 +259,8 @@ func (c *holdCommand) acquire(a *app, acq acquirer, sigc <-chan os.Signal) (hold
 		return nil, failf(exitTimeout, "%s not acquired within %v", c.what(), c.timeout)
 	case errors.Is(err, semaphore.ErrLimitMismatch), c.verb == "sem" && errors.Is(err, semaphore.ErrInvalidOption):
 		return nil, usagef("--units %d: %v", c.units, err)
+	case errors.Is(err, core.ErrOtherKind):
+		return nil, fail(exitUsage, err) // another kind's name: nothing was written
 	case errors.Is(err, core.ErrReleasedByOperator):
 		return nil, failf(exitLost, "the wait for %s was ended: %s", c.what(), lossCause(err))
 	default:

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -55,7 +56,10 @@ func (c *holdCommand) changeLimit(a *app) (int, error) {
 	if err != nil {
 		return 0, usagef("%v", err)
 	}
-	if err := s.SetLimit(ctx, c.setLimit); err != nil {
+	switch err := s.SetLimit(ctx, c.setLimit); {
+	case errors.Is(err, core.ErrOtherKind):
+		return 0, fail(exitUsage, err)
+	case err != nil:
 		return 0, failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
 	}
 	a.logf("%s: limit set to %d", c.what(), c.setLimit)

@@ -25,6 +25,7 @@ import (
 type statusCommand struct {
 	names    []string
 	prefix   string
+	etcd     bool // --etcd-layout
 	json     bool
 	writeOut string // -w, --write-out: json, simple, or "" when not given
 	watch    bool
@@ -56,6 +57,7 @@ etcdsync status
 etcdsync status --prefix app/ -w json --watch`)
 	fs := sub.flags
 	fs.StringVar(&c.prefix, "prefix", "", "the names' keys are under this `prefix` (ends with '/'); without NAME, show every name under it (without --prefix: every name at the root)")
+	fs.BoolVar(&c.etcd, "etcd-layout", false, "the names' keys are where etcd's own primitives put them (see lock)")
 	fs.BoolVar(&c.json, "json", false, "write JSON: one document, or one line per change with --watch")
 	writeOut := func(v string) error {
 		switch v {
@@ -144,6 +146,9 @@ func (c *statusCommand) options() []admin.Option {
 	opts := []admin.Option{admin.WithPrefix(c.prefix)}
 	if c.kind == admin.KindCandidate {
 		opts = append(opts, admin.Elections())
+	}
+	if c.etcd {
+		opts = append(opts, admin.EtcdLayout())
 	}
 	return opts
 }

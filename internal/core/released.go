@@ -144,9 +144,23 @@ func (h *Hold) releasedBy(kvs []*mvccpb.KeyValue) error {
 
 // operatorLoss is the loss of the key an operator released, as rec says.
 func operatorLoss(key string, rec ReleaseRecord) error {
-	return fmt.Errorf("%w: %w: key %s: %s (by %s at %s)", ErrLost, ErrReleasedByOperator, key,
-		quoteReason(rec.Reason), rec.By, rec.At.Format(time.RFC3339))
+	return &ReleasedError{Key: key, Record: rec}
 }
+
+// ReleasedError is the loss of a hold that an operator released: the key, and the record
+// the release left (why, who, when). It matches ErrLost and ErrReleasedByOperator.
+type ReleasedError struct {
+	Key    string
+	Record ReleaseRecord
+}
+
+func (e *ReleasedError) Error() string {
+	return fmt.Sprintf("%v: %v: key %s: %s (by %s at %s)", ErrLost, ErrReleasedByOperator, e.Key,
+		quoteReason(e.Record.Reason), e.Record.By, e.Record.At.Format(time.RFC3339))
+}
+
+// Unwrap makes errors.Is(err, ErrLost) and errors.Is(err, ErrReleasedByOperator) hold.
+func (e *ReleasedError) Unwrap() []error { return []error{ErrLost, ErrReleasedByOperator} }
 
 // quoteReason is an operator's reason as a loss quotes it: "no reason given" for none.
 func quoteReason(reason string) string {
