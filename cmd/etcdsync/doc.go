@@ -16,6 +16,7 @@
 //	etcdsync status   [--json] [--watch | --check] [flags] [NAME...]
 //	etcdsync release  --token T [--reason R] [flags] NAME... | --ticket TICKET
 //	etcdsync renew    [flags] TICKET
+//	etcdsync delete   [flags] NAME...
 //	etcdsync help     [COMMAND]
 //	etcdsync version
 //
