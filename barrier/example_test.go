@@ -1,22 +1,25 @@
 package barrier_test
 
-// The examples need an etcd at localhost:2379: go test compiles them and does not run
-// them. examples/stages runs the same use on an etcd it embeds.
-
 import (
 	"context"
-	"errors"
+	"flag"
 	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/barrier"
 )
 
-// Each of 8 workers, in any processes, runs a stage of a job only once all 8 are there,
-// and goes on to the next stage only once all 8 are done with this one.
+// Each of 3 workers, in any processes (here goroutines, a Barrier each), starts a stage of
+// a job only once all 3 are there, and goes on to the next stage only once all 3 are done
+// with this one.
 func Example() {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"localhost:2379"}})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: exampleEndpoints()})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -24,28 +27,43 @@ func Example() {
 	defer cli.Close()
 	ctx := context.Background()
 
-	b, err := barrier.New(cli, "nightly-shards", 8)
-	if err != nil {
-		fmt.Println(err)
-		return
+	const workers, stages = 3, 2
+	var finished [stages]atomic.Int64 // workers done with each stage
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			b, err := barrier.New(cli, "nightly-shards", workers)
+			if err != nil {
+				fmt.Println(err)
+				return
+			}
+			for stage := range stages {
+				if err := b.Enter(ctx); err != nil { // once all 3 have entered
+					fmt.Println(err)
+					return
+				}
+				if stage > 0 && finished[stage-1].Load() != workers {
+					fmt.Println("a stage began before the one before it ended") // never
+				}
+				finished[stage].Add(1) // the stage's work
+				// Leave in any case: the others wait for every participant of the round.
+				if err := b.Leave(ctx); err != nil { // once all 3 have left
+					fmt.Println(err)
+					return
+				}
+			}
+		})
 	}
-	for stage := range 3 {
-		if err := b.Enter(ctx); err != nil { // once 8 have entered
-			fmt.Println(err)
-			return
-		}
-		err := runStage(ctx, stage)
-		// Leave in any case: the others wait for every participant of the round.
-		if err := errors.Join(err, b.Leave(ctx)); err != nil {
-			fmt.Println(err)
-			return
-		}
-	}
+	wg.Wait()
+	fmt.Println("stages done by all 3:", finished[0].Load() == workers && finished[1].Load() == workers)
+	// The name's size and rounds stay in etcd, records without a lease, until deleted.
+	cli.Delete(ctx, "nightly-shards/", clientv3.WithPrefix())
+	// Output: stages done by all 3: true
 }
 
-// A gate: workers wait until a coordinator releases them.
+// Workers wait at a gate until a coordinator has migrated the schema.
 func ExampleGate() {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"localhost:2379"}})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: exampleEndpoints()})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -58,15 +76,44 @@ func ExampleGate() {
 		fmt.Println(err)
 		return
 	}
-	// The coordinator holds the gate before any worker starts, migrates, then releases.
+	// The coordinator holds the gate before any worker starts.
 	if err := g.Hold(ctx); err != nil {
 		fmt.Println(err)
 		return
 	}
-	// ... elsewhere, every worker: g.Wait(ctx), which returns at once if released already.
-	if err := g.Release(ctx); err != nil {
+	var migrated atomic.Bool
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			if err := g.Wait(ctx); err != nil { // at once if released already
+				fmt.Println(err)
+				return
+			}
+			fmt.Println("worker starts; schema migrated:", migrated.Load())
+		})
+	}
+	migrated.Store(true) // the migration
+	err = g.Release(ctx)
+	wg.Wait()
+	if err != nil {
 		fmt.Println(err)
 	}
+	// Output:
+	// worker starts; schema migrated: true
+	// worker starts; schema migrated: true
 }
 
-func runStage(context.Context, int) error { return nil }
+// exampleEndpoints are the etcd members the examples run on, from ETCDSYNC_EXAMPLE_ENDPOINTS
+// (comma-separated); internal/testkit/exampletest sets it to an etcd it embeds.
+func exampleEndpoints() []string {
+	return strings.Split(os.Getenv("ETCDSYNC_EXAMPLE_ENDPOINTS"), ",")
+}
+
+// Without ETCDSYNC_EXAMPLE_ENDPOINTS, go test skips the examples, which need an etcd: it
+// compiles them only. An init does it, so that the examples need no TestMain of their own.
+func init() {
+	testing.Init() // registers go test's flags now; its own call later does nothing
+	if os.Getenv("ETCDSYNC_EXAMPLE_ENDPOINTS") == "" {
+		_ = flag.Set("test.skip", "^Example")
+	}
+}

@@ -1,19 +1,23 @@
 package election_test
 
-// The examples need an etcd at localhost:2379: go test compiles them and does not run
-// them. The programs under examples/ run the same uses on an etcd they embed.
-
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/election"
 )
 
+// One replica of a billing service leads, and its writes land only while it does.
 func Example() {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"localhost:2379"}})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: exampleEndpoints()})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -35,45 +39,86 @@ func Example() {
 		Then(clientv3.OpPut("billing/last-run", "2026-11-24")).Commit()
 	if err != nil {
 		fmt.Println(err)
-		return
+	} else {
+		fmt.Println("written as leader:", resp.Succeeded)
 	}
-	fmt.Println("written as leader:", resp.Succeeded)
-	l, err := e.Leader(ctx) // what every replica, and Observe, sees
-	if err != nil {
-		fmt.Println(err)
-		return
+	if l, err := e.Leader(ctx); err == nil { // what every replica, and Observe, sees
+		fmt.Println("leader:", l.Value)
 	}
-	fmt.Println("leader:", l.Value)
 	if err := e.Resign(ctx); err != nil {
 		fmt.Println(err)
 	}
-	// Prints:
+	cli.Delete(ctx, "billing/", clientv3.WithPrefix()) // leave etcd as the example found it
+	// Output:
 	// written as leader: true
 	// leader: replica-1
 }
 
 // A rolling upgrade: the new version's replicas campaign with a higher preference, and the
-// old leader's Run hands its leadership to one of them once it has waited the settle time.
-// An operator can also move it by hand (RequestTransfer, or etcdsync transfer).
+// old leader's Run hands its leadership to one of them once it has waited the settle time
+// (10 s without WithSettle). An operator can also move it by hand (RequestTransfer, or
+// etcdsync transfer).
 func ExampleWithPreference() {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"localhost:2379"}})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: exampleEndpoints()})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer cli.Close()
-	ctx := context.Background()
 
-	const version = 2 // the old replicas run with 1
-	e, err := election.New(cli, "billing-leader", election.WithPreference(version))
-	if err != nil {
-		fmt.Println(err)
-		return
+	// replica runs the leader loop of a replica of the given version (each in a process of
+	// its own, in real life) until stop.
+	replica := func(value string, version int, lead func(ctx context.Context) error) (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			e, err := election.New(cli, "billing-leader",
+				election.WithPreference(version), election.WithSettle(100*time.Millisecond))
+			if err == nil {
+				err = e.Run(ctx, value, lead)
+			}
+			if !errors.Is(err, context.Canceled) {
+				fmt.Println(err)
+			}
+		}()
+		return func() { cancel(); <-done }
 	}
-	err = e.Run(ctx, "replica-7 v2", func(ctx context.Context) error {
-		fmt.Println("leading")
-		<-ctx.Done() // a loss, a transfer to a candidate preferred over v2, or ctx's end
+	oldLeads, newLeads := make(chan struct{}), make(chan struct{})
+	stopOld := replica("replica-1 v1", 1, func(ctx context.Context) error {
+		fmt.Println("replica-1 v1: leading")
+		close(oldLeads)
+		<-ctx.Done() // a loss, a hand-over to a more preferred candidate, or the end of Run
+		fmt.Println("replica-1 v1: handing over")
 		return nil
 	})
-	fmt.Println(err)
+	<-oldLeads
+	stopNew := replica("replica-7 v2", 2, func(ctx context.Context) error {
+		fmt.Println("replica-7 v2: leading")
+		close(newLeads)
+		<-ctx.Done()
+		return nil
+	})
+	<-newLeads
+	stopOld() // the old version's replicas go away, then the example ends
+	stopNew()
+	// Output:
+	// replica-1 v1: leading
+	// replica-1 v1: handing over
+	// replica-7 v2: leading
+}
+
+// exampleEndpoints are the etcd members the examples run on, from ETCDSYNC_EXAMPLE_ENDPOINTS
+// (comma-separated); internal/testkit/exampletest sets it to an etcd it embeds.
+func exampleEndpoints() []string {
+	return strings.Split(os.Getenv("ETCDSYNC_EXAMPLE_ENDPOINTS"), ",")
+}
+
+// Without ETCDSYNC_EXAMPLE_ENDPOINTS, go test skips the examples, which need an etcd: it
+// compiles them only. An init does it, so that the examples need no TestMain of their own.
+func init() {
+	testing.Init() // registers go test's flags now; its own call later does nothing
+	if os.Getenv("ETCDSYNC_EXAMPLE_ENDPOINTS") == "" {
+		_ = flag.Set("test.skip", "^Example")
+	}
 }

@@ -1,12 +1,13 @@
 package latch_test
 
-// The example needs an etcd at localhost:2379: go test compiles it and does not run it.
-// examples/stages runs the same use on an etcd it embeds.
-
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
+	"strings"
+	"sync"
+	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -16,7 +17,7 @@ import (
 // A deploy goes on once its 3 canaries have reported healthy: each counts the latch down
 // once, by its own name, however often it retries; any number of processes wait.
 func Example() {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"localhost:2379"}})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: exampleEndpoints()})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -34,19 +35,41 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	// Each canary, once healthy:
-	host, _ := os.Hostname()
-	if err := l.CountDownAs(ctx, host); err != nil {
-		fmt.Println(err)
-		return
+	// Each canary, once healthy, in a process of its own.
+	var canaries sync.WaitGroup
+	for _, canary := range []string{"web-1", "web-2", "web-3"} {
+		canaries.Go(func() {
+			if err := l.CountDownAs(ctx, canary); err != nil {
+				fmt.Println(err)
+			}
+		})
 	}
 	// The deploy, and anyone else, waits for zero.
-	if err := l.Await(ctx); err != nil {
+	err = l.Await(ctx)
+	canaries.Wait()
+	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	// The count stays in etcd until deleted: it has no lease.
+	fmt.Println("canaries healthy: deploying")
+	// The count stays in etcd, without a lease, until deleted.
 	if err := l.Delete(ctx); err != nil {
 		fmt.Println(err)
+	}
+	// Output: canaries healthy: deploying
+}
+
+// exampleEndpoints are the etcd members the examples run on, from ETCDSYNC_EXAMPLE_ENDPOINTS
+// (comma-separated); internal/testkit/exampletest sets it to an etcd it embeds.
+func exampleEndpoints() []string {
+	return strings.Split(os.Getenv("ETCDSYNC_EXAMPLE_ENDPOINTS"), ",")
+}
+
+// Without ETCDSYNC_EXAMPLE_ENDPOINTS, go test skips the examples, which need an etcd: it
+// compiles them only. An init does it, so that the examples need no TestMain of their own.
+func init() {
+	testing.Init() // registers go test's flags now; its own call later does nothing
+	if os.Getenv("ETCDSYNC_EXAMPLE_ENDPOINTS") == "" {
+		_ = flag.Set("test.skip", "^Example")
 	}
 }

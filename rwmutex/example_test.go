@@ -1,20 +1,22 @@
 package rwmutex_test
 
-// The examples need an etcd at localhost:2379: go test compiles them and does not run
-// them. The programs under examples/ run the same uses on an etcd they embed.
-
 import (
 	"context"
-	"errors"
+	"flag"
 	"fmt"
+	"os"
+	"strings"
+	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/rwmutex"
 )
 
+// A price list that many services read and one updates now and then: readers share the
+// lock, a writer has it alone.
 func Example() {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"localhost:2379"}})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: exampleEndpoints()})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -27,39 +29,51 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-
-	// A writer: alone, and fenced like a mutex holder.
-	if err := rw.Lock(ctx); err != nil {
-		fmt.Println(err)
-		return
-	}
-	resp, err := cli.Txn(ctx).If(rw.IsOwner()).
-		Then(clientv3.OpPut("pricing/eur", "1.08"), clientv3.OpPut("pricing/usd", "1.00")).Commit()
+	// A writer: alone, and its writes fenced like a mutex holder's.
+	err = rw.Do(ctx, func(ctx context.Context) error {
+		resp, err := cli.Txn(ctx).If(rw.IsOwner()).
+			Then(clientv3.OpPut("pricing/eur", "1.08"), clientv3.OpPut("pricing/usd", "1.00")).Commit()
+		if err == nil {
+			fmt.Println("written under the write lock:", resp.Succeeded)
+		}
+		return err
+	})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("written under the write lock:", resp.Succeeded)
-	if err := rw.Unlock(ctx); err != nil && !errors.Is(err, rwmutex.ErrLost) {
-		fmt.Println(err)
-	}
-
 	// Readers: many at once. What they read stands only if RUnlock says nil.
 	if err := rw.RLock(ctx); err != nil {
 		fmt.Println(err)
 		return
 	}
-	cfg, err := cli.Get(ctx, "pricing/", clientv3.WithPrefix())
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	prices, err := cli.Get(ctx, "pricing/", clientv3.WithPrefix())
 	if err := rw.RUnlock(ctx); err != nil {
 		fmt.Println("a writer may have come in meanwhile:", err)
 		return
 	}
-	fmt.Println("read under the read lock:", len(cfg.Kvs), "prices")
-	// Prints:
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("read under the read lock:", len(prices.Kvs), "prices")
+	cli.Delete(ctx, "pricing/", clientv3.WithPrefix()) // leave etcd as the example found it
+	// Output:
 	// written under the write lock: true
 	// read under the read lock: 2 prices
+}
+
+// exampleEndpoints are the etcd members the examples run on, from ETCDSYNC_EXAMPLE_ENDPOINTS
+// (comma-separated); internal/testkit/exampletest sets it to an etcd it embeds.
+func exampleEndpoints() []string {
+	return strings.Split(os.Getenv("ETCDSYNC_EXAMPLE_ENDPOINTS"), ",")
+}
+
+// Without ETCDSYNC_EXAMPLE_ENDPOINTS, go test skips the examples, which need an etcd: it
+// compiles them only. An init does it, so that the examples need no TestMain of their own.
+func init() {
+	testing.Init() // registers go test's flags now; its own call later does nothing
+	if os.Getenv("ETCDSYNC_EXAMPLE_ENDPOINTS") == "" {
+		_ = flag.Set("test.skip", "^Example")
+	}
 }

@@ -1,21 +1,23 @@
 package semaphore_test
 
-// The examples need an etcd at localhost:2379: go test compiles them and does not run
-// them. The programs under examples/ run the same uses on an etcd they embed.
-
 import (
 	"context"
+	"flag"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/semaphore"
 )
 
+// At most 2 thumbnail jobs run at once, however many processes run them.
 func Example() {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"localhost:2379"}})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: exampleEndpoints()})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -23,34 +25,40 @@ func Example() {
 	defer cli.Close()
 	ctx := context.Background()
 
-	// At most 2 of these jobs run at once, however many processes run them.
 	sem, err := semaphore.New(cli, "thumbnailers", 2)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
+	var running, done atomic.Int64
 	var wg sync.WaitGroup
-	var done atomic.Int64
 	for range 5 {
 		wg.Go(func() {
-			p, err := sem.Acquire(ctx)
+			p, err := sem.Acquire(ctx) // FIFO, within the limit
 			if err != nil {
 				fmt.Println(err)
 				return
 			}
 			defer p.Release(ctx)
-			done.Add(1) // the job; fence its writes with p.IsOwner()
+			// The job; fence its writes with p.IsOwner().
+			if running.Add(1) > 2 {
+				fmt.Println("more than 2 at once") // never
+			}
+			running.Add(-1)
+			done.Add(1)
 		})
 	}
 	wg.Wait()
 	fmt.Println("jobs done:", done.Load())
-	// Prints: jobs done: 5
+	// The limit stays in etcd, a record without a lease, until deleted.
+	cli.Delete(ctx, "thumbnailers/", clientv3.WithPrefix())
+	// Output: jobs done: 5
 }
 
 // A training job needs 4 of a pool's 16 GPUs: it takes them in one permit, all or none, so
 // that two such jobs never each hold part of what they need.
 func ExampleSemaphore_AcquireN() {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"localhost:2379"}})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: exampleEndpoints()})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -71,11 +79,26 @@ func ExampleSemaphore_AcquireN() {
 	inUse, err := gpus.InUse(ctx)
 	if err != nil {
 		fmt.Println(err)
-		return
 	}
 	fmt.Printf("holding %d of %d; %d in use\n", p.Units(), gpus.Limit(), inUse)
 	if err := p.Release(ctx); err != nil { // all 4 at once
 		fmt.Println(err)
 	}
-	// Prints: holding 4 of 16; 4 in use
+	cli.Delete(ctx, "gpus/", clientv3.WithPrefix()) // the limit's record
+	// Output: holding 4 of 16; 4 in use
+}
+
+// exampleEndpoints are the etcd members the examples run on, from ETCDSYNC_EXAMPLE_ENDPOINTS
+// (comma-separated); internal/testkit/exampletest sets it to an etcd it embeds.
+func exampleEndpoints() []string {
+	return strings.Split(os.Getenv("ETCDSYNC_EXAMPLE_ENDPOINTS"), ",")
+}
+
+// Without ETCDSYNC_EXAMPLE_ENDPOINTS, go test skips the examples, which need an etcd: it
+// compiles them only. An init does it, so that the examples need no TestMain of their own.
+func init() {
+	testing.Init() // registers go test's flags now; its own call later does nothing
+	if os.Getenv("ETCDSYNC_EXAMPLE_ENDPOINTS") == "" {
+		_ = flag.Set("test.skip", "^Example")
+	}
 }

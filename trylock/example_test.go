@@ -1,12 +1,13 @@
 package trylock_test
 
-// The examples need an etcd at localhost:2379: go test compiles them and does not run
-// them. The programs under examples/ run the same uses on an etcd they embed.
-
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"os"
+	"strings"
+	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,7 +21,7 @@ import (
 // a minute.
 func Example() {
 	ctx := context.Background()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"localhost:2379"}})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: exampleEndpoints()})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -54,8 +55,23 @@ func Example() {
 	}
 	fmt.Println("b: got the lock after a's run")
 	_ = b.Unlock(ctx)
-	// Prints:
+	// Output:
 	// a: running the report
 	// b: another instance has the report, skipping
 	// b: got the lock after a's run
+}
+
+// exampleEndpoints are the etcd members the examples run on, from ETCDSYNC_EXAMPLE_ENDPOINTS
+// (comma-separated); internal/testkit/exampletest sets it to an etcd it embeds.
+func exampleEndpoints() []string {
+	return strings.Split(os.Getenv("ETCDSYNC_EXAMPLE_ENDPOINTS"), ",")
+}
+
+// Without ETCDSYNC_EXAMPLE_ENDPOINTS, go test skips the examples, which need an etcd: it
+// compiles them only. An init does it, so that the examples need no TestMain of their own.
+func init() {
+	testing.Init() // registers go test's flags now; its own call later does nothing
+	if os.Getenv("ETCDSYNC_EXAMPLE_ENDPOINTS") == "" {
+		_ = flag.Set("test.skip", "^Example")
+	}
 }
