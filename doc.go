@@ -1,8 +1,19 @@
 // Package etcdsync holds what every etcdsync primitive shares: the options that configure
-// them, the errors they return, and [Shutdown]. The primitives live in the packages mutex,
-// rwmutex, reentrant, semaphore and election; package trylock retries their tries.
+// them, the errors they return, and [Shutdown], which a program calls as it exits (see the
+// Example). The primitives, and the tools around them, are packages of their own:
 //
-// Each of those packages re-exports the names here that it uses (mutex.WithTTL is
+//   - mutex: one holder at a time, first come first served; Multi: several names at once.
+//   - rwmutex: many readers or one writer, fair to writers.
+//   - reentrant: a lock that its owner, a context, may take again.
+//   - semaphore: at most n units held at once, taken one or several at a time.
+//   - trylock: try without queueing, with retry and timeout, on any of the locks.
+//   - election: one leader among candidates, and a leader loop (Run).
+//   - barrier: a double barrier (n participants enter and leave together), and a gate.
+//   - latch: a countdown latch; every waiter wakes once it reaches zero.
+//   - admin: who holds and who waits for a name, for operators' tools; a release by token.
+//   - cmd/etcdsync: the command, for shell scripts and cron jobs (lock, elect, status, ...).
+//
+// Each primitive's package re-exports the names here that it uses (mutex.WithTTL is
 // [WithTTL], mutex.ErrLost is [ErrLost]), so that code that uses one package needs no
 // second import. An [Option] made in one package configures a primitive of any other.
 //
