@@ -40,8 +40,8 @@ func TestMain(m *testing.M) {
 
 // TestExamplesRunAndLeaveNoKey: every public package of the library has an Example, and
 // each Example has an output to check (else go test only compiles it), passes on the
-// embedded member, and leaves no key there. A package's Examples run one after another, and the
-// packages one at a time, so that Examples may use the same names.
+// embedded member, and leaves no key there. A package's Examples run one after another, and
+// the packages one at a time, so that Examples may use the same names.
 func TestExamplesRunAndLeaveNoKey(t *testing.T) {
 	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	require.NoError(t, err)
@@ -98,15 +98,13 @@ func libraryPackages(t *testing.T, root string) []pkg {
 	return pkgs
 }
 
-// buildTests builds the test binaries of pkgs into a directory, with the race detector when
-// this test has it, and returns the directory: each binary is <package name>.test there.
+// buildTests builds the test binaries of pkgs into a directory and returns it: each binary
+// is <package name>.test there. Linking ten binaries is most of this test's time, so they
+// have no symbol tables or DWARF, and no race detector (which makes the links half as long
+// again): the library's races are looked for by internal/testkit's own packages.
 func buildTests(t *testing.T, root string, pkgs []pkg) string {
 	dir := t.TempDir()
-	// Without symbol tables and DWARF: linking ten binaries is most of this test's time.
 	args := []string{"test", "-c", "-o", dir, "-ldflags=-s -w"}
-	if raceDetector {
-		args = append(args, "-race")
-	}
 	for _, p := range pkgs {
 		args = append(args, p.importPath)
 	}
