@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcdsync/etcdsync/admin"
 	"github.com/etcdsync/etcdsync/barrier"
 )
 
@@ -57,7 +58,9 @@ func Example() {
 	wg.Wait()
 	fmt.Println("workers done with each stage:", finished[0].Load(), finished[1].Load())
 	// The name's size and rounds stay in etcd, records without a lease, until deleted.
-	cli.Delete(ctx, "nightly-shards/", clientv3.WithPrefix())
+	if err := admin.Delete(ctx, cli, []string{"nightly-shards"}); err != nil {
+		fmt.Println(err)
+	}
 	// Output: workers done with each stage: 3 3
 }
 

@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcdsync/etcdsync/admin"
 	"github.com/etcdsync/etcdsync/semaphore"
 )
 
@@ -51,7 +52,9 @@ func Example() {
 	wg.Wait()
 	fmt.Println("jobs done:", done.Load())
 	// The limit stays in etcd, a record without a lease, until deleted.
-	cli.Delete(ctx, "thumbnailers/", clientv3.WithPrefix())
+	if err := admin.Delete(ctx, cli, []string{"thumbnailers"}); err != nil {
+		fmt.Println(err)
+	}
 	// Output: jobs done: 5
 }
 
@@ -84,7 +87,9 @@ func ExampleSemaphore_AcquireN() {
 	if err := p.Release(ctx); err != nil { // all 4 at once
 		fmt.Println(err)
 	}
-	cli.Delete(ctx, "gpus/", clientv3.WithPrefix()) // the limit's record
+	if err := admin.Delete(ctx, cli, []string{"gpus"}); err != nil { // the limit's record
+		fmt.Println(err)
+	}
 	// Output: holding 4 of 16; 4 in use
 }
 
