@@ -42,10 +42,7 @@ func New(cli *clientv3.Client, name string, n int, opts ...Option) (*Barrier, er
 	if n < 1 || n > MaxParticipants {
 		return nil, fmt.Errorf("barrier %q: %w: %d participants is not within 1 to %d", name, ErrInvalidOption, n, MaxParticipants)
 	}
-	cfg, err := core.Options(opts)
-	if err == nil {
-		err = cfg.NotFor("a barrier", true)
-	}
+	cfg, err := core.OptionsFor("a barrier", core.ForBarrier, opts)
 	if err != nil {
 		return nil, fmt.Errorf("barrier %q: %w", name, err)
 	}

@@ -32,10 +32,7 @@ func NewGate(cli *clientv3.Client, name string, opts ...Option) (*Gate, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("gate %q: %w: nil client", name, ErrInvalidOption)
 	}
-	cfg, err := core.Options(opts)
-	if err == nil {
-		err = cfg.NotFor("a gate", false)
-	}
+	cfg, err := core.OptionsFor("a gate", core.ForLatch, opts)
 	if err != nil {
 		return nil, fmt.Errorf("gate %q: %w", name, err)
 	}

@@ -72,7 +72,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("election %q: %w: nil client", name, ErrInvalidOption)
 	}
-	cfg, err := core.Options(opts)
+	cfg, err := core.OptionsFor("an election", core.ForElection, opts)
 	if err != nil {
 		return nil, fmt.Errorf("election %q: %w", name, err)
 	}

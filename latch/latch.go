@@ -32,10 +32,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Latch, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("latch %q: %w: nil client", name, ErrInvalidOption)
 	}
-	cfg, err := core.Options(opts)
-	if err == nil {
-		err = cfg.NotFor("a latch", false)
-	}
+	cfg, err := core.OptionsFor("a latch", core.ForLatch, opts)
 	if err != nil {
 		return nil, fmt.Errorf("latch %q: %w", name, err)
 	}

@@ -65,7 +65,7 @@ func Resume(ctx context.Context, cli *clientv3.Client, ticket string, opts ...Op
 	if err != nil {
 		return nil, fmt.Errorf("mutex: resume: %w", err)
 	}
-	cfg, err := core.Options(opts)
+	cfg, err := core.OptionsFor("a mutex", core.ForLock, opts)
 	if err != nil {
 		return nil, fmt.Errorf("mutex: resume: %w", err)
 	}

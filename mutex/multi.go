@@ -54,7 +54,7 @@ func NewMulti(cli *clientv3.Client, names []string, opts ...Option) (*Multi, err
 	if cli == nil {
 		return nil, fmt.Errorf("%s: %w: nil client", label, ErrInvalidOption)
 	}
-	cfg, err := core.Options(opts)
+	cfg, err := core.OptionsFor("a mutex", core.ForLock, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}

@@ -40,7 +40,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("mutex %q: %w: nil client", name, ErrInvalidOption)
 	}
-	cfg, err := core.Options(opts)
+	cfg, err := core.OptionsFor("a mutex", core.ForLock, opts)
 	if err != nil {
 		return nil, fmt.Errorf("mutex %q: %w", name, err)
 	}

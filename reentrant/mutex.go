@@ -37,7 +37,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("reentrant %q: %w: nil client", name, ErrInvalidOption)
 	}
-	cfg, err := core.Options(opts)
+	cfg, err := core.OptionsFor("a reentrant mutex", core.ForLock, opts)
 	if err != nil {
 		return nil, fmt.Errorf("reentrant %q: %w", name, err)
 	}

@@ -87,7 +87,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*RWMutex, error) {
 	if cli == nil {
 		return nil, fmt.Errorf("rwmutex %q: %w: nil client", name, ErrInvalidOption)
 	}
-	cfg, err := core.Options(opts)
+	cfg, err := core.OptionsFor("an rwmutex", core.ForLock, opts)
 	if err != nil {
 		return nil, fmt.Errorf("rwmutex %q: %w", name, err)
 	}

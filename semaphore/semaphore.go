@@ -60,7 +60,7 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 	if err := core.CheckLimit(limit); err != nil {
 		return nil, fmt.Errorf("semaphore %q: %w", name, err)
 	}
-	cfg, err := core.Options(opts)
+	cfg, err := core.OptionsFor("a semaphore", core.ForLock, opts)
 	if err != nil {
 		return nil, fmt.Errorf("semaphore %q: %w", name, err)
 	}

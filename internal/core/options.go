@@ -39,12 +39,53 @@ type Config struct {
 	noTelemetry bool // WithoutTelemetry
 	errs        []error
 	ttlSet      bool
+	used        optionSet // the options given, for OptionsFor
+}
+
+// optionSet is a set of options, one bit each.
+type optionSet uint16
+
+const (
+	optTTL optionSet = 1 << iota
+	optSession
+	optPrefix
+	optMeter
+	optNameAttribute
+	optNoTelemetry
+	optMaxHold
+	optLockDelay
+	optPreference
+	optSettle
+	optEtcdLayout
+)
+
+// optionNames name the options, in the order of their bits.
+var optionNames = []string{"WithTTL", "WithSession", "WithPrefix", "WithMeterProvider", "WithNameAttribute",
+	"WithoutTelemetry", "WithMaxHold", "WithLockDelay", "WithPreference", "WithSettle", "WithEtcdLayout"}
+
+// The options each kind of primitive takes: a latch holds nothing and has no lease; a
+// barrier's participants are on a lease, but hold nothing for long; a lock (mutex,
+// reentrant, rwmutex, semaphore, Multi) holds; an election's candidates also have a
+// preference and a settle time.
+const (
+	ForLatch    = optPrefix | optMeter | optNameAttribute | optNoTelemetry | optEtcdLayout
+	ForBarrier  = ForLatch | optTTL | optSession
+	ForLock     = ForBarrier | optMaxHold | optLockDelay
+	ForElection = ForLock | optPreference | optSettle
+)
+
+// option is an Option that records that it was given.
+func option(bit optionSet, apply func(*Config)) Option {
+	return func(c *Config) {
+		c.used |= bit
+		apply(c)
+	}
 }
 
 // WithTTL sets the lease TTL, from one second to MaxTTL; a fraction of a second is rounded
 // up, since etcd leases count whole seconds.
 func WithTTL(ttl time.Duration) Option {
-	return func(c *Config) {
+	return option(optTTL, func(c *Config) {
 		switch {
 		case ttl < time.Second:
 			c.errs = append(c.errs, fmt.Errorf("%w: TTL %v is under 1s", ErrInvalidOption, ttl))
@@ -55,18 +96,18 @@ func WithTTL(ttl time.Duration) Option {
 		}
 		c.TTL = ((ttl + time.Second - 1) / time.Second) * time.Second
 		c.ttlSet = true
-	}
+	})
 }
 
 // WithSession makes the primitive use s as it is: its lease, its keep-alive, its lifetime.
 func WithSession(s *concurrency.Session) Option {
-	return func(c *Config) {
+	return option(optSession, func(c *Config) {
 		if s == nil {
 			c.errs = append(c.errs, fmt.Errorf("%w: nil session", ErrInvalidOption))
 			return
 		}
 		c.Session = s
-	}
+	})
 }
 
 // WithPrefix puts every key of the primitive under prefix: a name's keys then live under
@@ -74,24 +115,24 @@ func WithSession(s *concurrency.Session) Option {
 // namespace, covers every name. prefix must end with '/' and, like a name, be valid UTF-8
 // without NUL of at most MaxNameLen bytes.
 func WithPrefix(prefix string) Option {
-	return func(c *Config) {
+	return option(optPrefix, func(c *Config) {
 		if err := validPrefix(prefix); err != nil {
 			c.errs = append(c.errs, err)
 			return
 		}
 		c.Prefix = prefix
-	}
+	})
 }
 
 // WithMaxHold makes every hold end by itself d after it was granted (see life.go).
 func WithMaxHold(d time.Duration) Option {
-	return func(c *Config) {
+	return option(optMaxHold, func(c *Config) {
 		if d <= 0 {
 			c.errs = append(c.errs, fmt.Errorf("%w: maximum hold %v is not above 0", ErrInvalidOption, d))
 			return
 		}
 		c.MaxHold = d
-	}
+	})
 }
 
 // MaxLockDelay is the longest lock-delay WithLockDelay takes.
@@ -100,13 +141,13 @@ const MaxLockDelay = time.Minute
 // WithLockDelay makes a waiter whose predecessor's key went with its lease wait d more
 // before it is served (see life.go); 0 to MaxLockDelay.
 func WithLockDelay(d time.Duration) Option {
-	return func(c *Config) {
+	return option(optLockDelay, func(c *Config) {
 		if d < 0 || d > MaxLockDelay {
 			c.errs = append(c.errs, fmt.Errorf("%w: lock-delay %v is not within 0 to %v", ErrInvalidOption, d, MaxLockDelay))
 			return
 		}
 		c.LockDelay = d
-	}
+	})
 }
 
 // MaxPreference is the highest preference WithPreference takes.
@@ -115,13 +156,13 @@ const MaxPreference = 1_000_000
 // WithPreference makes an election's candidate preferred as leader over those of a lower
 // preference (0 without it), from 0 to MaxPreference.
 func WithPreference(n int) Option {
-	return func(c *Config) {
+	return option(optPreference, func(c *Config) {
 		if n < 0 || n > MaxPreference {
 			c.errs = append(c.errs, fmt.Errorf("%w: preference %d is not within 0 to %d", ErrInvalidOption, n, MaxPreference))
 			return
 		}
 		c.Preference = n
-	}
+	})
 }
 
 // DefaultSettle is an election's settle time without WithSettle.
@@ -129,19 +170,19 @@ const DefaultSettle = 10 * time.Second
 
 // WithSettle sets an election's settle time, from 100 ms to an hour.
 func WithSettle(d time.Duration) Option {
-	return func(c *Config) {
+	return option(optSettle, func(c *Config) {
 		if d < 100*time.Millisecond || d > time.Hour {
 			c.errs = append(c.errs, fmt.Errorf("%w: settle time %v is not within 100ms to 1h", ErrInvalidOption, d))
 			return
 		}
 		c.Settle = d
-	}
+	})
 }
 
 // WithEtcdLayout puts a name's keys where etcd's concurrency and recipes put them for the
 // same string: under the name as it is and a '/', not escaped (see KeyPrefix).
 func WithEtcdLayout() Option {
-	return func(c *Config) { c.EtcdLayout = true }
+	return option(optEtcdLayout, func(c *Config) { c.EtcdLayout = true })
 }
 
 // KeyPrefix is the key prefix that holds every key of name under c's prefix: the escaped
@@ -186,24 +227,16 @@ func Options(opts []Option) (Config, error) {
 	return c, errors.Join(c.errs...)
 }
 
-// NotFor reports, wrapped around ErrInvalidOption, each option in c that has no meaning for
-// what (a barrier or a latch, which hold nothing for a while); lease, if false, adds the
-// options of a lease (WithTTL, WithSession): a latch has none.
-func (c Config) NotFor(what string, lease bool) error {
-	var errs []error
-	for _, o := range []struct {
-		set  bool
-		name string
-	}{
-		{c.MaxHold != 0, "WithMaxHold"},
-		{c.LockDelay != 0, "WithLockDelay"},
-		{c.Preference != 0, "WithPreference"},
-		{!lease && c.ttlSet, "WithTTL"},
-		{!lease && c.Session != nil, "WithSession"},
-	} {
-		if o.set {
-			errs = append(errs, fmt.Errorf("%w: %s has no meaning for %s", ErrInvalidOption, o.name, what))
+// OptionsFor is Options for a primitive that takes the options in takes (ForLock, ...):
+// any other given is ErrInvalidOption, naming it and what (a barrier, ...), since it would
+// mean nothing there and be silently ignored.
+func OptionsFor(what string, takes optionSet, opts []Option) (Config, error) {
+	c, err := Options(opts)
+	errs := []error{err}
+	for i, name := range optionNames {
+		if bit := optionSet(1) << i; c.used&bit != 0 && takes&bit == 0 {
+			errs = append(errs, fmt.Errorf("%w: %s has no meaning for %s", ErrInvalidOption, name, what))
 		}
 	}
-	return errors.Join(errs...)
+	return c, errors.Join(errs...)
 }

@@ -250,26 +250,26 @@ func (in *instruments) renewal(ok bool) {
 // WithMeterProvider makes the primitive's instruments come from mp instead of the global
 // MeterProvider.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *Config) {
+	return option(optMeter, func(c *Config) {
 		if mp == nil {
 			c.errs = append(c.errs, fmt.Errorf("%w: nil MeterProvider", ErrInvalidOption))
 			return
 		}
 		c.Meter = mp
-	}
+	})
 }
 
 // WithNameAttribute adds the name as the attribute etcdsync.name to every measurement and
 // span of the primitive.
 func WithNameAttribute() Option {
-	return func(c *Config) { c.NameAttribute = true }
+	return option(optNameAttribute, func(c *Config) { c.NameAttribute = true })
 }
 
 // WithoutTelemetry makes the primitive record nothing and start no span (a nil Telemetry),
 // as before etcdsync had metrics: the baseline of the tests that measure what telemetry
 // costs. Not offered by the public packages.
 func WithoutTelemetry() Option {
-	return func(c *Config) { c.noTelemetry = true }
+	return option(optNoTelemetry, func(c *Config) { c.noTelemetry = true })
 }
 
 // Telemetry records the metrics and spans of one handle's acquisitions and holds of one

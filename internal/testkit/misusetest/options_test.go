@@ -2,6 +2,7 @@ package misusetest_test
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -9,10 +10,12 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcdsync/etcdsync"
 	"github.com/etcdsync/etcdsync/barrier"
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+	"github.com/etcdsync/etcdsync/latch"
 	"github.com/etcdsync/etcdsync/mutex"
 	"github.com/etcdsync/etcdsync/reentrant"
 	"github.com/etcdsync/etcdsync/rwmutex"
@@ -86,4 +89,50 @@ func TestTheLongestTTLIsGranted(t *testing.T) {
 	assert.Equal(t, int64(etcdMaxTTL/time.Second), ttl.GrantedTTL)
 	require.NoError(t, m.Unlock(ctx))
 	require.NoError(t, mutex.Shutdown(ctx, cli))
+}
+
+// TestNewRefusesAnOptionThatMeansNothingThere: every option has one type, so an election's
+// WithPreference compiles in mutex.New; New refuses it, naming it, instead of ignoring it.
+// And each takes what it should.
+func TestNewRefusesAnOptionThatMeansNothingThere(t *testing.T) {
+	cli := cluster.Client(t)
+	news := map[string]func(opts ...core.Option) error{
+		"mutex":     func(opts ...core.Option) error { _, err := mutex.New(cli, "opt", opts...); return err },
+		"multi":     func(opts ...core.Option) error { _, err := mutex.NewMulti(cli, []string{"opt"}, opts...); return err },
+		"rwmutex":   func(opts ...core.Option) error { _, err := rwmutex.New(cli, "opt", opts...); return err },
+		"reentrant": func(opts ...core.Option) error { _, err := reentrant.New(cli, "opt", opts...); return err },
+		"semaphore": func(opts ...core.Option) error { _, err := semaphore.New(cli, "opt", 1, opts...); return err },
+		"election":  func(opts ...core.Option) error { _, err := election.New(cli, "opt", opts...); return err },
+		"barrier":   func(opts ...core.Option) error { _, err := barrier.New(cli, "opt", 2, opts...); return err },
+		"gate":      func(opts ...core.Option) error { _, err := barrier.NewGate(cli, "opt", opts...); return err },
+		"latch":     func(opts ...core.Option) error { _, err := latch.New(cli, "opt", opts...); return err },
+	}
+	options := map[string]core.Option{
+		"WithTTL": etcdsync.WithTTL(time.Minute), "WithPrefix": etcdsync.WithPrefix("app/"),
+		"WithMaxHold": etcdsync.WithMaxHold(time.Minute), "WithLockDelay": etcdsync.WithLockDelay(time.Second),
+		"WithPreference": election.WithPreference(3), "WithSettle": election.WithSettle(time.Second),
+		"WithEtcdLayout": etcdsync.WithEtcdLayout(), "WithNameAttribute": etcdsync.WithNameAttribute(),
+	}
+	takes := map[string][]string{
+		"mutex": {"WithTTL", "WithPrefix", "WithMaxHold", "WithLockDelay", "WithEtcdLayout", "WithNameAttribute"},
+		"election": {"WithTTL", "WithPrefix", "WithMaxHold", "WithLockDelay", "WithEtcdLayout", "WithNameAttribute",
+			"WithPreference", "WithSettle"},
+		"barrier": {"WithTTL", "WithPrefix", "WithEtcdLayout", "WithNameAttribute"},
+		"gate":    {"WithPrefix", "WithEtcdLayout", "WithNameAttribute"},
+		"latch":   {"WithPrefix", "WithEtcdLayout", "WithNameAttribute"},
+	}
+	for _, same := range []string{"multi", "rwmutex", "reentrant", "semaphore"} {
+		takes[same] = takes["mutex"]
+	}
+	for prim, newP := range news {
+		for name, opt := range options {
+			err := newP(opt)
+			if slices.Contains(takes[prim], name) {
+				assert.NoError(t, err, "%s takes %s", prim, name)
+				continue
+			}
+			assert.ErrorIs(t, err, core.ErrInvalidOption, "%s refuses %s", prim, name)
+			assert.ErrorContains(t, err, name)
+		}
+	}
 }
