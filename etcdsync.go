@@ -13,7 +13,9 @@ import (
 )
 
 // Option configures a primitive of any etcdsync package; New returns [ErrInvalidOption],
-// wrapped with the detail, for an invalid one.
+// wrapped with the detail, for an invalid one, and for one that means nothing for its
+// primitive (an election's WithPreference given to a mutex, WithMaxHold to a barrier,
+// WithTTL to a latch), naming it.
 type Option = core.Option
 
 // DefaultTTL is the lease TTL without [WithTTL], 60 s: a holder that dies frees what it
