@@ -26,20 +26,21 @@ import (
 	"github.com/etcdsync/etcdsync/internal/core"
 )
 
-// Option configures Status and Watch.
+// Option configures Status, Watch, Release and Delete. Its names are admin's own (Prefix,
+// not the primitives' WithPrefix): an admin option is no etcdsync.Option.
 type Option func(*config)
 
 type config struct {
-	prefix    string        // WithPrefix's
+	prefix    string        // Prefix's
 	etcd      bool          // EtcdLayout's
 	exclusive string        // what a key directly under a name is: KindLock or KindCandidate
 	timeout   time.Duration // Watch's bound of each read and of the watches' start
 	errs      []error
 }
 
-// WithPrefix reads the names whose keys are under prefix (which ends with '/'), as the
+// Prefix reads the names whose keys are under prefix (which ends with '/'), as the
 // primitives' WithPrefix put them there. Without names, every name under it.
-func WithPrefix(prefix string) Option {
+func Prefix(prefix string) Option {
 	return func(c *config) {
 		if prefix != "" && !strings.HasSuffix(prefix, "/") {
 			c.errs = append(c.errs, fmt.Errorf("%w: prefix %q does not end with '/'", core.ErrInvalidOption, prefix))
@@ -69,8 +70,8 @@ func Elections() Option {
 	return func(c *config) { c.exclusive = KindCandidate }
 }
 
-// WithTimeout bounds each read of Watch, and the start of its watches (default 5 s).
-func WithTimeout(d time.Duration) Option {
+// Timeout bounds each read of Watch, and the start of its watches (default 5 s).
+func Timeout(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
 			c.errs = append(c.errs, fmt.Errorf("%w: timeout %v", core.ErrInvalidOption, d))
@@ -98,7 +99,7 @@ func configure(names []string, opts []Option) (config, error) {
 
 // Status reads the holders and waiters of each of names, in the order they are served, at
 // one revision, with the TTL each one's lease has left; without names, those of every name
-// under the prefix (WithPrefix; the root of the keyspace without it). A name with no key
+// under the prefix (Prefix; the root of the keyspace without it). A name with no key
 // has an empty queue.
 //
 // Errors: ErrInvalidName or ErrInvalidOption (nothing read), or what etcd answered;

@@ -13,7 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// ErrNoAnswer: etcd did not answer within the timeout (WithTimeout).
+// ErrNoAnswer: etcd did not answer within the timeout (Timeout).
 var ErrNoAnswer = errors.New("etcdsync/admin: no answer from etcd")
 
 // Watch calls changed with the Status of names (or of every name under the prefix, as
@@ -24,7 +24,7 @@ var ErrNoAnswer = errors.New("etcdsync/admin: no answer from etcd")
 // member went away) is opened again, from the present. A change of TTLs alone is no change.
 //
 // Errors: as Status's; ctx's error once it ends; ErrNoAnswer when etcd does not place the
-// watches within the timeout (WithTimeout), which also bounds each read.
+// watches within the timeout (Timeout), which also bounds each read.
 func Watch(ctx context.Context, cli *clientv3.Client, names []string, changed func(*Snapshot) error, opts ...Option) error {
 	c, err := configure(names, opts)
 	if err != nil {

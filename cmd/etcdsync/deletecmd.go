@@ -56,7 +56,7 @@ func (c *deleteCommand) run(a *app) (int, error) {
 		return 0, err
 	}
 	defer done()
-	opts := []admin.Option{admin.WithPrefix(c.prefix)}
+	opts := []admin.Option{admin.Prefix(c.prefix)}
 	if c.etcd {
 		opts = append(opts, admin.EtcdLayout())
 	}

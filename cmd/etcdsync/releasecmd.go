@@ -109,7 +109,7 @@ func (c *releaseCommand) run(a *app) (int, error) {
 
 // options are the admin options of the command's flags.
 func (c *releaseCommand) options() []admin.Option {
-	opts := []admin.Option{admin.WithPrefix(c.prefix)}
+	opts := []admin.Option{admin.Prefix(c.prefix)}
 	if c.etcd {
 		opts = append(opts, admin.EtcdLayout())
 	}

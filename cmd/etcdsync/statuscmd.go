@@ -128,7 +128,7 @@ func (c *statusCommand) run(a *app) (int, error) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	opts := append(c.options(), admin.WithTimeout(c.conn.commandTimeout))
+	opts := append(c.options(), admin.Timeout(c.conn.commandTimeout))
 	err = admin.Watch(ctx, cli, c.names, func(snap *admin.Snapshot) error { return c.printChange(a.stdout, snap) }, opts...)
 	switch {
 	case ctx.Err() != nil:
@@ -143,7 +143,7 @@ func (c *statusCommand) run(a *app) (int, error) {
 
 // options are the admin options of the command's flags.
 func (c *statusCommand) options() []admin.Option {
-	opts := []admin.Option{admin.WithPrefix(c.prefix)}
+	opts := []admin.Option{admin.Prefix(c.prefix)}
 	if c.kind == admin.KindCandidate {
 		opts = append(opts, admin.Elections())
 	}

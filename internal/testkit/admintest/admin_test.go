@@ -35,9 +35,9 @@ func TestBadInputReadsNothing(t *testing.T) {
 	cli := primtest.CountedClient(t, cluster, cnt)
 	_, err := admin.Status(ctx, cli, []string{""})
 	assert.ErrorIs(t, err, core.ErrInvalidName)
-	_, err = admin.Status(ctx, cli, []string{"a"}, admin.WithPrefix("app"))
+	_, err = admin.Status(ctx, cli, []string{"a"}, admin.Prefix("app"))
 	assert.ErrorIs(t, err, core.ErrInvalidOption)
-	err = admin.Watch(ctx, cli, []string{"a"}, func(*admin.Snapshot) error { return nil }, admin.WithTimeout(0))
+	err = admin.Watch(ctx, cli, []string{"a"}, func(*admin.Snapshot) error { return nil }, admin.Timeout(0))
 	assert.ErrorIs(t, err, core.ErrInvalidOption)
 	assert.Empty(t, cnt.Counts(), "a refused call sent requests")
 }

@@ -55,5 +55,5 @@ func TestDeleteRemovesLastingRecordsOnlyWhenUnused(t *testing.T) {
 	require.NoError(t, admin.Delete(ctx, op, []string{none}))
 	assert.ErrorIs(t, admin.Delete(ctx, op, nil), core.ErrInvalidName)
 	assert.ErrorIs(t, admin.Delete(ctx, op, []string{""}), core.ErrInvalidName)
-	assert.ErrorIs(t, admin.Delete(ctx, op, []string{"a"}, admin.WithPrefix("app")), core.ErrInvalidOption)
+	assert.ErrorIs(t, admin.Delete(ctx, op, []string{"a"}, admin.Prefix("app")), core.ErrInvalidOption)
 }

@@ -48,7 +48,7 @@ func TestStatusKnowsBarriersGatesAndLatches(t *testing.T) {
 	require.NoError(t, l.CountDownAs(ctx, "a"))
 
 	for _, names := range [][]string{{"b", "g", "l"}, nil} {
-		snap, err := admin.Status(ctx, cli, names, admin.WithPrefix("gather-status/"))
+		snap, err := admin.Status(ctx, cli, names, admin.Prefix("gather-status/"))
 		require.NoError(t, err)
 		require.Len(t, snap.Names, 3, "names %v", names)
 		byName := map[string]admin.NameStatus{}
