@@ -37,6 +37,7 @@ func TestCommand(t *testing.T) {
 		{"ElectionHandsOverWhenTheLeaderExits", testElectionHandsOver},
 		{"ElectLoopRunsAgainAfterAnExit0AndALoss", testElectLoop},
 		{"TransferMovesTheLeadership", testTransfer},
+		{"TransferToAGoneCandidateChangesNothing", testTransferToAGoneCandidate},
 		{"ElectPreferTakesOverAfterSettle", testElectPrefer},
 		{"ExitStatusIsTheCommands", testExitStatusIsTheCommands},
 		{"TimeoutAndBusyHaveCodesOfTheirOwn", testTimeoutAndBusy},

@@ -90,6 +90,46 @@ func testTransfer(t *testing.T, h *harness) {
 	nothingLeft(t, cli, "", name)
 }
 
+// testTransferToAGoneCandidate: `etcdsync transfer --to` a candidate whose process was
+// killed (its key stays until its lease ends) exits 1 and changes nothing: the leader's
+// command is never signalled, and it leads on until it is stopped.
+func testTransferToAGoneCandidate(t *testing.T, h *harness) {
+	const name = "cmd-transfer-gone"
+	cli := cluster.Client(t)
+	ev := newEvents(t)
+	body := `trap 'echo "stopped $ID" >"$EV"; exit 0' TERM; echo "lead $ID" >"$EV"; sleep 300 & wait`
+	start := func(id string) *process {
+		return h.start(t, environ("EV="+ev.path, "ID="+id), append([]string{"elect", "--value", id, name}, script(body)...)...)
+	}
+	leader := start("a")
+	require.Equal(t, "lead a", ev.next(t, 30*time.Second))
+	gone := start("b")
+	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), 2)
+	gone.signal(syscall.SIGKILL)
+	gone.wait(30 * time.Second)
+	require.Len(t, keysOf(t, cli, "", name), 2, "the killed candidate's key stays until its lease ends")
+
+	p := h.run(t, environ(), "transfer", "--to", "b", name)
+	assert.Equal(t, exitFree, p.code, "stdout: %sstderr: %s", p.stdout.text(), p.stderr.text())
+	assert.Contains(t, p.stderr.text(), "nothing changed")
+	ev.none(t, "the leader's command was signalled")
+	keys := keysOf(t, cli, "", name)
+	require.NotEmpty(t, keys)
+	assert.Equal(t, "a", keys[0].value, "the leader leads on")
+	select {
+	case <-leader.exited:
+		t.Fatalf("the leader exited %d: %s", leader.code, leader.stderr.text())
+	default:
+	}
+	leader.signal(syscall.SIGTERM)
+	assert.Equal(t, "stopped a", ev.next(t, 30*time.Second), "the leader's command ran on")
+	assert.Equal(t, 128+15, leader.wait(30*time.Second), leader.stderr.text())
+	for _, k := range keysOf(t, cli, "", name) { // the killed candidate's, if it is still there
+		_, err := cli.Delete(etcdtest.Context(t), k.key)
+		require.NoError(t, err)
+	}
+}
+
 // testElectPrefer: a candidate of a higher --prefer takes the leadership over once it has
 // waited --settle; the leader's command is stopped and the leader exits 0 (no --loop).
 func testElectPrefer(t *testing.T, h *harness) {

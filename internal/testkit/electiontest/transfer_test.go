@@ -310,3 +310,57 @@ func TestRequestTransferMovesALeadership(t *testing.T) {
 	assert.ErrorIs(t, etcdtest.Within(t, ran, 10*time.Second, "Run"), context.Canceled)
 	primtest.AwaitKeys(t, admin, name, 0)
 }
+
+// TestATransferToACandidateThatIsGoneChangesNothing: the candidates named are gone (their
+// clients closed without resigning, as a process that died: their keys stay until their
+// leases end). Transfer, and RequestTransfer, to them fail with ErrNoCandidate, and the
+// Run's leader leads on: its lead's ctx is not ended, and its leadership is the same.
+func TestATransferToACandidateThatIsGoneChangesNothing(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	const name = "transfer-gone"
+	admin := cluster.Client(t)
+	e := newElection(t, cluster.Client(t), name)
+	rctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	var terms atomic.Int64
+	leading := make(chan context.Context, 2)
+	ran := etcdtest.Async(func() error {
+		return e.Run(rctx, "leader", func(lctx context.Context) error {
+			terms.Add(1)
+			leading <- lctx
+			<-lctx.Done()
+			return nil
+		})
+	})
+	lctx := etcdtest.Within(t, leading, 10*time.Second, "the Run leads")
+	token := e.Token()
+	for i, value := range []string{"gone-1", "gone-2"} {
+		cli := cluster.Client(t)
+		x := newElection(t, cli, name)
+		won := campaignAsync(ctx, x, value)
+		primtest.AwaitKeys(t, admin, name, int64(i+2))
+		require.NoError(t, cli.Close()) // no resign, no revoke: the key stays on a lease nobody renews
+		assert.Error(t, etcdtest.Within(t, won, 10*time.Second, "the gone candidate's Campaign"))
+	}
+	primtest.AwaitKeys(t, admin, name, 3)
+
+	err := e.Transfer(ctx, "gone-1")
+	assert.ErrorIs(t, err, election.ErrNoCandidate)
+	assert.NoError(t, lctx.Err(), "lead's ctx ended for a transfer that cannot be made")
+	require.NoError(t, e.Err(), "the leader leads on")
+	assert.Equal(t, token, e.Token())
+
+	l, err := newElection(t, cluster.Client(t), name).RequestTransfer(ctx, "gone-2")
+	assert.ErrorIs(t, err, election.ErrNoCandidate)
+	assert.Equal(t, election.Leader{Value: "leader", Token: token}, l)
+	assert.NoError(t, lctx.Err(), "lead's ctx ended for a request that cannot be done")
+	require.NoError(t, e.Err())
+	assert.Equal(t, token, e.Token())
+	assert.EqualValues(t, 1, terms.Load(), "one term throughout")
+	etcdtest.AwaitKeys(t, admin, strings.TrimSuffix(core.NamePrefix(name), "/")+"\x00", 0) // no record or request left
+
+	stopRun()
+	assert.ErrorIs(t, etcdtest.Within(t, ran, 10*time.Second, "Run"), context.Canceled)
+	_, err = admin.Delete(ctx, core.NamePrefix(name), clientv3.WithPrefix()) // the gone candidates' keys, if any
+	require.NoError(t, err)
+}
