@@ -322,6 +322,8 @@ func (e *Election) RequestTransfer(ctx context.Context, to string) (Leader, erro
 		return Leader{}, nil // stepped down, and nobody else was in line
 	case err != nil:
 		return Leader{}, err
+	case to != "" && after.Value == before.Value && after.Token == before.Token:
+		return after, e.errorf("request transfer", fmt.Errorf("%w: no candidate %q took the leadership over (none has that value, or it did not answer: its process is gone): %q leads on", ErrNoCandidate, to, after.Value))
 	case to != "" && after.Value != to:
 		return after, e.errorf("request transfer", fmt.Errorf("%w: %q leads (before: %q)", ErrNoCandidate, after.Value, before.Value))
 	}

@@ -38,6 +38,7 @@ func TestCommand(t *testing.T) {
 		{"ElectLoopRunsAgainAfterAnExit0AndALoss", testElectLoop},
 		{"TransferMovesTheLeadership", testTransfer},
 		{"TransferToAGoneCandidateChangesNothing", testTransferToAGoneCandidate},
+		{"TransferGivenUpLeadsOn", testTransferGivenUpLeadsOn},
 		{"ElectPreferTakesOverAfterSettle", testElectPrefer},
 		{"ExitStatusIsTheCommands", testExitStatusIsTheCommands},
 		{"TimeoutAndBusyHaveCodesOfTheirOwn", testTimeoutAndBusy},

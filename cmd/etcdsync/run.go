@@ -50,6 +50,7 @@ type holdCommand struct {
 	detach        bool          // lock --detach: print a ticket and leave the hold for its TTL
 
 	stopSignal os.Signal // the first signal that asked the command to stop: never loop again
+	yielded    bool      // the last term's command was stopped (or the hold let go) for a handover
 }
 
 // what names the thing held, for messages: `lock "nightly"`.
@@ -145,21 +146,34 @@ func (c *holdCommand) run(a *app) (int, error) {
 	if err := c.conn.probe(cli, c.keyPrefix()); err != nil {
 		return 0, err
 	}
+	var kept hold // a leadership whose handover failed after its command stopped: it leads on
 	for {
-		h, err := c.acquire(a, acq, sigc)
-		if err != nil {
-			return 0, err
+		h := kept
+		if h == nil {
+			var err error
+			if h, err = c.acquire(a, acq, sigc); err != nil {
+				return 0, err
+			}
 		}
 		var code int
+		var err error
 		if c.detach {
 			return c.detachHold(a, h)
 		}
+		c.yielded = false
 		if c.command == nil {
-			code, err = c.holdUntilSignalled(a, h, sigc)
+			code, err = c.holdUntilSignalled(a, h, sigc, kept == nil)
 		} else {
 			code, err = c.runCommand(a, h, sigc)
 		}
-		if rerr := c.release(a, h); rerr != nil && err == nil {
+		kept = nil
+		rerr := c.release(a, h)
+		switch {
+		case c.yielded && errors.Is(rerr, errLeadsOn) && err == nil && c.stopSignal == nil:
+			a.warnf("%s: %v; it leads on, and runs the command again", c.what(), rerr)
+			kept = h
+			continue
+		case rerr != nil && err == nil:
 			a.warnf("%v", rerr)
 		}
 		if !c.again(a, code, err) {
@@ -285,9 +299,12 @@ func (c *holdCommand) detachHold(a *app, h hold) (int, error) {
 	return exitOK, nil
 }
 
-// holdUntilSignalled prints the key and the token and holds until a signal (exit 0) or a loss.
-func (c *holdCommand) holdUntilSignalled(a *app, h hold, sigc <-chan os.Signal) (int, error) {
-	fmt.Fprintf(a.stdout, "ETCDSYNC_NAME=%s\nETCDSYNC_KEY=%s\nETCDSYNC_TOKEN=%d\n", shellQuote(c.nameVar()), shellQuote(h.Key()), h.Token())
+// holdUntilSignalled prints the key and the token (if print: not again for a leadership
+// that leads on) and holds until a signal (exit 0) or a loss.
+func (c *holdCommand) holdUntilSignalled(a *app, h hold, sigc <-chan os.Signal, print bool) (int, error) {
+	if print {
+		fmt.Fprintf(a.stdout, "ETCDSYNC_NAME=%s\nETCDSYNC_KEY=%s\nETCDSYNC_TOKEN=%d\n", shellQuote(c.nameVar()), shellQuote(h.Key()), h.Token())
+	}
 	select {
 	case <-h.Done():
 		a.logf("%s: lost: %v", c.what(), h.Err())
@@ -297,6 +314,7 @@ func (c *holdCommand) holdUntilSignalled(a *app, h hold, sigc <-chan os.Signal) 
 		return exitOK, nil
 	case <-askedOf(h):
 		a.logf("%s: asked to hand the leadership over", c.what())
+		c.yielded = true
 		return exitOK, nil
 	}
 }
@@ -311,6 +329,8 @@ func (c *holdCommand) release(a *app, h hold) error {
 	case err == nil:
 		a.logf("%s: released", c.what())
 		return nil
+	case errors.Is(err, errLeadsOn):
+		return err
 	case errors.Is(err, mutex.ErrLost):
 		return fmt.Errorf("%s was lost as it was released: %w", c.what(), err)
 	default:

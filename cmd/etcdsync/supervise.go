@@ -48,6 +48,7 @@ func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal) (int, er
 	switch {
 	case end.asked && !end.lost && c.stopSignal == nil:
 		a.logf("%s: the command was stopped to hand the leadership over", c.what())
+		c.yielded = true
 		return exitOK, nil
 	case end.lost:
 		if lossStatus(h.Err()) == exitMaxHold {
