@@ -291,9 +291,8 @@ func (e *Election) yield(ctx context.Context, h *core.Hold, k *asker) error {
 // process.
 //
 // Errors: [ErrNoLeader] when nobody leads. [ErrNoCandidate] when, after the leader answered,
-// the candidate to does not lead: none had that value, or it did not answer (its process is
-// gone: the leader leads on, its work untouched), or it did not take over; the Leader is
-// then who leads, if anyone. An error
+// the candidate to does not lead (none had that value, it did not answer, or it did not
+// take over; see [Election.Transfer]), with the Leader that leads then, if any. An error
 // when another request is pending. ctx's error, wrapped, when ctx ends first: the request is
 // then withdrawn. [ErrInvalidOption]: e was not made by [New], or its client is closed.
 //

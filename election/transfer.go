@@ -9,28 +9,25 @@ import (
 
 // Transfer hands this handle's leadership to the candidate whose value is to (the oldest
 // of them if several have it), ahead of the candidates before it, who keep their order
-// behind it. It first asks that candidate, which answers within 5 s if it is alive and
-// campaigning; only then, if a Run's lead runs on the leadership, does Transfer end lead's
-// ctx (its cause matches [ErrNotLocked]) and wait for lead to return; that Run then
-// campaigns again, behind every candidate there is. The candidate takes the leader's key
-// over, at its create revision: the fencing token passes with the key (see the package
-// doc), and observers see one change, to the candidate's value. etcd's own
-// concurrency.Election and `etcdctl elect` beside it keep waiting, as for any leader.
+// behind it. It asks that candidate first; only once it has answered (within 5 s) does
+// Transfer end the lead's ctx of a Run on the leadership (its cause matches
+// [ErrNotLocked]) and wait for lead to return; that Run then campaigns again, behind every
+// candidate there is. The candidate takes the leader's key over, at its create revision:
+// the fencing token passes with the key (see the package doc), and observers see one
+// change, to the candidate's value. etcd's own concurrency.Election and `etcdctl elect`
+// beside it keep waiting, as for any leader.
 //
-// Errors: [ErrNoCandidate] when no candidate of this package has the value to, or the one
-// chosen did not answer within 5 s (its process died, and its key stays until its lease
-// ends; a process of an older version of this module): the leadership, and a Run's lead,
-// are then untouched, but a candidate that did not answer has lost its place. Also
-// ErrNoCandidate when the candidate answered but gave its answer up before the handover,
-// or did not take the leadership over within 5 s of it (its process died meanwhile): the
-// leader then has its key back and leads on, and a Run whose lead has returned calls lead
-// again, in a new term on the same leadership. [ErrNotLeader] without leadership;
-// [ErrLost] if it was lost. ctx's error, wrapped, when ctx ends while lead has not
-// returned: the transfer is then still made once it does. On an Election not made by
-// [New], an error matching [ErrInvalidOption] and ErrNotLeader.
+// Errors: [ErrNoCandidate] when no candidate of this package has the value to, or it did
+// not answer (its process died, its key staying until its lease ends; an older version of
+// this module): nothing changed but that candidate's place, and lead runs on. Also
+// ErrNoCandidate when it answered but was gone before it took the leadership over: the
+// leader leads on, and a Run calls lead again on the same leadership. [ErrNotLeader]
+// without leadership; [ErrLost] if it was lost. ctx's error, wrapped, when ctx ends while
+// lead has not returned: the transfer is then still made once it does. On an Election not
+// made by [New], an error matching [ErrInvalidOption] and ErrNotLeader.
 //
-// Cost: one Range to find the candidate, one Txn to ask it, a watch until it answers, one
-// Txn to hand over, and a watch until the candidate has accepted.
+// Cost: one Range to find the candidate, two Txns and a watch until it answers, one Txn to
+// hand over, and a watch until the candidate has accepted.
 func (e *Election) Transfer(ctx context.Context, to string) (err error) {
 	if e.queue() == nil {
 		return e.errorf("transfer", fmt.Errorf("%w (%w)", e.queue().Unusable(), errNoLeadership))

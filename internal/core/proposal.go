@@ -32,12 +32,12 @@ func (p *Proposal) record(stage string) string {
 	return string(val)
 }
 
-// Propose asks the candidate to matches (see findCandidate) whether it takes h, a leadership, over,
-// and returns once it has said it does: h may then stop its work and hand over. Errors:
-// ErrNoCandidate when there is none, or it did not answer within handoverWait (its key is
-// then gone, and h untouched); ErrLost when h's key is not its own; ctx's error; etcd's:
-// h leads on in every case. Cost: one Range, one Txn, a watch of the record until the
-// candidate answers, and one Txn.
+// Propose asks the candidate to matches (see findCandidate) whether it takes h, a
+// leadership, over, and returns once it has said it does: h may then stop its work and
+// hand over. Errors: ErrNoCandidate when there is none, or it did not answer within
+// handoverWait (its key is then gone, and h untouched); ErrLost when h's key is not its
+// own; ctx's error; etcd's: h leads on in every case. Cost: one Range, one Txn, a watch of
+// the record until the candidate answers, and one Txn.
 func (q *Queue) Propose(ctx context.Context, h *Hold, to Match) (*Proposal, error) {
 	if !h.Live() {
 		return nil, errKeyGone(h.key)
@@ -82,9 +82,10 @@ func (q *Queue) Propose(ctx context.Context, h *Hold, to Match) (*Proposal, erro
 			p.created, proposed, answered = recs[0].CreateRevision, recs[0].ModRevision, r.Stage == stageReady
 		}
 		// A leadership that ends before it hands over withdraws the proposal.
+		j := janitorOf(q.cli)
 		h.OnEnd(func(error) {
 			if !p.settled.Swap(true) {
-				janitorOf(q.cli).add(p.withdrawal())
+				j.add(p.withdrawal())
 			}
 		})
 		if answered {
