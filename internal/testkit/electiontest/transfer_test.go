@@ -336,11 +336,17 @@ func TestATransferToACandidateThatIsGoneChangesNothing(t *testing.T) {
 	lctx := etcdtest.Within(t, leading, 10*time.Second, "the Run leads")
 	token := e.Token()
 	for i, value := range []string{"gone-1", "gone-2"} {
-		cli := cluster.Client(t)
+		inj := &etcdtest.Injector{}
+		cli := inj.Client(t, cluster)
 		x := newElection(t, cli, name)
 		won := campaignAsync(ctx, x, value)
 		primtest.AwaitKeys(t, admin, name, int64(i+2))
-		require.NoError(t, cli.Close()) // no resign, no revoke: the key stays on a lease nobody renews
+		// It dies: nothing more it sends gets through (no cleanup of its key, no revoke),
+		// and its client closes, so that its lease is renewed no more and its key stays.
+		for _, method := range []string{"Txn", "DeleteRange", "LeaseRevoke"} {
+			inj.Add(etcdtest.Rule{Method: method, Action: etcdtest.Lose})
+		}
+		require.NoError(t, cli.Close())
 		assert.Error(t, etcdtest.Within(t, won, 10*time.Second, "the gone candidate's Campaign"))
 	}
 	primtest.AwaitKeys(t, admin, name, 3)
