@@ -285,9 +285,12 @@ func (e *Election) takeKept(h *core.Hold) bool {
 // whose lead's ctx stop ends; false if h has ended since, or is no longer the handle's
 // (then the Run campaigns).
 func (e *Election) resume(h *core.Hold, stop context.CancelCauseFunc) bool {
+	if h == nil {
+		return false
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if h == nil || e.hold != h || e.term != nil || !h.Live() {
+	if e.hold != h || e.term != nil || !h.Live() {
 		return false
 	}
 	e.term = &term{h: h, stop: stop}
