@@ -146,10 +146,10 @@ func (e *Election) follows(ctx context.Context, h *core.Hold, k *asker, cands ma
 		}
 		if choice != "" {
 			to := core.Match{Key: choice}
-			err := e.q.HasCandidate(ctx, h, to)
+			p, err := e.q.Propose(ctx, h, to)
 			switch {
 			case err == nil:
-				k.ask = transferRequest{to: to}
+				k.ask = transferRequest{to: to, proposal: p}
 				close(k.asked)
 				return true
 			case errors.Is(err, ErrNoCandidate):
@@ -196,8 +196,10 @@ func (e *Election) follows(ctx context.Context, h *core.Hold, k *asker, cands ma
 	}
 }
 
-// heed takes up the request kv: the asker is asked if the request can be done (true);
-// otherwise the request is answered, deleted, at once (a candidate it names is not there).
+// heed takes up the request kv: the asker is asked if the request can be done (true): a
+// step-down, or a transfer to a candidate that answered its proposal; otherwise the
+// request is answered, deleted, at once (a candidate it names is not there, or did not
+// answer).
 func (e *Election) heed(ctx context.Context, h *core.Hold, k *asker, kv *mvccpb.KeyValue) bool {
 	r, ok := core.ParseTransferRequest(kv)
 	if !ok || r.Key != h.Key() || r.Token != h.Token() {
@@ -208,11 +210,13 @@ func (e *Election) heed(ctx context.Context, h *core.Hold, k *asker, kv *mvccpb.
 	}
 	ask := transferRequest{stepDown: true}
 	if r.To != nil {
-		ask = transferRequest{to: core.Match{Value: *r.To}}
-		if err := e.q.HasCandidate(ctx, h, ask.to); err != nil {
+		to := core.Match{Value: *r.To}
+		p, err := e.q.Propose(ctx, h, to)
+		if err != nil {
 			e.q.AnswerTransfer(ctx, kv)
 			return false
 		}
+		ask = transferRequest{to: to, proposal: p}
 	}
 	k.ask, k.req = ask, kv
 	close(k.asked)
@@ -222,12 +226,16 @@ func (e *Election) heed(ctx context.Context, h *core.Hold, k *asker, kv *mvccpb.
 // Asked returns a channel that is closed once this handle's leadership is asked to move: by
 // a request ([Election.RequestTransfer], `etcdsync transfer`), or, with [WithPreference], by
 // a candidate of a higher preference that has waited a settle time while the leadership
-// lasted as long. [Election.Run] heeds it by itself; a leader by Campaign that wants to heed
-// it stops its work and calls [Election.Yield]. Without leadership the channel is nil (it
-// never closes).
+// lasted as long; for a transfer, only once the candidate named has answered that it takes
+// the leadership over (see [Election.Transfer]), so a request to a candidate that is gone
+// closes nothing. [Election.Run] heeds it by itself; a leader by Campaign that wants to
+// heed it stops its work and calls [Election.Yield]. Without leadership the channel is nil
+// (it never closes). After a Yield that failed, the leadership is asked anew: call Asked
+// again for the channel.
 //
 // Cost: the first call on a leadership reads the request and the candidates with a
-// preference (one Txn) and watches both while it lasts.
+// preference (one Txn) and watches both while it lasts; a proposal to a candidate costs
+// what [Election.Transfer]'s does before lead is ended.
 func (e *Election) Asked() <-chan struct{} {
 	if e.queue() == nil {
 		return nil
@@ -260,10 +268,19 @@ func (e *Election) Yield(ctx context.Context) error {
 	return e.yield(ctx, h, k)
 }
 
-// yield does what k, the asker of h, was asked.
+// yield does what k, the asker of h, was asked. If that fails, a leadership that leads on
+// is asked anew: the next Asked follows it afresh.
 func (e *Election) yield(ctx context.Context, h *core.Hold, k *asker) error {
 	defer e.q.AnswerTransfer(ctx, k.req)
-	return e.transfer(ctx, h, k.ask)
+	err := e.transfer(ctx, h, k.ask)
+	if err != nil {
+		e.mu.Lock()
+		if e.asker == k {
+			e.asker = nil
+		}
+		e.mu.Unlock()
+	}
+	return err
 }
 
 // RequestTransfer asks the leader of the name to transfer its leadership to the candidate
@@ -274,7 +291,8 @@ func (e *Election) yield(ctx context.Context, h *core.Hold, k *asker) error {
 // process.
 //
 // Errors: [ErrNoLeader] when nobody leads. [ErrNoCandidate] when, after the leader answered,
-// the candidate to does not lead (none had that value, or it did not take over). An error
+// the candidate to does not lead (none had that value, it did not answer, or it did not
+// take over; see [Election.Transfer]), with the Leader that leads then, if any. An error
 // when another request is pending. ctx's error, wrapped, when ctx ends first: the request is
 // then withdrawn. [ErrInvalidOption]: e was not made by [New], or its client is closed.
 //
@@ -299,10 +317,14 @@ func (e *Election) RequestTransfer(ctx context.Context, to string) (Leader, erro
 	}
 	after, err := e.Leader(ctx)
 	switch {
+	case errors.Is(err, ErrNoLeader) && to != "":
+		return Leader{}, e.errorf("request transfer", fmt.Errorf("%w: nobody leads (before: %q)", ErrNoCandidate, before.Value))
 	case errors.Is(err, ErrNoLeader):
 		return Leader{}, nil // stepped down, and nobody else was in line
 	case err != nil:
 		return Leader{}, err
+	case to != "" && after.Value == before.Value && after.Token == before.Token:
+		return after, e.errorf("request transfer", fmt.Errorf("%w: no candidate %q took the leadership over (none has that value, or it did not answer: its process is gone): %q leads on", ErrNoCandidate, to, after.Value))
 	case to != "" && after.Value != to:
 		return after, e.errorf("request transfer", fmt.Errorf("%w: %q leads (before: %q)", ErrNoCandidate, after.Value, before.Value))
 	}

@@ -34,6 +34,7 @@ type Election struct {
 	hold    *core.Hold
 	changed chan struct{} // closed, and replaced, whenever hold changes
 	term    *term         // the leadership a Run's lead runs on, until lead has returned
+	kept    *core.Hold    // a Run's leadership whose transfer failed once lead returned: it leads on
 	asker   *asker        // what asks the leadership to move, once followed (ask.go)
 }
 
@@ -48,9 +49,11 @@ type term struct {
 }
 
 // A transferRequest is a Transfer of a Run's term, which the Run carries out once lead has
-// returned (endTerm): to the candidate to matches, or, with stepDown, a Resign.
+// returned (endTerm): to the candidate to matches, which answered proposal, or, with
+// stepDown, a Resign.
 type transferRequest struct {
 	to       core.Match
+	proposal *core.Proposal
 	stepDown bool
 	done     chan error // the outcome, once
 }
@@ -220,8 +223,10 @@ func (e *Election) forget(h *core.Hold) {
 }
 
 // endTerm ends a Run's term on h once its lead has returned: it gives the turn back if h has
-// ended already, and otherwise resigns h. Only h: a later leadership of the handle is
-// another's to end. ErrNotLeader if h had ended.
+// ended already, and otherwise hands h over if a Transfer asked, or resigns h. A handover
+// that fails leaving h the handle's does neither: h is kept, and Run's next term leads on
+// with it. Only h: a later leadership of the handle is another's to end. ErrNotLeader if h
+// had ended.
 func (e *Election) endTerm(ctx context.Context, h *core.Hold) error {
 	e.mu.Lock()
 	t := e.term
@@ -240,15 +245,56 @@ func (e *Election) endTerm(ctx context.Context, h *core.Hold) error {
 		transfer.done <- err
 		return err
 	case transfer != nil && !ended:
-		err := e.handOver(ctx, h, transfer.to)
+		err := e.handOver(ctx, h, transfer.proposal)
 		transfer.done <- err
-		if err == nil {
+		if err == nil || e.keep(h) {
 			return nil
 		}
 	case transfer != nil:
+		transfer.proposal.Withdraw(ctx)
 		transfer.done <- e.errorf("transfer", fmt.Errorf("%w: the leadership was lost", ErrLost))
 	}
 	return e.resign(ctx, h)
+}
+
+// keep keeps h, a Run's leadership whose handover failed, for the Run's next term, if it is
+// still the handle's and live (see endTerm).
+func (e *Election) keep(h *core.Hold) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.hold != h || !h.Live() {
+		return false
+	}
+	e.kept = h
+	return true
+}
+
+// takeKept reports whether endTerm kept h, the leadership of a Run's term that has ended,
+// for the Run's next term (see keep), and forgets that it did.
+func (e *Election) takeKept(h *core.Hold) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	kept := h != nil && e.kept == h
+	if kept {
+		e.kept = nil
+	}
+	return kept
+}
+
+// resume makes h, a leadership a Run kept (takeKept), the leadership of its next term,
+// whose lead's ctx stop ends; false if h has ended since, or is no longer the handle's
+// (then the Run campaigns).
+func (e *Election) resume(h *core.Hold, stop context.CancelCauseFunc) bool {
+	if h == nil {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.hold != h || e.term != nil || !h.Live() {
+		return false
+	}
+	e.term = &term{h: h, stop: stop}
+	return true
 }
 
 // Proclaim replaces the leader's value without a new election, writing only while this

@@ -46,14 +46,21 @@ func (e *Election) Run(ctx context.Context, value string, lead func(ctx context.
 	case len(opts) > 0 && (cfg.check.check == nil || cfg.check.every <= 0):
 		return e.errorf("run", fmt.Errorf("%w: WithHealthCheck needs a check and a period above 0", ErrInvalidOption))
 	}
+	var kept *core.Hold // the last term's leadership, whose handover failed: it leads on
 	for {
-		if err := cfg.awaitHealthy(ctx); err != nil {
-			return e.errorf("run", err)
+		if kept == nil {
+			if err := cfg.awaitHealthy(ctx); err != nil {
+				return e.errorf("run", err)
+			}
 		}
 		// stop ends lead's ctx early, for a Transfer (see campaign); its own ctx only
 		// signals, so that the term's release (a Transfer's handover) runs on Run's ctx.
 		sctx, stop := context.WithCancelCause(context.Background())
-		h, err := e.campaign(ctx, value, stop)
+		h, err := kept, error(nil)
+		if !e.resume(kept, stop) {
+			h, err = e.campaign(ctx, value, stop)
+		}
+		kept = nil
 		if err != nil {
 			stop(nil)
 			switch {
@@ -96,6 +103,16 @@ func (e *Election) Run(ctx context.Context, value string, lead func(ctx context.
 		<-yielded
 		if transferred {
 			err = nil // lead's error, and the handover's, are the Transfer's to report
+		}
+		if transferred && e.takeKept(h) {
+			// The handover failed, and the leadership is still this Run's: lead on with it.
+			if ctx.Err() == nil {
+				kept = h
+				continue
+			}
+			rctx, cancel := core.Detached(ctx)
+			_ = e.resign(rctx, h)
+			cancel()
 		}
 		why := stepDownOf(ctx, err, leadErr, unhealthy, resigned, transferred)
 		e.tel.SteppedDown(context.WithoutCancel(ctx), why)

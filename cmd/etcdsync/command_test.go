@@ -38,6 +38,8 @@ func TestCommand(t *testing.T) {
 		{"ElectionHandsOverWhenTheLeaderExits", testElectionHandsOver},
 		{"ElectLoopRunsAgainAfterAnExit0AndALoss", testElectLoop},
 		{"TransferMovesTheLeadership", testTransfer},
+		{"TransferToAGoneCandidateChangesNothing", testTransferToAGoneCandidate},
+		{"TransferGivenUpLeadsOn", testTransferGivenUpLeadsOn},
 		{"ElectPreferTakesOverAfterSettle", testElectPrefer},
 		{"ExitStatusIsTheCommands", testExitStatusIsTheCommands},
 		{"TimeoutAndBusyHaveCodesOfTheirOwn", testTimeoutAndBusy},

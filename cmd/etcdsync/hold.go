@@ -191,14 +191,24 @@ func (c candidate) try(context.Context) (hold, error) {
 }
 
 // release resigns, or, when the leadership was asked to move (Asked), does that (Yield).
+// A handover that failed leaving the leadership this one's is errLeadsOn.
 func (h leaderHold) release(ctx context.Context) error {
 	select {
 	case <-h.Asked():
-		return h.Yield(ctx)
+		err := h.Yield(ctx)
+		if errors.Is(err, election.ErrNoCandidate) && h.Err() == nil {
+			return fmt.Errorf("%w: %w", errLeadsOn, err)
+		}
+		return err
 	default:
 		return h.Resign(ctx)
 	}
 }
+
+// errLeadsOn is the release of a leadership whose handover failed after its command was
+// stopped for it (the candidate gave its answer up, or died): it is still this one's, and
+// it leads on, running the command again.
+var errLeadsOn = errors.New("the handover failed")
 
 // asker is a hold that may be asked to let go: an election's leadership (transfer, a more
 // preferred candidate).

@@ -52,6 +52,7 @@ type holdCommand struct {
 	detach        bool          // lock --detach: print a ticket and leave the hold for its TTL
 
 	stopSignal os.Signal // the first signal that asked the command to stop: never loop again
+	yielded    bool      // the last term's command was stopped (or the hold let go) for a handover
 }
 
 // what names the thing held, for messages: `lock "nightly"`.
@@ -160,15 +161,23 @@ func (c *holdCommand) run(a *app) (int, error) {
 			return 0, err
 		}
 	}
+	var kept hold // a leadership whose handover failed after its command stopped: it leads on
 	for {
-		h, err := c.acquire(a, acq, sigc)
-		if err != nil {
-			return 0, err
+		h := kept
+		if h == nil {
+			var err error
+			if h, err = c.acquire(a, acq, sigc); err != nil {
+				return 0, err
+			}
 		}
 		if c.detach {
 			return c.detachHold(a, h)
 		}
-		code, err := c.term(a, h, sigc)
+		code, leadsOn, err := c.term(a, h, sigc, kept == nil)
+		if kept = nil; leadsOn {
+			kept = h
+			continue
+		}
 		if !c.again(a, code, err) {
 			return code, err
 		}
@@ -182,22 +191,32 @@ func (c *holdCommand) run(a *app) (int, error) {
 // key at the maximum while the group still runs; a backstop of it would run in this same
 // process, so it would fail whenever this timer does, and once etcdsync is gone the lease
 // (--ttl) bounds the key anyway.
-func (c *holdCommand) term(a *app, h hold, sigc <-chan os.Signal) (code int, err error) {
+//
+// leadsOn reports a leadership whose handover failed once its command had stopped for it
+// (the candidate withdrew after it answered): it is kept, and its command runs again. The
+// hold is printed (without a command) only if print.
+func (c *holdCommand) term(a *app, h hold, sigc <-chan os.Signal, print bool) (code int, leadsOn bool, err error) {
 	var maxHeld <-chan time.Time
 	if c.maxHold > 0 {
 		t := time.NewTimer(c.maxHold)
 		defer t.Stop()
 		maxHeld = t.C
 	}
+	c.yielded = false
 	if c.command == nil {
-		code, err = c.holdUntilSignalled(a, h, sigc, maxHeld)
+		code, err = c.holdUntilSignalled(a, h, sigc, maxHeld, print)
 	} else {
 		code, err = c.runCommand(a, h, sigc, maxHeld)
 	}
-	if rerr := c.release(a, h); rerr != nil && err == nil {
+	rerr := c.release(a, h)
+	switch {
+	case c.yielded && errors.Is(rerr, errLeadsOn) && err == nil && c.stopSignal == nil:
+		a.warnf("%s: %v; it leads on, and runs the command again", c.what(), rerr)
+		return code, true, nil
+	case rerr != nil && err == nil:
 		a.warnf("%v", rerr)
 	}
-	return code, err
+	return code, false, err
 }
 
 // again reports whether elect --loop campaigns again after a term that ended with code and
@@ -319,13 +338,16 @@ func (c *holdCommand) detachHold(a *app, h hold) (int, error) {
 	return exitOK, nil
 }
 
-// holdUntilSignalled prints the hold and holds until a signal (exit 0) or a loss. It prints
-// the name, the key and the token as shell variables; elect prints the leader's key and
-// value, one line each, as etcdctl elect does.
-func (c *holdCommand) holdUntilSignalled(a *app, h hold, sigc <-chan os.Signal, maxHeld <-chan time.Time) (int, error) {
-	if c.verb == "elect" {
+// holdUntilSignalled prints the hold (if print: not again for a leadership that leads on)
+// and holds until a signal (exit 0) or a loss. It prints the name, the key and the token
+// as shell variables; elect prints the leader's key and value, one line each, as etcdctl
+// elect does.
+func (c *holdCommand) holdUntilSignalled(a *app, h hold, sigc <-chan os.Signal, maxHeld <-chan time.Time, print bool) (int, error) {
+	switch {
+	case !print:
+	case c.verb == "elect":
 		fmt.Fprintf(a.stdout, "%s\n%s\n", h.Key(), c.value)
-	} else {
+	default:
 		fmt.Fprintf(a.stdout, "ETCDSYNC_NAME=%s\nETCDSYNC_KEY=%s\nETCDSYNC_TOKEN=%d\n", shellQuote(c.nameVar()), shellQuote(h.Key()), h.Token())
 	}
 	select {
@@ -340,6 +362,7 @@ func (c *holdCommand) holdUntilSignalled(a *app, h hold, sigc <-chan os.Signal, 
 		return exitOK, nil
 	case <-askedOf(h):
 		a.logf("%s: asked to hand the leadership over", c.what())
+		c.yielded = true
 		return exitOK, nil
 	}
 }
@@ -354,6 +377,8 @@ func (c *holdCommand) release(a *app, h hold) error {
 	case err == nil:
 		a.logf("%s: released", c.what())
 		return nil
+	case errors.Is(err, errLeadsOn):
+		return err
 	case errors.Is(err, mutex.ErrLost):
 		return fmt.Errorf("%s was lost as it was released: %s", c.what(), lossCause(err))
 	default:

@@ -48,6 +48,7 @@ func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal, maxHeld 
 	switch {
 	case end.asked && !end.lost && !end.maxHeld && c.stopSignal == nil:
 		a.logf("%s: the command was stopped to hand the leadership over", c.what())
+		c.yielded = true
 		return exitOK, nil
 	case end.lost:
 		return 0, failf(exitLost, "%s lost while the command ran (%s): the command was stopped", c.what(), lossCause(h.Err()))

@@ -27,13 +27,14 @@ func (c *transferCommand) define() *subcommand {
 	sub := newSubcommand("transfer",
 		`Asks the leader of the election NAME to hand its leadership to the candidate whose value
 is VALUE (--to), ahead of the candidates before it, which keep their order; without
---to, to step down (the next in line leads). The leader (etcdsync elect, or a Go program
-that leads by Run) stops its work first, as on a loss, then hands over; the token passes
-with the leader's key. Prints the leader after, as "VALUE token T". Exit 1 if nobody
-leads, or no candidate of etcdsync has that value, or it did not take over (nothing
-changed); 75 if another transfer is asked already; 124 if the leader did not answer
-within --timeout (it leads by Campaign, which answers no request): the request is then
-withdrawn.`,
+--to, to step down (the next in line leads). Once the candidate has answered that it
+takes over, the leader (etcdsync elect, or a Go program that leads by Run) stops its
+work, as on a loss, then hands over; the token passes with the leader's key. Prints the
+leader after, as "VALUE token T". Exit 1 if nobody leads, or no candidate of etcdsync
+has that value, or it did not answer within 5s (its process is gone: nothing changed),
+or did not take over (the leader leads on); 75 if another transfer is asked already; 124
+if the leader did not answer within --timeout (it leads by Campaign, which answers no
+request): the request is then withdrawn.`,
 		`# hand over to the new version's replica, once the leader's work stopped
 etcdsync transfer billing-leader --to "web-7:8080"
 # the leader steps down; with --loop, it stands again, behind the others
@@ -98,7 +99,7 @@ func (c *transferCommand) run(a *app) (int, error) {
 		a.errorf("election %q: nobody leads: nothing changed", c.name)
 		return exitFree, nil
 	case errors.Is(err, election.ErrNoCandidate):
-		a.errorf("%v: nothing changed", err)
+		a.errorf("%v", err) // it says who leads now
 		return exitFree, nil
 	case errors.Is(err, core.ErrTransferAsked):
 		return 0, failf(exitBusy, "election %q: %v", c.name, err)

@@ -162,6 +162,9 @@ func acquire[T any](ctx context.Context, qs []*Queue, spec Spec, onKeys func([]s
 						return t, nil
 					}
 				}
+				if ctx.Err() != nil {
+					err = ctx.Err() // it gave its answer to a handover up for ctx (see takeHandover)
+				}
 			}
 		}
 		return grant(ctx, a, e.rev, err, mk)

@@ -31,8 +31,15 @@
 //   - ticket.go: a hold that outlives its process: Detach onto a lease of its own, the
 //     Ticket, Resume (once per ticket), and the command's renewal and release by ticket.
 //   - handover.go: an election's leadership handed to a chosen candidate (Transfer): the
-//     leader's key moved onto the candidate's lease in one Txn, the candidate's acceptance,
-//     the take-back; a candidate's preference in its key; a request to transfer.
+//     leader's key moved onto the candidate's lease in one Txn, once the candidate answered
+//     a proposal; the candidate's acceptance, the take-back; a candidate's preference in its
+//     key.
+//   - proposal.go: a handover proposed before the leader stops its work (Propose): the
+//     candidate's answer, awaited for a bound, and the proposal's withdrawal.
+//   - takeover.go: the candidate's side: a waiter whose key a proposal deleted answers it,
+//     follows the record until the leader hands over (follow), and accepts.
+//   - transferrequest.go: a request that the leader transfer (RequestTransfer), and its
+//     answer.
 //   - mode.go: a hold that changes what it is in place (rwmutex Downgrade, the upgradable
 //     read): the mode in its key's value, who passes which mode (Spec.Passes), the change
 //     (ChangeMode), and an upgrade that every client agrees on (Upgrade); a change refused

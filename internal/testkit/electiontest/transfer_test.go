@@ -159,12 +159,13 @@ func TestTransferOfARunEndsLeadFirst(t *testing.T) {
 	primtest.AwaitKeys(t, admin, name, 0)
 }
 
-// TestATransferNobodyAcceptsIsTakenBack: the chosen key is of etcdsync's layout but nobody
-// waits on it (a process of an older version, which does not accept): after the wait the
-// leader has its key back, on its lease with its value, and still leads.
-func TestATransferNobodyAcceptsIsTakenBack(t *testing.T) {
+// TestATransferNobodyAnswersChangesNothing: the chosen key is of etcdsync's layout but
+// nobody waits on it (a process that died, or of an older version, which does not answer):
+// after the wait the leader's key is untouched, on its lease with its value, and it still
+// leads; the candidate's key went with the proposal, and no record is left.
+func TestATransferNobodyAnswersChangesNothing(t *testing.T) {
 	ctx := etcdtest.Context(t)
-	const name = "transfer-taken-back"
+	const name = "transfer-unanswered"
 	admin := cluster.Client(t)
 	leader := newElection(t, cluster.Client(t), name)
 	require.NoError(t, leader.Campaign(ctx, "leader"))
@@ -179,8 +180,8 @@ func TestATransferNobodyAcceptsIsTakenBack(t *testing.T) {
 	start := time.Now()
 	err = leader.Transfer(ctx, "old")
 	assert.ErrorIs(t, err, election.ErrNoCandidate)
-	assert.Contains(t, err.Error(), "did not take the leadership over")
-	assert.Greater(t, time.Since(start), 4*time.Second, "the leader waits for the candidate to accept")
+	assert.Contains(t, err.Error(), "did not answer")
+	assert.Greater(t, time.Since(start), 4*time.Second, "the leader waits for the candidate to answer")
 	require.NoError(t, leader.Err(), "the leader leads on")
 	assert.Equal(t, lease, leaderLease(t, admin, name))
 	l, err := leader.Leader(ctx)
@@ -188,7 +189,7 @@ func TestATransferNobodyAcceptsIsTakenBack(t *testing.T) {
 	assert.Equal(t, election.Leader{Value: "leader", Token: leader.Token()}, l)
 	resp, err := admin.Get(ctx, old)
 	require.NoError(t, err)
-	assert.Empty(t, resp.Kvs, "the candidate's key went in the handover")
+	assert.Empty(t, resp.Kvs, "the candidate's key went with the proposal")
 	n, err := admin.Get(ctx, strings.TrimSuffix(core.NamePrefix(name), "/")+"\x00", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	require.NoError(t, err)
 	assert.Zero(t, n.Count, "no record left")
@@ -306,6 +307,120 @@ func TestRequestTransferMovesALeadership(t *testing.T) {
 	require.NoError(t, etcdtest.Within(t, asked, 10*time.Second, "the request"))
 	etcdtest.Within(t, leading, 10*time.Second, "the Run leads again")
 	assert.ErrorIs(t, b.Err(), election.ErrNotLeader)
+	stopRun()
+	assert.ErrorIs(t, etcdtest.Within(t, ran, 10*time.Second, "Run"), context.Canceled)
+	primtest.AwaitKeys(t, admin, name, 0)
+}
+
+// TestATransferToACandidateThatIsGoneChangesNothing: the candidates named are gone (their
+// clients closed without resigning, as a process that died: their keys stay until their
+// leases end). Transfer, and RequestTransfer, to them fail with ErrNoCandidate, and the
+// Run's leader leads on: its lead's ctx is not ended, and its leadership is the same.
+func TestATransferToACandidateThatIsGoneChangesNothing(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	const name = "transfer-gone"
+	admin := cluster.Client(t)
+	e := newElection(t, cluster.Client(t), name)
+	rctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	var terms atomic.Int64
+	leading := make(chan context.Context, 2)
+	ran := etcdtest.Async(func() error {
+		return e.Run(rctx, "leader", func(lctx context.Context) error {
+			terms.Add(1)
+			leading <- lctx
+			<-lctx.Done()
+			return nil
+		})
+	})
+	lctx := etcdtest.Within(t, leading, 10*time.Second, "the Run leads")
+	token := e.Token()
+	for i, value := range []string{"gone-1", "gone-2"} {
+		inj := &etcdtest.Injector{}
+		cli := inj.Client(t, cluster)
+		x := newElection(t, cli, name)
+		won := campaignAsync(ctx, x, value)
+		primtest.AwaitKeys(t, admin, name, int64(i+2))
+		// It dies: nothing more it sends gets through (no cleanup of its key, no revoke),
+		// and its client closes, so that its lease is renewed no more and its key stays.
+		for _, method := range []string{"Txn", "DeleteRange", "LeaseRevoke"} {
+			inj.Add(etcdtest.Rule{Method: method, Action: etcdtest.Lose})
+		}
+		require.NoError(t, cli.Close())
+		assert.Error(t, etcdtest.Within(t, won, 10*time.Second, "the gone candidate's Campaign"))
+	}
+	primtest.AwaitKeys(t, admin, name, 3)
+
+	err := e.Transfer(ctx, "gone-1")
+	assert.ErrorIs(t, err, election.ErrNoCandidate)
+	assert.NoError(t, lctx.Err(), "lead's ctx ended for a transfer that cannot be made")
+	require.NoError(t, e.Err(), "the leader leads on")
+	assert.Equal(t, token, e.Token())
+
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	l, err := newElection(t, cluster.Client(t), name).RequestTransfer(rctx, "gone-2")
+	assert.ErrorIs(t, err, election.ErrNoCandidate)
+	assert.Equal(t, election.Leader{Value: "leader", Token: token}, l)
+	assert.NoError(t, lctx.Err(), "lead's ctx ended for a request that cannot be done")
+	require.NoError(t, e.Err())
+	assert.Equal(t, token, e.Token())
+	assert.EqualValues(t, 1, terms.Load(), "one term throughout")
+	etcdtest.AwaitKeys(t, admin, strings.TrimSuffix(core.NamePrefix(name), "/")+"\x00", 0) // no record or request left
+
+	stopRun()
+	assert.ErrorIs(t, etcdtest.Within(t, ran, 10*time.Second, "Run"), context.Canceled)
+	_, err = admin.Delete(ctx, core.NamePrefix(name), clientv3.WithPrefix()) // the gone candidates' keys, if any
+	require.NoError(t, err)
+}
+
+// TestARunWhoseHandoverFailsLeadsOn: the candidate answers, which ends the Run's lead, then
+// gives its answer up (its Campaign's ctx ends) before lead has returned: the handover finds
+// no answer, Transfer fails with ErrNoCandidate, and the Run leads on with the same
+// leadership, calling lead again, instead of resigning.
+func TestARunWhoseHandoverFailsLeadsOn(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	const name = "transfer-given-up"
+	admin := cluster.Client(t)
+	e := newElection(t, cluster.Client(t), name)
+	rctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	leading := make(chan context.Context, 2)
+	windDown := make(chan struct{})
+	ran := etcdtest.Async(func() error {
+		return e.Run(rctx, "run", func(lctx context.Context) error {
+			leading <- lctx
+			<-lctx.Done()
+			select {
+			case <-windDown:
+			case <-rctx.Done():
+			}
+			return nil
+		})
+	})
+	lctx := etcdtest.Within(t, leading, 10*time.Second, "the first term")
+	token := e.Token()
+	cctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	x := newElection(t, cluster.Client(t), name)
+	xwon := campaignAsync(cctx, x, "x")
+	primtest.AwaitKeys(t, admin, name, 2)
+
+	transferred := etcdtest.Async(func() error { return e.Transfer(ctx, "x") })
+	etcdtest.Within(t, lctx.Done(), 10*time.Second, "lead's end, once x answered")
+	giveUp()
+	assert.ErrorIs(t, etcdtest.Within(t, xwon, 10*time.Second, "x's Campaign"), context.Canceled)
+	close(windDown)
+	assert.ErrorIs(t, etcdtest.Within(t, transferred, 10*time.Second, "Transfer"), election.ErrNoCandidate)
+	lctx = etcdtest.Within(t, leading, 10*time.Second, "the next term, on the same leadership")
+	require.NoError(t, lctx.Err())
+	require.NoError(t, e.Err())
+	assert.Equal(t, token, e.Token(), "the Run leads on, with the same key")
+	l, err := e.Leader(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, election.Leader{Value: "run", Token: token}, l)
+	primtest.AwaitKeys(t, admin, name, 1)
+	etcdtest.AwaitKeys(t, admin, core.HandoverRecordKey(core.NamePrefix(name), ""), 0)
 	stopRun()
 	assert.ErrorIs(t, etcdtest.Within(t, ran, 10*time.Second, "Run"), context.Canceled)
 	primtest.AwaitKeys(t, admin, name, 0)

@@ -113,10 +113,11 @@ func TestTransferWhoseCandidatesLeaseIsRevokedBeforeItAccepts(t *testing.T) {
 	ctx := etcdtest.Context(t)
 	xinj := &etcdtest.Injector{}
 	s := setUpTransfer(t, name, &etcdtest.Injector{}, xinj)
-	release := make(chan struct{})
-	xinj.Add(etcdtest.Rule{Method: "Txn", Match: etcdtest.TxnDeletesUnder(core.HandoverRecordKey(core.NamePrefix(name), "")), Action: etcdtest.Hold, Until: release, Times: 1})
+	release, accepting := make(chan struct{}), make(chan struct{}, 1)
+	xinj.Add(etcdtest.Rule{Method: "Txn", Match: etcdtest.TxnDeletesUnder(core.HandoverRecordKey(core.NamePrefix(name), "")), Action: etcdtest.Hold, Until: release, Times: 1,
+		Matched: func() { accepting <- struct{}{} }})
 	transferred := etcdtest.Async(func() error { return s.leader.Transfer(ctx, "x") })
-	etcdtest.AwaitKeys(t, s.admin, core.HandoverRecordKey(core.NamePrefix(name), ""), 1)
+	etcdtest.Within(t, accepting, 10*time.Second, "x's acceptance")
 	_, err := s.admin.Revoke(ctx, leaderLease(t, s.admin, name)) // the key is on x's lease now
 	require.NoError(t, err)
 	require.NoError(t, etcdtest.Within(t, s.c1won, 10*time.Second, "c1 leads once x's lease is gone"))
