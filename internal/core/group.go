@@ -217,12 +217,6 @@ func (g *Group) settleLoss() {
 	settle(&g.mu, &g.metrics, g.sess, func() bool { return leaseGone(g.cli, g.sess) })
 }
 
-func (g *Group) unsettled() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.metrics != nil && g.metrics.unsettled
-}
-
 // EndIfClientClosed is Hold.EndIfClientClosed for every member: the Group is then lost, and
 // Release returns the loss at once.
 func (g *Group) EndIfClientClosed() error {

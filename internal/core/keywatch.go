@@ -48,7 +48,6 @@ type keyWatch struct {
 	sessions map[*Session]func() bool
 	cur      *keyStream         // the open stream; nil while there is none
 	checks   []keyCheck         // keys to read before they are watched again
-	settles  []*Hold            // lost holds whose loss must be counted (see settleLoss)
 	running  bool               // a run is under way
 	gen      uint64             // of the current run: a run stopped for idleness is no longer it
 	checking bool               // check is running
@@ -419,18 +418,6 @@ func (k *keyWatch) check(c keyCheck) {
 	k.startCheck()
 }
 
-// settle has the loss of h counted (settleLoss, which may ask etcd whether the lease is
-// gone) by check, off the stream's goroutine.
-func (k *keyWatch) settle(h *Hold) {
-	if !h.unsettled() {
-		return
-	}
-	k.mu.Lock()
-	k.settles = append(k.settles, h)
-	k.startCheck()
-	k.mu.Unlock()
-}
-
 // startCheck starts checkAll unless it runs. Under k.mu.
 func (k *keyWatch) startCheck() {
 	if !k.checking {
@@ -446,17 +433,14 @@ func (k *keyWatch) checkAll() {
 	var b backoff
 	for {
 		k.mu.Lock()
-		checks, settles := k.checks, k.settles
-		k.checks, k.settles = nil, nil
-		if len(checks) == 0 && len(settles) == 0 {
+		checks := k.checks
+		k.checks = nil
+		if len(checks) == 0 {
 			k.checking = false
 			k.mu.Unlock()
 			return
 		}
 		k.mu.Unlock()
-		for _, h := range settles {
-			h.settleLoss()
-		}
 		var again, gone []keyCheck
 		for _, c := range checks {
 			if c.gone && c.loss == nil {

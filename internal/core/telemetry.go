@@ -629,16 +629,6 @@ func (h *Hold) settleLossAs(gone bool) {
 	settle(&h.mu, &h.metrics, h.sess, func() bool { return gone })
 }
 
-// unsettled reports whether the hold's loss is still to be counted (see settleLoss).
-func (h *Hold) unsettled() bool {
-	if h.group != nil {
-		return h.group.unsettled()
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.metrics != nil && h.metrics.unsettled
-}
-
 // settle is settleLoss for the metrics *mp of a hold or Group, guarded by mu: the first
 // call counts the loss, any other waits until it is counted.
 func settle(mu *sync.Mutex, mp **holdMetrics, sess *Session, leaseGone func() bool) {
