@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/internal/core"
 )
@@ -44,156 +41,24 @@ func (e *Election) asking(h *core.Hold) *asker {
 	return e.asker
 }
 
-// preferred is a candidate of a higher preference than the handle's, as the asker knows it.
-type preferred struct {
-	n    int
-	seen time.Time // when the asker first saw it (or started)
-	rev  int64     // its key's create revision
-}
-
-// follow is the asker's goroutine (see asker).
+// follow is the asker's goroutine (see asker): core's FollowAsks, which asks heed of a
+// request, and proposes the transfer to a preferred candidate that has waited.
 func (e *Election) follow(ctx context.Context, h *core.Hold, k *asker) {
-	cli, prefix := e.q.Client(), e.q.Prefix()
-	reqKey, prefRange := core.TransferRequestKey(prefix), core.PreferenceRange(prefix)
-	start := time.Now()
-	cands := map[string]*preferred{}
-	note := func(kv *mvccpb.KeyValue, now time.Time) {
-		key := string(kv.Key)
-		n, _, ok := core.CutPreference(key[len(prefix):])
-		if !ok || n <= e.pref || key == h.Key() {
-			return
-		}
-		if c := cands[key]; c != nil && c.rev == kv.CreateRevision {
-			return
-		}
-		cands[key] = &preferred{n: n, seen: now, rev: kv.CreateRevision}
-	}
-	requests := true // false once etcd refused to let this client read the request's key
-	for ctx.Err() == nil {
-		reads := []clientv3.Op{clientv3.OpGet(prefRange, clientv3.WithPrefix())}
-		if requests {
-			reads = append(reads, clientv3.OpGet(reqKey))
-		}
-		resp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(reads...).Commit()
-		switch {
-		case errors.Is(err, rpctypes.ErrPermissionDenied) && requests:
-			// A grant of the name's keys alone: the request beside the name is out of
-			// reach, so no request can ask this leader anything; preferences still can.
-			requests = false
-			continue
-		case errors.Is(err, rpctypes.ErrPermissionDenied):
-			return // nothing can ask this leader to move
-		case err != nil:
-			if core.Pause(ctx, 500*time.Millisecond) != nil {
-				return
-			}
-			continue
-		}
-		rev, now := resp.Header.Revision, time.Now()
-		if requests {
-			if reqs := resp.Responses[1].GetResponseRange().Kvs; len(reqs) == 1 && e.heed(ctx, h, k, reqs[0]) {
-				return
-			}
-		}
-		present := map[string]bool{}
-		for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-			present[string(kv.Key)] = true
-			note(kv, now)
-		}
-		for key := range cands {
-			if !present[key] {
-				delete(cands, key)
-			}
-		}
-		if e.follows(ctx, h, k, cands, note, start, rev, requests) {
-			return
-		}
-	}
-}
-
-// follows watches the request (if requests) and the preferred candidates from revision rev
-// on, and reports true once the asker was asked (or must stop), false when a watch broke and
-// the asker must read again.
-func (e *Election) follows(ctx context.Context, h *core.Hold, k *asker, cands map[string]*preferred,
-	note func(*mvccpb.KeyValue, time.Time), start time.Time, rev int64, requests bool) bool {
-	cli, prefix := e.q.Client(), e.q.Prefix()
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	var reqs clientv3.WatchChan // nil, never ready, without requests
-	if requests {
-		reqs = cli.Watch(wctx, core.TransferRequestKey(prefix), clientv3.WithRev(rev+1))
-	}
-	prefs := cli.Watch(wctx, core.PreferenceRange(prefix), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		now := time.Now()
-		next, choice := time.Duration(0), ""
-		if wait := e.settle - now.Sub(start); wait > 0 {
-			next = wait // the leadership has not lasted a settle time yet
-		} else {
-			var best *preferred
-			for key, c := range cands {
-				switch wait := e.settle - now.Sub(c.seen); {
-				case wait > 0:
-					if next == 0 || wait < next {
-						next = wait
-					}
-				case best == nil || c.n > best.n || c.n == best.n && c.rev < best.rev:
-					best, choice = c, key
-				}
-			}
-		}
-		if choice != "" {
-			to := core.Match{Key: choice}
+	e.q.FollowAsks(ctx, h, e.pref, e.settle,
+		func(kv *mvccpb.KeyValue) bool { return e.heed(ctx, h, k, kv) },
+		func(key string) (asked, gone bool) {
+			to := core.Match{Key: key}
 			p, err := e.q.Propose(ctx, h, to)
 			switch {
 			case err == nil:
 				k.ask = transferRequest{to: to, proposal: p}
 				close(k.asked)
-				return true
+				return true, false
 			case errors.Is(err, ErrNoCandidate):
-				delete(cands, choice) // gone meanwhile: its delete is on its way
-				continue
-			default: // lost, or etcd refused the read: read again after a pause
-				return ctx.Err() != nil || !h.Live() || core.Pause(ctx, 500*time.Millisecond) != nil
+				return false, true
 			}
-		}
-		if next > 0 {
-			timer.Reset(next)
-		}
-		select {
-		case wr, ok := <-reqs:
-			if !ok || wr.Err() != nil {
-				return ctx.Err() != nil
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.PUT && e.heed(ctx, h, k, ev.Kv) {
-					return true
-				}
-			}
-		case wr, ok := <-prefs:
-			if !ok || wr.Err() != nil {
-				return ctx.Err() != nil
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					delete(cands, string(ev.Kv.Key))
-				} else {
-					note(ev.Kv, time.Now())
-				}
-			}
-		case <-timer.C:
-		case <-ctx.Done():
-			return true
-		}
-		if next > 0 && !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-	}
+			return false, false
+		})
 }
 
 // heed takes up the request kv: the asker is asked if the request can be done (true): a
@@ -233,9 +98,9 @@ func (e *Election) heed(ctx context.Context, h *core.Hold, k *asker, kv *mvccpb.
 // (it never closes). After a Yield that failed, the leadership is asked anew: call Asked
 // again for the channel.
 //
-// Cost: the first call on a leadership reads the request and the candidates with a
-// preference (one Txn) and watches both while it lasts; a proposal to a candidate costs
-// what [Election.Transfer]'s does before lead is ended.
+// Cost: the first call on a leadership watches the request and the candidates with a
+// preference, then reads them (a Range and one Txn), and follows both while it lasts; a
+// proposal to a candidate costs what [Election.Transfer]'s does before lead is ended.
 func (e *Election) Asked() <-chan struct{} {
 	if e.queue() == nil {
 		return nil

@@ -155,7 +155,7 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 				break
 			}
 		}
-		gone, err := a.awaitDeletes(ctx, watched, need, w, at, extras)
+		gone, err := a.awaitDeletes(ctx, watched, need, w, extras)
 		switch {
 		case err != nil:
 			return 0, 0, err
@@ -168,14 +168,12 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 	}
 }
 
-// awaitDeletes watches kvs, which a read at revision read found, until those left weigh
-// less than need or one of extras is deleted (true; with w's passes, a key of kvs written
-// again counts as gone: its mode may pass now, and the hub reads what it is), a watch ends
-// without saying so (false: compacted, refused, or the client closed), the session ends
-// (its loss) or ctx ends. Each watch starts from the present, as etcd serves a watch from the past only every
-// 100 ms; if the present is past read, one read of its key covers the revisions in between.
-// They share the client's stream with its hubs' watches.
-func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, need int, w weigher, read int64, extras []*mvccpb.KeyValue) (bool, error) {
+// awaitDeletes waits (awaitGone, each key on its own) until those of kvs left weigh less than
+// need or one of extras is deleted (true; with w's passes, a key of kvs written again counts
+// as gone: its mode may pass now, and the hub reads what it is), a wait ends without saying
+// so (false: the client closed, or the cluster went back in time), the session ends (its
+// loss) or ctx ends. The watches share the client's stream with its hubs' watches.
+func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, need int, w weigher, extras []*mvccpb.KeyValue) (bool, error) {
 	cli := a.cli()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(cli.Ctx()))
 	var wg sync.WaitGroup
@@ -193,7 +191,7 @@ func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if awaitDelete(wctx, cli, kv, read, i < len(kvs) && len(w.passes) > 0) {
+			if went, _ := awaitGone(wctx, cli, kv, nil, i < len(kvs) && len(w.passes) > 0); went {
 				gone <- i
 			} else {
 				gone <- -1
@@ -227,37 +225,4 @@ func (a *acquisition) watchEnded(ctx context.Context) error {
 		return ctx.Err()
 	}
 	return nil
-}
-
-// awaitDelete watches the key of kv, found by a read at revision read, on ctx until it is
-// deleted, or with changes written again (true), or the watch ends without saying so
-// (false).
-func awaitDelete(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, read int64, changes bool) bool {
-	key := string(kv.Key)
-	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
-	if !changes {
-		opts = append(opts, clientv3.WithFilterPut())
-	}
-	for wr := range cli.Watch(ctx, key, opts...) {
-		if wr.Err() != nil {
-			return false
-		}
-		if wr.Created && wr.Header.Revision > read {
-			var get []clientv3.OpOption // a change is told by its mod revision, with the value
-			if !changes {
-				get = append(get, clientv3.WithKeysOnly())
-			}
-			resp, err := cli.Get(ctx, key, get...)
-			if err != nil {
-				return false
-			}
-			if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != kv.CreateRevision || changes && resp.Kvs[0].ModRevision != kv.ModRevision {
-				return true
-			}
-		}
-		if len(wr.Events) > 0 { // a delete, or with changes also a put
-			return true
-		}
-	}
-	return false
 }

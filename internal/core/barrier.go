@@ -386,22 +386,7 @@ func (b *Barrier) Leave(ctx context.Context, p *Participant) (err error) {
 // awaitGone returns once the key kv (a participant's, at its create revision) is gone, or
 // stop closes: the watch of the key, then a read of whether it is still there.
 func (b *Barrier) awaitGone(ctx context.Context, kv *mvccpb.KeyValue, stop <-chan struct{}) error {
-	key, created := string(kv.Key), kv.CreateRevision
-	_, err := follow(ctx, b.q.cli, key, stop, func() (int64, verdict, error) {
-		resp, err := readState(ctx, b.q.cli, clientv3.OpGet(key, clientv3.WithKeysOnly()))
-		if err != nil {
-			return 0, stillWaiting, err
-		}
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 0 || kvs[0].CreateRevision != created {
-			return resp.Header.Revision, waitOver, nil
-		}
-		return resp.Header.Revision, stillWaiting, nil
-	}, func(ev *clientv3.Event) (verdict, error) {
-		if ev.Type == clientv3.EventTypeDelete {
-			return waitOver, nil
-		}
-		return stillWaiting, nil
-	})
+	_, err := awaitGone(ctx, b.q.cli, kv, stop, false)
 	return err
 }
 

@@ -39,14 +39,18 @@
 //   - takeover.go: the candidate's side: a waiter whose key a proposal deleted answers it,
 //     follows the record until the leader hands over (follow), and accepts.
 //   - transferrequest.go: a request that the leader transfer (RequestTransfer), and its
-//     answer.
+//     answer; what asks a leadership to move, a request or a preferred candidate that has
+//     waited its settle time, followed for the leader (FollowAsks, on followAll).
 //   - mode.go: a hold that changes what it is in place (rwmutex Downgrade, the upgradable
 //     read): the mode in its key's value, who passes which mode (Spec.Passes), the change
 //     (ChangeMode), and an upgrade that every client agrees on (Upgrade); a change refused
 //     while a waiter of etcd's recipe.RWMutex is queued behind (ErrRecipeBehind).
-//   - follow.go: what a barrier, a gate or a latch waits for is a state of a few keys: watch
-//     them from the present, read the state, take the events after the read, and watch and
-//     read again after any gap (readState, follow).
+//   - follow.go: the one way to wait for a state of a few keys (a round filled, a count at
+//     zero, a record answered, a key gone): watch them from the present, read the state,
+//     take the events after the read, and watch and read again after any gap (readState,
+//     follow, followAll over several ranges, awaitGone for one key's end). Besides it a
+//     wait is the hub's (a name's line) or the hold's key watch (its loss); nothing else
+//     in the library watches.
 //   - barrier.go: a double barrier: participants are keys joined at once (Queue.Join);
 //     rounds are slices of their create revisions, filled by a compare-and-swap of the
 //     record of rounds; a withdrawal rewrites that record; the first of a round leaves last.

@@ -3,8 +3,10 @@ package core
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -73,11 +75,25 @@ const (
 func follow(ctx context.Context, cli *clientv3.Client, key string, stop <-chan struct{},
 	check func() (rev int64, v verdict, err error),
 	each func(*clientv3.Event) (verdict, error), opts ...clientv3.OpOption) (bool, error) {
+	return followAll(ctx, cli, []watched{{key, opts}}, stop, check, each)
+}
+
+// watched is a key (or a range, by its opts) that a wait follows.
+type watched struct {
+	key  string
+	opts []clientv3.OpOption
+}
+
+// followAll is follow over several keys or ranges at once: every watch is placed before the
+// read, and an event of any of them is judged.
+func followAll(ctx context.Context, cli *clientv3.Client, ws []watched, stop <-chan struct{},
+	check func() (rev int64, v verdict, err error),
+	each func(*clientv3.Event) (verdict, error)) (bool, error) {
 	probe := time.NewTicker(probeEvery)
 	defer probe.Stop()
 	var b backoff
 	for {
-		ok, gap, err := followOnce(ctx, cli, key, stop, probe.C, check, each, opts)
+		ok, gap, err := followOnce(ctx, cli, ws, stop, probe.C, check, each)
 		if !gap || err != nil {
 			return ok, err
 		}
@@ -89,14 +105,42 @@ func follow(ctx context.Context, cli *clientv3.Client, key string, stop <-chan s
 	}
 }
 
-// followOnce is one watch of follow: gap says that it ended with neither a verdict nor an
-// error, and a new watch is due.
-func followOnce(ctx context.Context, cli *clientv3.Client, key string, stop <-chan struct{}, probe <-chan time.Time,
-	check func() (int64, verdict, error), each func(*clientv3.Event) (verdict, error), opts []clientv3.OpOption) (ok, gap bool, err error) {
+// followOnce is one watch of each of ws: gap says that it ended with neither a verdict nor
+// an error, and new watches are due.
+func followOnce(ctx context.Context, cli *clientv3.Client, ws []watched, stop <-chan struct{}, probe <-chan time.Time,
+	check func() (int64, verdict, error), each func(*clientv3.Event) (verdict, error)) (ok, gap bool, err error) {
+	var forwarders sync.WaitGroup
+	defer forwarders.Wait()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
-	w := cli.Watch(wctx, key, append([]clientv3.OpOption{clientv3.WithCreatedNotify()}, opts...)...)
-	var read int64 = -1 // the revision of the last check; -1 before the watch is placed
+	type answer struct {
+		resp clientv3.WatchResponse
+		open bool
+	}
+	// The watches' responses, in one channel: each watch's in its order, which is all the
+	// discipline needs (an event at or before the read is skipped, whichever watch it
+	// came from).
+	answers := make(chan answer)
+	for _, w := range ws {
+		ch := cli.Watch(wctx, w.key, append([]clientv3.OpOption{clientv3.WithCreatedNotify()}, w.opts...)...)
+		forwarders.Add(1)
+		go func() {
+			defer forwarders.Done()
+			for resp := range ch {
+				select {
+				case answers <- answer{resp, true}:
+				case <-wctx.Done():
+					return
+				}
+			}
+			select {
+			case answers <- answer{open: false}:
+			case <-wctx.Done():
+			}
+		}()
+	}
+	unplaced := len(ws)
+	var read int64 = -1 // the revision of the last check; -1 before every watch is placed
 	for {
 		select {
 		case <-probe:
@@ -104,11 +148,18 @@ func followOnce(ctx context.Context, cli *clientv3.Client, key string, stop <-ch
 				rewind(cli, rw)
 				return false, false, fmt.Errorf("%w: %w", ErrLost, rw)
 			}
-		case resp, open := <-w:
-			if !open || resp.Canceled || resp.Err() != nil {
+		case a := <-answers:
+			resp := a.resp
+			if !a.open || resp.Canceled || resp.Err() != nil {
 				return false, true, waitErr(ctx, cli, nil)
 			}
-			if read < 0 { // placed: its events are those after its creation, and the read follows
+			if resp.Created {
+				unplaced--
+			}
+			if read < 0 && unplaced > 0 {
+				continue // a watch's event before every watch is placed: the read sees it
+			}
+			if read < 0 { // placed: their events are those after their creation, and the read follows
 				rev, v, err := check()
 				if v == waitOver || err != nil {
 					return v == waitOver, false, err
@@ -133,4 +184,32 @@ func followOnce(ctx context.Context, cli *clientv3.Client, key string, stop <-ch
 			return false, false, ctx.Err()
 		}
 	}
+}
+
+// awaitGone is the one wait for a key to go: it returns true once the key of kv is gone
+// (deleted, or created again since: its create revision is another), or, with changed, also
+// once it was written again (its mod revision is another); false, with nil, when stop closed
+// first. follow's watch-then-read: a gap in the watch is followed by a read, never trusted.
+// Errors: ctx's when ctx ends; ErrLost when the client is closed or the cluster went back in
+// time. Cost: a watch of the key and one Range, again after each gap.
+func awaitGone(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, stop <-chan struct{}, changed bool) (bool, error) {
+	key := string(kv.Key)
+	var opts []clientv3.OpOption
+	if !changed {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
+	check := func() (int64, verdict, error) {
+		get := []clientv3.OpOption{clientv3.WithKeysOnly()}
+		resp, err := readState(ctx, cli, clientv3.OpGet(key, get...))
+		if err != nil {
+			return 0, stillWaiting, err
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 || kvs[0].CreateRevision != kv.CreateRevision || changed && kvs[0].ModRevision != kv.ModRevision {
+			return resp.Header.Revision, waitOver, nil
+		}
+		return resp.Header.Revision, stillWaiting, nil
+	}
+	each := func(*clientv3.Event) (verdict, error) { return waitOver, nil } // a delete, or with changed a put
+	return follow(ctx, cli, key, stop, check, each, opts...)
 }

@@ -246,7 +246,7 @@ func (q *Queue) HandOver(ctx context.Context, p *Proposal) error {
 func (q *Queue) awaitAccept(ctx context.Context, h *Hold, own, x, rec *mvccpb.KeyValue) error {
 	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), handoverWait)
 	defer cancel()
-	awaitDelete(wctx, q.cli, rec, rec.ModRevision, false)
+	_, _ = awaitGone(wctx, q.cli, rec, nil, false)
 	// Whatever the watch said, the Txn decides: take the key back unless the record went.
 	bctx, bcancel := Detached(ctx)
 	defer bcancel()

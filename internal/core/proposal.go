@@ -107,7 +107,7 @@ func (p *Proposal) names(kv *mvccpb.KeyValue) bool {
 func (p *Proposal) awaitAnswer(ctx context.Context, proposed int64, to Match) error {
 	cli := p.q.cli
 	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), handoverWait)
-	awaitDelete(wctx, cli, &mvccpb.KeyValue{Key: []byte(p.rec), CreateRevision: p.created, ModRevision: proposed}, proposed, true)
+	_, _ = awaitGone(wctx, cli, &mvccpb.KeyValue{Key: []byte(p.rec), CreateRevision: p.created, ModRevision: proposed}, nil, true)
 	cancel()
 	if ctx.Err() != nil {
 		p.Withdraw(ctx)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -73,21 +74,12 @@ func (q *Queue) AskTransfer(ctx context.Context, r TransferRequest) error {
 		return fmt.Errorf("ask for a transfer: %w", err)
 	}
 	kv := &mvccpb.KeyValue{Key: []byte(key), CreateRevision: created}
-	for ctx.Err() == nil && !awaitDelete(clientv3.WithRequireLeader(ctx), q.cli, kv, created, false) {
-		// The watch broke (compaction, a leader change of etcd): read whether it is gone.
-		resp, err := retry(ctx, func() (*clientv3.GetResponse, error) {
-			return q.cli.Get(clientv3.WithRequireLeader(ctx), key, clientv3.WithKeysOnly())
-		})
-		if err == nil && (len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != created) {
-			return nil
-		}
-		if err := Pause(ctx, 100*time.Millisecond); err != nil {
-			break
-		}
-	}
-	if ctx.Err() == nil {
+	if gone, err := awaitGone(ctx, q.cli, kv, nil, false); gone {
 		return nil
+	} else if ctx.Err() == nil {
+		return fmt.Errorf("await the answer to a transfer: %w", err)
 	}
+
 	dctx, cancel := Detached(ctx)
 	defer cancel()
 	_, _ = retry(dctx, func() (*clientv3.TxnResponse, error) {
@@ -113,4 +105,143 @@ func (q *Queue) AnswerTransfer(ctx context.Context, kv *mvccpb.KeyValue) {
 			Then(clientv3.OpDelete(string(kv.Key))).
 			Commit()
 	})
+}
+
+// FollowAsks follows, for the leadership h, what asks it to move, until something has (or
+// ctx ends, or nothing can ask it): a request at TransferRequestKey, which request judges
+// (true: it asks, and FollowAsks returns); and the candidates with a preference above pref,
+// of which, once one has waited settle and the leadership has lasted as long, the most
+// preferred (the oldest of them on a tie) is offered to preferred, which reports whether it
+// asked, or whether that candidate is gone. It reads the request and the candidates, then
+// follows both (follow's watch-then-read, after any gap a read again). A request out of this
+// client's reach (a grant of the name's keys alone) is not followed; preferences still are.
+// Cost: a Range of the request's key, one Txn, two watches while it lasts, and a read again
+// after a gap or when a candidate has waited long enough.
+func (q *Queue) FollowAsks(ctx context.Context, h *Hold, pref int, settle time.Duration,
+	request func(*mvccpb.KeyValue) bool, preferred func(key string) (asked, gone bool)) {
+	type candidate struct {
+		n    int
+		seen time.Time // when it was first seen (or the following started)
+		rev  int64     // its key's create revision
+	}
+	reqKey, prefRange := TransferRequestKey(q.prefix), PreferenceRange(q.prefix)
+	start := time.Now()
+	cands := map[string]*candidate{}
+	note := func(kv *mvccpb.KeyValue, now time.Time) {
+		key := string(kv.Key)
+		n, _, ok := CutPreference(key[len(q.prefix):])
+		if !ok || n <= pref || key == h.Key() {
+			return
+		}
+		if c := cands[key]; c != nil && c.rev == kv.CreateRevision {
+			return
+		}
+		cands[key] = &candidate{n: n, seen: now, rev: kv.CreateRevision}
+	}
+	// A request out of reach (a grant of the name's keys alone) is no longer followed: a
+	// watch refused for it would be placed again and again, and the read never made.
+	_, err := q.cli.Get(clientv3.WithRequireLeader(ctx), reqKey, clientv3.WithCountOnly())
+	requests := !errors.Is(err, rpctypes.ErrPermissionDenied)
+	var b backoff
+	for ctx.Err() == nil {
+		// The next moment a candidate may have waited long enough, and the best one now.
+		now, next, choice := time.Now(), time.Duration(0), ""
+		if wait := settle - now.Sub(start); wait > 0 {
+			next = wait
+		} else {
+			var best *candidate
+			for key, c := range cands {
+				switch wait := settle - now.Sub(c.seen); {
+				case wait > 0:
+					if next == 0 || wait < next {
+						next = wait
+					}
+				case best == nil || c.n > best.n || c.n == best.n && c.rev < best.rev:
+					best, choice = c, key
+				}
+			}
+		}
+		if choice != "" {
+			asked, gone := preferred(choice)
+			switch {
+			case asked:
+				return
+			case gone:
+				delete(cands, choice) // its delete is on its way
+			default: // lost, or etcd refused the read: read again after a pause
+				if !h.Live() || b.wait(ctx) != nil {
+					return
+				}
+			}
+			continue
+		}
+		var stop <-chan struct{}
+		var timer *time.Timer
+		if next > 0 {
+			fired := make(chan struct{})
+			timer = time.AfterFunc(next, func() { close(fired) })
+			stop = fired
+		}
+		ws := []watched{{prefRange, []clientv3.OpOption{clientv3.WithPrefix()}}}
+		if requests {
+			ws = append(ws, watched{key: reqKey})
+		}
+		check := func() (int64, verdict, error) {
+			reads := []clientv3.Op{clientv3.OpGet(prefRange, clientv3.WithPrefix())}
+			if requests {
+				reads = append(reads, clientv3.OpGet(reqKey))
+			}
+			resp, err := readState(ctx, q.cli, reads...)
+			if err != nil {
+				return 0, stillWaiting, err
+			}
+			now, present := time.Now(), map[string]bool{}
+			for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+				present[string(kv.Key)] = true
+				note(kv, now)
+			}
+			for key := range cands {
+				if !present[key] {
+					delete(cands, key)
+				}
+			}
+			if requests {
+				if reqs := resp.Responses[1].GetResponseRange().Kvs; len(reqs) == 1 && request(reqs[0]) {
+					return resp.Header.Revision, waitOver, nil
+				}
+			}
+			return resp.Header.Revision, stillWaiting, nil
+		}
+		each := func(ev *clientv3.Event) (verdict, error) {
+			switch key := string(ev.Kv.Key); {
+			case key == reqKey:
+				if ev.Type == mvccpb.PUT && request(ev.Kv) {
+					return waitOver, nil
+				}
+			case ev.Type == mvccpb.DELETE:
+				delete(cands, key)
+			default:
+				note(ev.Kv, time.Now())
+			}
+			return stillWaiting, nil
+		}
+		asked, err := followAll(ctx, q.cli, ws, stop, check, each)
+		if timer != nil {
+			timer.Stop()
+		}
+		switch {
+		case asked:
+			return
+		case errors.Is(err, rpctypes.ErrPermissionDenied) && requests:
+			// A grant of the name's keys alone: the request beside the name is out of
+			// reach, so no request can ask this leader anything; preferences still can.
+			requests = false
+		case err != nil && !transient(err):
+			return // nothing can ask this leader to move (or ctx ended, or the client closed)
+		case err != nil:
+			if b.wait(ctx) != nil {
+				return
+			}
+		}
+	}
 }
