@@ -24,8 +24,8 @@ import (
 type Election struct {
 	name      string
 	q         *core.Queue
-	turn      chan struct{} // full from Campaign until the leadership ends, by Resign or loss
-	resigning core.Turn     // one Resign at a time: taken while one runs
+	turn      core.Turn // taken from Campaign until the leadership ends, by Resign or loss
+	resigning core.Turn // one Resign at a time: taken while one runs
 	tel       *core.Telemetry
 	pref      int           // WithPreference's
 	settle    time.Duration // WithSettle's
@@ -82,7 +82,6 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 	return &Election{
 		name:    name,
 		q:       core.NewQueue(cli, cfg, name),
-		turn:    make(chan struct{}, 1),
 		changed: make(chan struct{}),
 		tel:     core.NewTelemetry(cfg, core.PrimitiveElection, name),
 		pref:    cfg.Preference,
@@ -141,7 +140,7 @@ func (e *Election) campaign(ctx context.Context, value string, stop context.Canc
 		}
 	}
 	if err != nil {
-		<-e.turn
+		e.turn.Give()
 		return nil, e.errorf("campaign", err)
 	}
 	a.Held(h)
@@ -161,10 +160,8 @@ func (e *Election) campaign(ctx context.Context, value string, stop context.Canc
 func (e *Election) takeTurn(ctx context.Context) error {
 	var forgotten *core.Hold
 	for {
-		select {
-		case e.turn <- struct{}{}:
+		if e.turn.TryTake() {
 			return nil
-		default:
 		}
 		e.mu.Lock()
 		h, changed := e.hold, e.changed
@@ -174,8 +171,8 @@ func (e *Election) takeTurn(ctx context.Context) error {
 			lost = h.Done() // closed by a loss, or by a Resign under way, which frees the turn
 		}
 		select {
-		case e.turn <- struct{}{}:
-			return nil
+		case <-e.turn.Freed():
+			continue // taken again by the next TryTake, unless another came first
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-changed:
@@ -218,7 +215,7 @@ func (e *Election) forget(h *core.Hold) {
 	}
 	e.mu.Unlock()
 	if !kept {
-		<-e.turn
+		e.turn.Give()
 	}
 }
 
@@ -237,7 +234,7 @@ func (e *Election) endTerm(ctx context.Context, h *core.Hold) error {
 	}
 	e.mu.Unlock()
 	if ended {
-		<-e.turn
+		e.turn.Give()
 	}
 	switch {
 	case transfer != nil && !ended && transfer.stepDown:

@@ -79,9 +79,9 @@ func (rw *RWMutex) Downgrade(ctx context.Context) error {
 	rw.groups = slices.Insert(rw.groups, 0, g) // every other group is behind its key
 	rw.mu.Unlock()
 	if upgradable {
-		<-rw.uturn
+		rw.uturn.Give()
 	} else {
-		<-rw.turn
+		rw.turn.Give()
 	}
 	if err != nil {
 		return rw.errorf("downgrade", err)
@@ -109,17 +109,15 @@ func (rw *RWMutex) ULock(ctx context.Context) (err error) {
 	}
 	ctx, a := rw.wtel.BeginWait(ctx, "etcdsync.rwmutex.ULock")
 	defer func() { a.End(err) }()
-	select {
-	case rw.uturn <- struct{}{}:
-	case <-ctx.Done():
-		return rw.errorf("ulock", ctx.Err())
+	if err := rw.uturn.Take(ctx); err != nil {
+		return rw.errorf("ulock", err)
 	}
 	spec := upgradableSpec()
 	spec.Tel = rw.wtel
 	h, err := rw.q.Acquire(ctx, spec, nil)
 	a.Held(h)
 	if err != nil {
-		<-rw.uturn
+		rw.uturn.Give()
 		return rw.errorf("ulock", err)
 	}
 	rw.mu.Lock()
@@ -142,22 +140,20 @@ func (rw *RWMutex) TryULock(ctx context.Context) (err error) {
 	}
 	ctx, a := rw.wtel.BeginTry(ctx, "etcdsync.rwmutex.TryULock")
 	defer func() { a.End(err) }()
-	select {
-	case rw.uturn <- struct{}{}:
-	default:
+	if !rw.uturn.TryTake() {
 		return rw.errorf("try ulock", ErrLocked)
 	}
 	rw.mu.Lock()
 	writer := rw.write != nil || rw.wpending != nil
 	rw.mu.Unlock()
 	if writer {
-		<-rw.uturn
+		rw.uturn.Give()
 		return rw.errorf("try ulock", ErrLocked)
 	}
 	h, err := rw.q.TryAcquire(ctx, upgradableSpec())
 	a.Held(h)
 	if err != nil {
-		<-rw.uturn
+		rw.uturn.Give()
 		return rw.errorf("try ulock", err)
 	}
 	rw.mu.Lock()
@@ -180,7 +176,7 @@ func (rw *RWMutex) UUnlock(ctx context.Context) error {
 
 // uunlock releases h if it is still the handle's upgradable read; ErrNotLocked if not.
 func (rw *RWMutex) uunlock(ctx context.Context, op string, h *core.Hold) error {
-	return rw.release(ctx, op, "etcdsync.rwmutex.UUnlock", h, &rw.up, rw.uturn)
+	return rw.release(ctx, op, "etcdsync.rwmutex.UUnlock", h, &rw.up, &rw.uturn)
 }
 
 // putBackWait bounds how long a failed Upgrade tries to make its key upgradable again.

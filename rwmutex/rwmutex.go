@@ -63,8 +63,8 @@ func writeSpec() core.Spec {
 type RWMutex struct {
 	name      string
 	q         *core.Queue
-	turn      chan struct{}   // the writers' one-at-a-time: full while a Lock waits or holds
-	uturn     chan struct{}   // the upgradable reads' one-at-a-time: full while a ULock waits or holds
+	turn      core.Turn       // the writers' one-at-a-time: taken while a Lock waits or holds
+	uturn     core.Turn       // the upgradable reads' one-at-a-time: taken while a ULock waits or holds
 	unlocking core.Turn       // one Unlock, UUnlock, Downgrade or Upgrade at a time: taken while one runs
 	rtel      *core.Telemetry // of the read side
 	wtel      *core.Telemetry // of the write side
@@ -92,12 +92,10 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*RWMutex, error) {
 		return nil, fmt.Errorf("rwmutex %q: %w", name, err)
 	}
 	return &RWMutex{
-		name:  name,
-		q:     core.NewQueue(cli, cfg, name).WatchArrivals(),
-		turn:  make(chan struct{}, 1),
-		uturn: make(chan struct{}, 1),
-		rtel:  core.NewTelemetry(cfg, core.PrimitiveRead, name),
-		wtel:  core.NewTelemetry(cfg, core.PrimitiveWrite, name),
+		name: name,
+		q:    core.NewQueue(cli, cfg, name).WatchArrivals(),
+		rtel: core.NewTelemetry(cfg, core.PrimitiveRead, name),
+		wtel: core.NewTelemetry(cfg, core.PrimitiveWrite, name),
 	}, nil
 }
 

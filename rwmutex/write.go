@@ -37,10 +37,8 @@ func (rw *RWMutex) lock(ctx context.Context) (_ *core.Hold, err error) {
 	}
 	ctx, a := rw.wtel.BeginWait(ctx, "etcdsync.rwmutex.Lock")
 	defer func() { a.End(err) }()
-	select {
-	case rw.turn <- struct{}{}:
-	case <-ctx.Done():
-		return nil, rw.errorf("lock", ctx.Err())
+	if err := rw.turn.Take(ctx); err != nil {
+		return nil, rw.errorf("lock", err)
 	}
 	wp := &pendingWrite{done: make(chan struct{})}
 	rw.mu.Lock()
@@ -75,7 +73,7 @@ func (rw *RWMutex) lock(ctx context.Context) (_ *core.Hold, err error) {
 	rw.mu.Unlock()
 	close(wp.done)
 	if err != nil {
-		<-rw.turn
+		rw.turn.Give()
 		return nil, rw.errorf("lock", err)
 	}
 	return h, nil
@@ -94,22 +92,20 @@ func (rw *RWMutex) TryLock(ctx context.Context) (err error) {
 	}
 	ctx, a := rw.wtel.BeginTry(ctx, "etcdsync.rwmutex.TryLock")
 	defer func() { a.End(err) }()
-	select {
-	case rw.turn <- struct{}{}:
-	default:
+	if !rw.turn.TryTake() {
 		return rw.errorf("try lock", ErrLocked)
 	}
 	rw.mu.Lock()
 	readers := len(rw.groups) > 0
 	rw.mu.Unlock()
 	if readers {
-		<-rw.turn
+		rw.turn.Give()
 		return rw.errorf("try lock", ErrLocked)
 	}
 	h, err := rw.q.TryAcquire(ctx, writeSpec())
 	a.Held(h)
 	if err != nil {
-		<-rw.turn
+		rw.turn.Give()
 		return rw.errorf("try lock", err)
 	}
 	rw.mu.Lock()
@@ -148,13 +144,13 @@ func (rw *RWMutex) Unlock(ctx context.Context) error {
 // unlock releases h if it is still the handle's write hold; ErrNotLocked if it is not (nil,
 // or released already), so that Do never frees a later write hold of the handle.
 func (rw *RWMutex) unlock(ctx context.Context, h *core.Hold) error {
-	return rw.release(ctx, "unlock", "etcdsync.rwmutex.Unlock", h, &rw.write, rw.turn)
+	return rw.release(ctx, "unlock", "etcdsync.rwmutex.Unlock", h, &rw.write, &rw.turn)
 }
 
 // release releases h if it is still the handle's exclusive hold in *held (the write hold,
 // or the upgradable read), and then gives the turn of that side back; ErrNotLocked if it
 // is not (nil, or released already). One release of the handle at a time (unlocking).
-func (rw *RWMutex) release(ctx context.Context, op, span string, h *core.Hold, held **core.Hold, turn chan struct{}) (err error) {
+func (rw *RWMutex) release(ctx context.Context, op, span string, h *core.Hold, held **core.Hold, turn *core.Turn) (err error) {
 	ctx, a := rw.wtel.BeginRelease(ctx, span)
 	defer func() { a.End(err) }()
 	if h == nil {
@@ -177,7 +173,7 @@ func (rw *RWMutex) release(ctx context.Context, op, span string, h *core.Hold, h
 		*held = nil
 		rw.upgraded = rw.upgraded && rw.up != nil
 		rw.mu.Unlock()
-		<-turn
+		turn.Give()
 	}
 	if err != nil {
 		return rw.errorf(op, err)

@@ -455,43 +455,33 @@ func deleteFenced(ctx context.Context, cli *clientv3.Client, sess *Session, hold
 		}
 		return t.Then(ops...)
 	}
-	var b backoff
+	if err := sess.lostErr(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // sends nothing
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(sess.ctx, cancel)()
-	for {
-		if err := sess.lostErr(); err != nil {
-			return nil, err
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		tctx, cancelTry := tryContext(ctx)
-		sent := clockOf(cli).now()
-		resp, err := build(cli.Txn(clientv3.WithRequireLeader(tctx))).Commit()
-		tryEnded := tctx.Err() != nil
-		cancelTry()
-		if err == nil {
-			if err := settleLinear(cli, resp.Header, sent); err != nil {
-				return nil, err // the holds were lost in the history that went: the session ends
-			}
-			deleted := make([]bool, len(holds))
-			for i := range holds {
-				if len(holds) == 1 {
-					deleted[i] = resp.Succeeded
-				} else {
-					deleted[i] = resp.Responses[i].GetResponseTxn().GetSucceeded()
-				}
-			}
-			return deleted, nil
-		}
-		if ctx.Err() != nil || !transient(err) && !tryEnded {
-			return nil, err
-		}
-		if err := b.wait(ctx); err != nil {
-			return nil, err
+	res, err := commitWrite(ctx, cli, build)
+	switch {
+	case res.resp == nil && sess.lostErr() != nil:
+		return nil, sess.lostErr()
+	case res.resp == nil:
+		return nil, err
+	case err != nil:
+		return nil, err // the holds were lost in the history that went: the session ends
+	}
+	deleted := make([]bool, len(holds))
+	for i := range holds {
+		if len(holds) == 1 {
+			deleted[i] = res.resp.Succeeded
+		} else {
+			deleted[i] = res.resp.Responses[i].GetResponseTxn().GetSucceeded()
 		}
 	}
+	return deleted, nil
 }
 
 // released ends the hold as released, for a caller whose own Txn deleted its key, fenced

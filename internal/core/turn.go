@@ -58,3 +58,17 @@ func (t *Turn) Give() {
 		t.freed = nil
 	}
 }
+
+// Freed is closed once the turn is free: at once if it is, else when it is given back. For a
+// caller that waits for the turn and for something else at once, then takes it (TryTake).
+func (t *Turn) Freed() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.taken {
+		return Closed
+	}
+	if t.freed == nil {
+		t.freed = make(chan struct{})
+	}
+	return t.freed
+}
