@@ -177,10 +177,30 @@ func acquire[T any](ctx context.Context, qs []*Queue, spec Spec, onKeys func([]s
 // With spec.Use, every Txn that may write a key also holds spec.Use's claim on each name
 // (Claim.Guard, in spec.Guard); a guard that fails because a key of another use is there
 // is ErrOtherKind, naming it.
+//
+// A client whose user may not read the name's other kinds' ranges (granted its kind's
+// sub-ranges alone, see docs/security.md) has every such Txn refused: its queues then
+// write without the guard, as before there was one, and it cannot tell another kind's keys.
 func withAcquisition[T any](ctx context.Context, qs []*Queue, spec Spec, attempt func(*acquisition) (T, error)) (T, error) {
+	guarded := spec.Use != 0
+	for _, q := range qs {
+		guarded = guarded && !q.unguarded.Load()
+	}
+	t, err := acquisitionOf(ctx, qs, spec, guarded, attempt)
+	if guarded && errors.Is(err, rpctypes.ErrPermissionDenied) {
+		for _, q := range qs {
+			q.unguarded.Store(true)
+		}
+		return acquisitionOf(ctx, qs, spec, false, attempt)
+	}
+	return t, err
+}
+
+// acquisitionOf is withAcquisition, with the claims' guards or without.
+func acquisitionOf[T any](ctx context.Context, qs []*Queue, spec Spec, guarded bool, attempt func(*acquisition) (T, error)) (T, error) {
 	var claims []Claim
 	useGuards := 0
-	if spec.Use != 0 {
+	if guarded {
 		guard := slices.Clip(spec.Guard)
 		for _, q := range qs {
 			c := Claim{q.prefix, spec.Use}

@@ -2,14 +2,17 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -24,6 +27,9 @@ type Queue struct {
 	prefix   string // NamePrefix of the name
 	arrivals bool   // the client's watch on the name delivers new keys too (see WatchArrivals)
 	life     life   // of its holds: WithMaxHold, WithLockDelay
+	// unguarded: etcd refused this client a read of the name's other kinds' ranges (a
+	// user granted only its kind's sub-ranges), so its writes compare no Claim.Guard.
+	unguarded atomic.Bool
 }
 
 // NewQueue returns the queue of name, configured by c. It does no I/O.
@@ -361,13 +367,20 @@ func Served(prefix string, keys []QueuedKey, specOf func(rel, mode string) (Spec
 // claim's: ErrOtherKind, naming it (a second Txn reads what). One Txn, retried through
 // leader changes (a retry of a put that was applied finds its own value).
 func Record(ctx context.Context, cli *clientv3.Client, claim Claim, key, value string, also ...clientv3.Op) (stored string, err error) {
-	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+	guard := claim.Guard()
+	txn := func() (*clientv3.TxnResponse, error) {
 		return cli.Txn(clientv3.WithRequireLeader(ctx)).
-			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, claim.Guard()...)...).
+			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, guard...)...).
 			Then(append([]clientv3.Op{clientv3.OpPut(key, value)}, also...)...).
 			Else(clientv3.OpGet(key)).
 			Commit()
-	})
+	}
+	resp, err := retry(ctx, txn)
+	if len(guard) > 0 && errors.Is(err, rpctypes.ErrPermissionDenied) {
+		// A user granted its kind's sub-ranges alone: it cannot tell other kinds' keys.
+		guard, claim = nil, Claim{}
+		resp, err = retry(ctx, txn)
+	}
 	switch {
 	case err != nil:
 		return "", fmt.Errorf("record %s: %w", key, err)
