@@ -160,9 +160,6 @@ func (e *Election) campaign(ctx context.Context, value string, stop context.Canc
 func (e *Election) takeTurn(ctx context.Context) error {
 	var forgotten *core.Hold
 	for {
-		if e.turn.TryTake() {
-			return nil
-		}
 		e.mu.Lock()
 		h, changed := e.hold, e.changed
 		e.mu.Unlock()
@@ -170,15 +167,18 @@ func (e *Election) takeTurn(ctx context.Context) error {
 		if h != nil && h != forgotten {
 			lost = h.Done() // closed by a loss, or by a Resign under way, which frees the turn
 		}
+		taken, err := e.turn.TakeOr(ctx, changed, lost)
+		switch {
+		case taken:
+			return nil
+		case err != nil:
+			return err
+		}
 		select {
-		case <-e.turn.Freed():
-			continue // taken again by the next TryTake, unless another came first
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-changed:
 		case <-lost:
 			forgotten = h
 			_, _ = e.end(ctx, h) // no I/O: the hold has ended
+		default: // the leadership changed: wait on the new one
 		}
 	}
 }
