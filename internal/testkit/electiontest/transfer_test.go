@@ -347,7 +347,7 @@ func TestATransferToACandidateThatIsGoneChangesNothing(t *testing.T) {
 			inj.Add(etcdtest.Rule{Method: method, Action: etcdtest.Lose})
 		}
 		require.NoError(t, cli.Close())
-		assert.Error(t, etcdtest.Within(t, won, 10*time.Second, "the gone candidate's Campaign"))
+		assert.Error(t, etcdtest.Within(t, won, 30*time.Second, "the gone candidate's Campaign"))
 	}
 	primtest.AwaitKeys(t, admin, name, 3)
 
