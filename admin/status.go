@@ -300,21 +300,21 @@ func modeOf(kind, value string) string {
 func specOf(e Entry, limit *int) (core.Spec, bool) {
 	switch e.Kind {
 	case KindRead:
-		return core.Spec{Kind: core.KindRead, Ahead: core.KindWrite, Passes: []string{core.ModeRead, core.ModeUpgradable}}, true
+		return core.ReadSpec(""), true
 	case KindWrite:
 		if e.Mode == core.ModeUpgradable || e.Mode == core.ModeUpgrading {
-			return core.Spec{Kind: core.KindWrite, Ahead: core.KindWrite, Passes: []string{core.ModeRead}}, true
+			return core.UpgradableSpec(""), true
 		}
-		return core.Spec{Kind: core.KindWrite}, true
+		return core.WriteSpec(""), true
 	case KindParticipant, KindGate: // their states are decided apart (gatheringOf)
 		return core.Spec{}, false
 	case KindPermit:
 		if limit == nil {
 			return core.Spec{}, false
 		}
-		return core.Spec{Kind: core.KindPermit, Ahead: core.KindPermit, Capacity: *limit, Weight: max(e.Units, 1)}, true
+		return core.PermitSpec("", *limit, max(e.Units, 1)), true
 	}
-	return core.Spec{}, true
+	return core.LockSpec(""), true
 }
 
 // readTTLs fills in the TTL each key's lease has left: one LeaseTimeToLive per lease. A lease

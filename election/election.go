@@ -127,7 +127,8 @@ func (e *Election) campaign(ctx context.Context, value string, stop context.Canc
 	if err := e.takeTurn(ctx); err != nil {
 		return nil, e.errorf("campaign", err)
 	}
-	spec := core.Spec{Value: value, Tel: e.tel, Handover: true, Use: core.UseElection}
+	spec := core.CandidateSpec(value)
+	spec.Tel = e.tel
 	if e.pref > 0 {
 		spec.Kind = core.PreferenceKind(e.pref)
 	}

@@ -111,7 +111,7 @@ func (m *Multi) lock(ctx context.Context) (_ *core.Group, err error) {
 	if err := m.turn.Take(ctx); err != nil {
 		return nil, m.errorf("lock", err)
 	}
-	g, err := core.AcquireAll(ctx, m.qs, core.Spec{Value: core.OwnerValue(""), Tel: m.tel, Use: core.UseLock}, m.setWaiting)
+	g, err := core.AcquireAll(ctx, m.qs, m.spec(), m.setWaiting)
 	a.HeldGroup(g)
 	m.mu.Lock()
 	m.waiting, m.group = nil, g
@@ -139,7 +139,7 @@ func (m *Multi) TryLock(ctx context.Context) (err error) {
 	if !m.turn.TryTake() {
 		return m.errorf("try lock", ErrLocked)
 	}
-	g, err := core.TryAcquireAll(ctx, m.qs, core.Spec{Value: core.OwnerValue(""), Use: core.UseLock})
+	g, err := core.TryAcquireAll(ctx, m.qs, core.LockSpec(core.OwnerValue("")))
 	a.HeldGroup(g)
 	if err != nil {
 		m.turn.Give()
@@ -310,4 +310,11 @@ func (m *Multi) Do(ctx context.Context, fn func(ctx context.Context) error) erro
 		return err
 	}
 	return core.Scoped(ctx, g, fn, func(ctx context.Context) error { return m.release(ctx, g) })
+}
+
+// spec is the spec of a blocking acquisition by this handle, counted in its telemetry.
+func (m *Multi) spec() core.Spec {
+	spec := core.LockSpec(core.OwnerValue(""))
+	spec.Tel = m.tel
+	return spec
 }

@@ -83,7 +83,7 @@ func (m *Mutex) lock(ctx context.Context) (_ *core.Hold, err error) {
 	if err := m.turn.Take(ctx); err != nil {
 		return nil, m.errorf("lock", err)
 	}
-	h, err := m.q.Acquire(ctx, core.Spec{Value: core.OwnerValue(""), Tel: m.tel, Use: core.UseLock}, m.setWaiting)
+	h, err := m.q.Acquire(ctx, m.spec(), m.setWaiting)
 	a.Held(h)
 	m.mu.Lock()
 	m.waiting, m.hold = "", h
@@ -111,7 +111,7 @@ func (m *Mutex) TryLock(ctx context.Context) (err error) {
 	if !m.turn.TryTake() {
 		return m.errorf("try lock", ErrLocked)
 	}
-	h, err := m.q.TryAcquire(ctx, core.Spec{Value: core.OwnerValue(""), Use: core.UseLock})
+	h, err := m.q.TryAcquire(ctx, core.LockSpec(core.OwnerValue("")))
 	a.Held(h)
 	if err != nil {
 		m.turn.Give()
@@ -253,4 +253,11 @@ func (m *Mutex) WatchRelease() (arm func() <-chan struct{}, stop func()) {
 		return core.NoReleases()
 	}
 	return m.q.WatchRelease("")
+}
+
+// spec is the spec of a blocking acquisition by this handle, counted in its telemetry.
+func (m *Mutex) spec() core.Spec {
+	spec := core.LockSpec(core.OwnerValue(""))
+	spec.Tel = m.tel
+	return spec
 }

@@ -93,7 +93,7 @@ func (m *Mutex) Lock(ctx context.Context) (_ context.Context, err error) {
 	// not from the span's.
 	actx, a := m.tel.BeginWait(ctx, "etcdsync.reentrant.Lock")
 	defer func() { a.End(err) }()
-	h, err := m.q.Acquire(actx, core.Spec{Value: ownerValue(), Tel: m.tel, Use: core.UseLock}, nil)
+	h, err := m.q.Acquire(actx, m.spec(), nil)
 	a.Held(h)
 	if err != nil {
 		return ctx, m.errorf("lock", err)
@@ -124,7 +124,7 @@ func (m *Mutex) TryLock(ctx context.Context) (_ context.Context, err error) {
 	}
 	actx, a := m.tel.BeginTry(ctx, "etcdsync.reentrant.TryLock")
 	defer func() { a.End(err) }()
-	h, err := m.q.TryAcquire(actx, core.Spec{Value: ownerValue(), Use: core.UseLock})
+	h, err := m.q.TryAcquire(actx, core.LockSpec(ownerValue()))
 	a.Held(h)
 	if err != nil {
 		return ctx, m.errorf("try lock", err)
@@ -284,4 +284,11 @@ func (m *Mutex) WatchRelease() (arm func() <-chan struct{}, stop func()) {
 		return core.NoReleases()
 	}
 	return m.q.WatchRelease("")
+}
+
+// spec is the spec of a blocking acquisition by this handle, counted in its telemetry.
+func (m *Mutex) spec() core.Spec {
+	spec := core.LockSpec(ownerValue())
+	spec.Tel = m.tel
+	return spec
 }

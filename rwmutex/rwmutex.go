@@ -17,24 +17,10 @@ const (
 	writeKind = core.KindWrite
 )
 
-// readSpec is a reader's: served once no write key is ahead of it but those of holds that
-// are reads now (Downgrade) or upgradable reads.
-func readSpec() core.Spec {
-	return core.Spec{Kind: readKind, Ahead: writeKind, Value: core.OwnerValue(""),
-		Passes: []string{core.ModeRead, core.ModeUpgradable}, Use: core.UseRWLock}
-}
-
-// upgradableSpec is an upgradable read's: a write key in upgradable mode, served once no
-// write key is ahead of it but those of holds that are reads now.
-func upgradableSpec() core.Spec {
-	return core.Spec{Kind: writeKind, Ahead: writeKind, Value: core.WithMode(core.OwnerValue(""), core.ModeUpgradable),
-		Passes: []string{core.ModeRead}, Use: core.UseRWLock}
-}
-
-// writeSpec is a writer's: served once no key at all is ahead of it.
-func writeSpec() core.Spec {
-	return core.Spec{Kind: writeKind, Value: core.OwnerValue(""), Use: core.UseRWLock}
-}
+// The specs of the two kinds of key (core.ReadSpec, ...), written now by this process.
+func readSpec() core.Spec       { return core.ReadSpec(core.OwnerValue("")) }
+func upgradableSpec() core.Spec { return core.UpgradableSpec(core.OwnerValue("")) }
+func writeSpec() core.Spec      { return core.WriteSpec(core.OwnerValue("")) }
 
 // RWMutex is a distributed readers/writer lock on one name, safe for use by several
 // goroutines like [sync.RWMutex]. Many readers hold it at once, a writer alone, in FIFO

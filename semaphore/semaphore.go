@@ -79,12 +79,10 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 // the limit in force while it waits; every write of its key checks, in the same Txn, that
 // etcd records limit.
 func (s *Semaphore) specFor(n, limit int) core.Spec {
-	return core.Spec{
-		Kind: permitKind, Ahead: permitKind, Capacity: limit, Weight: n, Tel: s.tel, Use: core.UseSemaphore,
-		Value:        core.OwnerValue(""),
-		Guard:        []clientv3.Cmp{clientv3.Compare(clientv3.Value(s.limitKey), "=", strconv.Itoa(limit))},
-		CapacityMark: core.LimitMark,
-	}
+	spec := core.PermitSpec(core.OwnerValue(""), limit, n)
+	spec.Tel = s.tel
+	spec.Guard = []clientv3.Cmp{clientv3.Compare(clientv3.Value(s.limitKey), "=", strconv.Itoa(limit))}
+	return spec
 }
 
 // units checks n, the units an acquisition asks for: at least 1, and at most the limit,

@@ -178,3 +178,36 @@ func (c Claim) otherKind(key string) error {
 		"remove its lasting records with `etcdsync delete` (admin.Delete)", ErrOtherKind,
 		strings.TrimSuffix(c.Prefix, "/"), what, key, c.Use)
 }
+
+// The specs of the keys each primitive writes, the one statement of who each kind of key
+// waits behind: the primitives acquire with them, and admin decides who holds by them
+// (Served). value is what the key says (OwnerValue, or a candidate's value).
+
+// LockSpec is a lock's key (mutex, reentrant, Multi): served once no key of the name is
+// ahead of it.
+func LockSpec(value string) Spec { return Spec{Value: value, Use: UseLock} }
+
+// CandidateSpec is an election's candidate: a lock's key that a handover may be handed to.
+func CandidateSpec(value string) Spec { return Spec{Value: value, Handover: true, Use: UseElection} }
+
+// ReadSpec is a reader's: served once no write key is ahead of it but those of holds that
+// are reads now (Downgrade) or upgradable reads.
+func ReadSpec(value string) Spec {
+	return Spec{Kind: KindRead, Ahead: KindWrite, Value: value, Passes: []string{ModeRead, ModeUpgradable}, Use: UseRWLock}
+}
+
+// UpgradableSpec is an upgradable read's: a write key in upgradable mode, served once no
+// write key is ahead of it but those of holds that are reads now.
+func UpgradableSpec(value string) Spec {
+	return Spec{Kind: KindWrite, Ahead: KindWrite, Value: WithMode(value, ModeUpgradable), Passes: []string{ModeRead}, Use: UseRWLock}
+}
+
+// WriteSpec is a writer's: served once no key of the name is ahead of it.
+func WriteSpec(value string) Spec { return Spec{Kind: KindWrite, Value: value, Use: UseRWLock} }
+
+// PermitSpec is a semaphore's permit of units of limit: served once its units fit beside
+// those of the permits ahead of it, under the limit in force (its marker).
+func PermitSpec(value string, limit, units int) Spec {
+	return Spec{Kind: KindPermit, Ahead: KindPermit, Capacity: limit, Weight: units, Value: value,
+		CapacityMark: LimitMark, Use: UseSemaphore}
+}
