@@ -7,6 +7,11 @@
 //   - keys.go: what a key is: a name's escaped prefix (ValidateName, NamePrefix), the slot of
 //     an acquisition ("<prefix><kind><lease hex>_<slot>", reused from one acquisition to the
 //     next) and the value written into it (OwnerValue).
+//   - uses.go: what a name is used as (a lock, an election, an rwlock, a semaphore, a
+//     barrier, a gate, a latch), the sub-ranges each owns, the guard every write of one
+//     compares so that a name of another kind refuses it (Claim, ErrOtherKind), and the
+//     spec of each kind of key (LockSpec, ReadSpec, PermitSpec, ...), for the primitives
+//     and admin alike.
 //   - options.go: Option and Config (TTL, session, prefix, meter).
 //   - client.go: a client's state, one per *clientv3.Client, dropped when the client closes:
 //     its shared sessions, its hubs, its keyWatch, its janitor and its clock.
@@ -81,7 +86,7 @@
 //     of a hold's life.
 //   - scope.go: work scoped to a hold or a Group (Do), whose release frees that hold and no
 //     later one of the handle.
-//   - turn.go: a handle's one-at-a-time turn.
+//   - turn.go: a handle's one-at-a-time turn, handed over in order.
 //   - errors.go: the sentinel errors every package re-exports, and handles New did not make.
 //   - testhooks.go: what the tests in internal/testkit (a module of their own) reach inside
 //     the core for; the library never calls it.
