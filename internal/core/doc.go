@@ -12,7 +12,8 @@
 //     compares so that a name of another kind refuses it (Claim, ErrOtherKind), and the
 //     spec of each kind of key (LockSpec, ReadSpec, PermitSpec, ...), for the primitives
 //     and admin alike.
-//   - options.go: Option and Config (TTL, session, prefix, meter).
+//   - options.go: Option and Config (TTL, session, prefix, meter), and the options each kind
+//     of primitive takes (OptionsFor: any other is refused).
 //   - client.go: a client's state, one per *clientv3.Client, dropped when the client closes:
 //     its shared sessions, its hubs, its keyWatch, its janitor and its clock.
 //   - session.go: the shared sessions (a lease per client and TTL, replaced after it
