@@ -194,7 +194,7 @@ type database struct {
 
 // newDatabase makes a new database on b (starting b if need be) for tb. On SQLite it is a
 // file in tb's temporary directory, in WAL mode, whose connections wait up to 20 s for a
-// lock another holds.
+// lock another holds, and sync nothing unless ETCDSYNC_SQL_FSYNC is set.
 func (b *backend) newDatabase(tb testing.TB) *database {
 	tb.Helper()
 	b.use(tb)
@@ -202,6 +202,9 @@ func (b *backend) newDatabase(tb testing.TB) *database {
 	var dsn string
 	if b.admin == nil {
 		dsn = "file:" + filepath.Join(tb.TempDir(), name+".db") + "?_pragma=journal_mode(wal)&_pragma=busy_timeout(20000)"
+		if !durable() {
+			dsn += "&_pragma=synchronous(off)"
+		}
 	} else {
 		if _, err := b.admin.ExecContext(etcdtest.Context(tb), "CREATE DATABASE "+name); err != nil {
 			tb.Fatalf("%s: create database %s: %v", b.name, name, err)
