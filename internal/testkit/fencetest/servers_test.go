@@ -150,18 +150,17 @@ func freePort() (int, error) {
 // else Debian's newest /usr/lib/postgresql/<version>/bin, else the directory of postgres on
 // PATH.
 func postgresBinDir() (string, error) {
-	if dir := os.Getenv("ETCDSYNC_POSTGRES_BIN"); dir != "" {
-		return dir, nil
-	}
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	sort.Slice(dirs, func(i, j int) bool { return pgMajor(dirs[i]) > pgMajor(dirs[j]) })
+	if dir := os.Getenv("ETCDSYNC_POSTGRES_BIN"); dir != "" {
+		dirs = []string{dir}
+	} else if bin, err := exec.LookPath("postgres"); err == nil {
+		dirs = append(dirs, filepath.Dir(bin))
+	}
 	for _, dir := range dirs {
 		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
 			return dir, nil
 		}
-	}
-	if bin, err := exec.LookPath("postgres"); err == nil {
-		return filepath.Dir(bin), nil
 	}
 	return "", fmt.Errorf("postgres: %w: no /usr/lib/postgresql/*/bin/postgres, none on PATH, no $ETCDSYNC_POSTGRES_BIN (Debian: apt-get install postgresql)", errNoBinary)
 }
