@@ -21,8 +21,7 @@ import (
 // their own. Each takes four steps: read (its first statement, which starts a snapshot under
 // REPEATABLE READ), check, write (a row of its own in a data table) and end (commit if all
 // went well, else roll back). A step that waits for a lock the other holds stays under way
-// (the server says so: pg_stat_activity, information_schema.innodb_trx) while the other goes
-// on. SQLite's connections wait for no lock here (busy_timeout 0): a step that meets the
+// (the server says so: see waiting) while the other goes on. SQLite's connections wait for no lock here (busy_timeout 0): a step that meets the
 // other's write lock fails at once with SQLITE_BUSY instead.
 
 const (
