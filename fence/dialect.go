@@ -8,7 +8,7 @@ import (
 
 // statements are the SQL of one dialect for one table, its quoted name already in them.
 type statements interface {
-	create() string
+	create(ctx context.Context, db *sql.DB) error
 	// check raises resource's row to token unless a higher token is stored, inside tx, and
 	// reports whether token passed. The row is locked in tx from then on.
 	check(ctx context.Context, tx *sql.Tx, resource string, token int64) (passed bool, err error)
@@ -25,11 +25,18 @@ type statements interface {
 //     it fails with a serialization error instead, having written nothing.
 //   - SQLite: the statement is a write, so it takes the database's write lock, which no
 //     other connection can take until this transaction ends; whatever it reads is current.
-type upsertReturning struct{ createSQL, checkSQL string }
+type upsertReturning struct {
+	// createLock, if not "", runs before createSQL in the same transaction, with createSQL
+	// (which names the table) as its argument: PostgreSQL's CREATE TABLE IF NOT EXISTS is not
+	// safe against itself (two at once can both find no table, and one then fails on the
+	// catalog's unique index), so Creates of a table take turns on an advisory lock.
+	createLock, createSQL, checkSQL string
+}
 
 func newPostgres(table string) upsertReturning {
 	return upsertReturning{
-		createSQL: `CREATE TABLE IF NOT EXISTS ` + table + ` (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token > 0))`,
+		createLock: `SELECT pg_advisory_xact_lock(hashtext($1))`,
+		createSQL:  `CREATE TABLE IF NOT EXISTS ` + table + ` (resource text PRIMARY KEY, token bigint NOT NULL CHECK (token > 0))`,
 		// docs/fencing.md runs the same statement from psql: keep them alike.
 		checkSQL: `INSERT INTO ` + table + ` AS f (resource, token) VALUES ($1, $2)
 ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token WHERE f.token <= EXCLUDED.token
@@ -46,7 +53,24 @@ RETURNING token`,
 	}
 }
 
-func (u upsertReturning) create() string { return u.createSQL }
+func (u upsertReturning) create(ctx context.Context, db *sql.DB) error {
+	if u.createLock == "" {
+		_, err := db.ExecContext(ctx, u.createSQL)
+		return err
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() // nothing to roll back after Commit
+	if _, err := tx.ExecContext(ctx, u.createLock, u.createSQL); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, u.createSQL); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
 
 func (u upsertReturning) check(ctx context.Context, tx *sql.Tx, resource string, token int64) (bool, error) {
 	var stored int64
@@ -77,7 +101,10 @@ func newMySQL(table string) upsertThenLock {
 	}
 }
 
-func (u upsertThenLock) create() string { return u.createSQL }
+func (u upsertThenLock) create(ctx context.Context, db *sql.DB) error {
+	_, err := db.ExecContext(ctx, u.createSQL)
+	return err
+}
 
 func (u upsertThenLock) check(ctx context.Context, tx *sql.Tx, resource string, token int64) (bool, error) {
 	if _, err := tx.ExecContext(ctx, u.raiseSQL, resource, token, token); err != nil {

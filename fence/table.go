@@ -111,13 +111,13 @@ func (t *Table) Dialect() Dialect {
 }
 
 // Create creates the table in db unless a table of its name exists (CREATE TABLE IF NOT
-// EXISTS). Run it once where the schema is set up: PostgreSQL may refuse one of two Creates
-// of a new table at the same moment.
+// EXISTS). Every replica may call it as it starts, at the same moment.
 //
 // Errors: [etcdsync.ErrInvalidOption] for a Table that [NewTable] did not make or a nil db,
 // having sent nothing; else the database's, wrapped.
 //
-// Cost: one statement.
+// Cost: one statement; on PostgreSQL, a transaction of two (an advisory lock of the table's
+// name, then the CREATE), since two of its CREATE TABLE IF NOT EXISTS at once can fail.
 func (t *Table) Create(ctx context.Context, db *sql.DB) error {
 	switch {
 	case t == nil || t.sql == nil:
@@ -125,7 +125,7 @@ func (t *Table) Create(ctx context.Context, db *sql.DB) error {
 	case db == nil:
 		return fmt.Errorf("fence: create %s: %w: nil db", t.name, etcdsync.ErrInvalidOption)
 	}
-	if _, err := db.ExecContext(ctx, t.sql.create()); err != nil {
+	if err := t.sql.create(ctx, db); err != nil {
 		return fmt.Errorf("fence: create %s: %w", t.name, err)
 	}
 	return nil

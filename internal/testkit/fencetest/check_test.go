@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -203,6 +204,28 @@ func TestBadInputWritesNothing(t *testing.T) {
 		for _, name := range []string{"writes; DROP TABLE victim", `victim"`, "victim--", "x y"} {
 			_, err := fence.NewTable(db.b.dialect, name)
 			assert.ErrorIs(t, err, etcdsync.ErrInvalidOption, "%q", name)
+		}
+	})
+}
+
+// Replicas that start at the same moment all create the table at once: every Create
+// succeeds (PostgreSQL's own CREATE TABLE IF NOT EXISTS would fail some).
+func TestCreatesAtOnceAllSucceed(t *testing.T) {
+	eachBackend(t, func(t *testing.T, db *database) {
+		ctx := etcdtest.Context(t)
+		for i := range 5 {
+			table, err := fence.NewTable(db.b.dialect, fmt.Sprintf("fence_at_once_%d", i))
+			require.NoError(t, err)
+			var wg sync.WaitGroup
+			errs := make([]error, 4)
+			for j := range errs {
+				wg.Go(func() { errs[j] = table.Create(ctx, db.DB) })
+			}
+			wg.Wait()
+			for _, err := range errs {
+				assert.NoError(t, err)
+			}
+			assert.Zero(t, rowCount(t, db, table))
 		}
 	})
 }
