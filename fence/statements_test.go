@@ -2,6 +2,7 @@ package fence
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,17 +13,23 @@ import (
 // docs/fencing.md shows the statements Check runs, and a shell runs PostgreSQL's: they must
 // be the ones here.
 func TestTheDocsShowTheStatementsCheckRuns(t *testing.T) {
-	doc, err := os.ReadFile("../docs/fencing.md")
+	raw, err := os.ReadFile("../docs/fencing.md")
 	require.NoError(t, err)
-	blocks := sqlBlocks(string(doc))
+	doc := string(raw)
+	blocks := sqlBlocks(doc)
+	shows := func(what, sql string) {
+		t.Helper()
+		assert.True(t, slices.Contains(blocks, sql), "docs/fencing.md has no sql block of %s:\n%s", what, sql)
+	}
 	pg := newPostgres(`"etcdsync_fence"`)
 	my := newMySQL("`etcdsync_fence`")
-	assert.Contains(t, blocks, pg.checkSQL)
-	assert.Contains(t, blocks, my.raiseSQL+"\n"+my.readSQL)
+	shows("PostgreSQL's check", pg.checkSQL)
+	shows("PostgreSQL's table", pg.createSQL)
+	shows("MySQL's check", my.raiseSQL+"\n"+my.readSQL)
 	// The shell's: the same statement with psql's variables for its parameters.
 	shell := strings.NewReplacer(`"etcdsync_fence"`, "etcdsync_fence", "$1", ":'resource'", "$2", ":'token'").
-		Replace(pg.checkSQL)
-	assert.Contains(t, string(doc), shell+` \gset`)
+		Replace(pg.checkSQL) + ` \gset`
+	assert.True(t, strings.Contains(doc, shell), "docs/fencing.md's psql has not:\n%s", shell)
 	sqlite := newSQLite(`"etcdsync_fence"`)
 	assert.Equal(t, strings.NewReplacer("$1", "?1", "$2", "?2", " AS f", "", "f.token", "token", "EXCLUDED", "excluded").
 		Replace(pg.checkSQL), sqlite.checkSQL, "SQLite's is PostgreSQL's with ?1, ?2, as the doc says")
