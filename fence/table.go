@@ -42,15 +42,23 @@ const DefaultName = "etcdsync_fence"
 // MaxResource is the longest resource in bytes: a lock's name always fits.
 const MaxResource = 512
 
+// The errors of package etcdsync that fence returns, the same values.
+var (
+	// ErrInvalidOption: bad input to NewTable, Create or Check; nothing was sent.
+	ErrInvalidOption = etcdsync.ErrInvalidOption
+	// ErrLost: matched by ErrStale.
+	ErrLost = etcdsync.ErrLost
+)
+
 // ErrStale is the error of a [Table.Check] whose token is lower than one that has already
 // written the resource: the caller's hold was lost, and a newer holder wrote. Roll the
-// transaction back. errors.Is(err, etcdsync.ErrLost) holds too.
+// transaction back. errors.Is(err, [ErrLost]) holds too.
 var ErrStale error = staleError{}
 
 type staleError struct{}
 
 func (staleError) Error() string        { return "etcdsync/fence: stale token: a newer holder has written" }
-func (staleError) Is(target error) bool { return target == etcdsync.ErrLost }
+func (staleError) Is(target error) bool { return target == ErrLost }
 
 // identifier is a plain SQL identifier that every dialect takes, within PostgreSQL's 63 bytes.
 var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
@@ -59,7 +67,7 @@ var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 // holds no connection and is safe for concurrent use.
 //
 // Only [NewTable] makes a usable Table: the methods of the zero Table and of a nil *Table
-// return [etcdsync.ErrInvalidOption] and send nothing.
+// return [ErrInvalidOption] and send nothing.
 type Table struct {
 	dialect Dialect
 	name    string
@@ -69,7 +77,7 @@ type Table struct {
 // NewTable returns the table name (DefaultName if "") in dialect d. The name is quoted in
 // the statements, so its case is kept. It does no I/O.
 //
-// Errors: [etcdsync.ErrInvalidOption], wrapped with the detail, for a dialect that is not one
+// Errors: [ErrInvalidOption], wrapped with the detail, for a dialect that is not one
 // of the constants, or a name that is not a plain identifier: an ASCII letter or '_', then
 // up to 62 letters, digits or '_' (no schema, no quotes, no spaces).
 func NewTable(d Dialect, name string) (*Table, error) {
@@ -78,7 +86,7 @@ func NewTable(d Dialect, name string) (*Table, error) {
 	}
 	if !identifier.MatchString(name) {
 		return nil, fmt.Errorf("fence: table name %q: %w: a letter or '_', then up to 62 letters, digits or '_'",
-			name, etcdsync.ErrInvalidOption)
+			name, ErrInvalidOption)
 	}
 	var s statements
 	switch d {
@@ -89,7 +97,7 @@ func NewTable(d Dialect, name string) (*Table, error) {
 	case SQLite:
 		s = newSQLite(`"` + name + `"`)
 	default:
-		return nil, fmt.Errorf("fence: %v: %w: not a dialect", d, etcdsync.ErrInvalidOption)
+		return nil, fmt.Errorf("fence: %v: %w: not a dialect", d, ErrInvalidOption)
 	}
 	return &Table{dialect: d, name: name, sql: s}, nil
 }
@@ -113,7 +121,7 @@ func (t *Table) Dialect() Dialect {
 // Create creates the table in db unless a table of its name exists (CREATE TABLE IF NOT
 // EXISTS). Every replica may call it as it starts, at the same moment.
 //
-// Errors: [etcdsync.ErrInvalidOption] for a Table that [NewTable] did not make or a nil db,
+// Errors: [ErrInvalidOption] for a Table that [NewTable] did not make or a nil db,
 // having sent nothing; else the database's, wrapped.
 //
 // Cost: one statement; on PostgreSQL, a transaction of two (an advisory lock of the table's
@@ -121,9 +129,9 @@ func (t *Table) Dialect() Dialect {
 func (t *Table) Create(ctx context.Context, db *sql.DB) error {
 	switch {
 	case t == nil || t.sql == nil:
-		return fmt.Errorf("fence: create: %w: a Table that NewTable did not make", etcdsync.ErrInvalidOption)
+		return fmt.Errorf("fence: create: %w: a Table that NewTable did not make", ErrInvalidOption)
 	case db == nil:
-		return fmt.Errorf("fence: create %s: %w: nil db", t.name, etcdsync.ErrInvalidOption)
+		return fmt.Errorf("fence: create %s: %w: nil db", t.name, ErrInvalidOption)
 	}
 	if err := t.sql.create(ctx, db); err != nil {
 		return fmt.Errorf("fence: create %s: %w", t.name, err)
@@ -139,8 +147,8 @@ func (t *Table) Create(ctx context.Context, db *sql.DB) error {
 // SQLite, the database): a Check of it in another transaction waits until then, and a lower
 // token then fails.
 //
-// Errors: [ErrStale], also matching [etcdsync.ErrLost]: roll tx back, the hold was lost.
-// [etcdsync.ErrInvalidOption], having sent nothing: a Table that [NewTable] did not make, a
+// Errors: [ErrStale], also matching [ErrLost]: roll tx back, the hold was lost.
+// [ErrInvalidOption], having sent nothing: a Table that [NewTable] did not make, a
 // nil tx, a token below 1, or a resource that is empty, over [MaxResource] bytes, not UTF-8
 // or holds a NUL byte. Else the database's error, wrapped, such as a serialization failure
 // (PostgreSQL under REPEATABLE READ or SERIALIZABLE, when another transaction checked the
@@ -151,11 +159,11 @@ func (t *Table) Create(ctx context.Context, db *sql.DB) error {
 func (t *Table) Check(ctx context.Context, tx *sql.Tx, resource string, token int64) error {
 	switch {
 	case t == nil || t.sql == nil:
-		return fmt.Errorf("fence: check: %w: a Table that NewTable did not make", etcdsync.ErrInvalidOption)
+		return fmt.Errorf("fence: check: %w: a Table that NewTable did not make", ErrInvalidOption)
 	case tx == nil:
-		return fmt.Errorf("fence: check %q: %w: nil tx", resource, etcdsync.ErrInvalidOption)
+		return fmt.Errorf("fence: check %q: %w: nil tx", resource, ErrInvalidOption)
 	case token < 1:
-		return fmt.Errorf("fence: check %q: %w: token %d, not above 0", resource, etcdsync.ErrInvalidOption, token)
+		return fmt.Errorf("fence: check %q: %w: token %d, not above 0", resource, ErrInvalidOption, token)
 	}
 	if err := validResource(resource); err != nil {
 		return err
@@ -189,5 +197,5 @@ func validResource(resource string) error {
 	if len(resource) > 64 {
 		resource = resource[:64] + "..."
 	}
-	return fmt.Errorf("fence: resource %q: %w: %s", resource, etcdsync.ErrInvalidOption, why)
+	return fmt.Errorf("fence: resource %q: %w: %s", resource, ErrInvalidOption, why)
 }

@@ -57,6 +57,11 @@ func TestDialectNames(t *testing.T) {
 	assert.Equal(t, "Dialect(9)", fence.Dialect(9).String())
 }
 
+func TestErrorsAreEtcdsyncs(t *testing.T) {
+	assert.Equal(t, etcdsync.ErrInvalidOption, fence.ErrInvalidOption)
+	assert.Equal(t, etcdsync.ErrLost, fence.ErrLost)
+}
+
 func TestErrStaleIsALoss(t *testing.T) {
 	assert.ErrorIs(t, fence.ErrStale, etcdsync.ErrLost)
 	wrapped := errors.Join(errors.New("context"), fence.ErrStale)
