@@ -91,6 +91,26 @@ func (e *Etcd) Client() (*clientv3.Client, error) {
 	return cli, nil
 }
 
+// Join returns what a process that the example starts needs to reach the same etcd, inside
+// the same prefix ("" on the embedded one): pass both to Connect in that process.
+func (e *Etcd) Join() (endpoints, prefix string) {
+	return strings.Join(e.cfg.Endpoints, ","), e.prefix
+}
+
+// Connect opens a client of endpoints (comma-separated) confined to prefix unless it is "",
+// in a process that an example started (see Join). It embeds nothing and deletes nothing:
+// the example's own Close does. The caller closes the client.
+func Connect(endpoints, prefix string) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	if prefix != "" {
+		etcdtest.Confine(cli, prefix)
+	}
+	return cli, nil
+}
+
 // Close closes every client Client opened, then the embedded etcd if there is one; on a
 // real cluster it deletes everything under the prefix, unless -keep.
 func (e *Etcd) Close() {

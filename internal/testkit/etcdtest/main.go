@@ -60,14 +60,15 @@ func NoNewGoroutines(tb testing.TB, since goleak.Option) {
 // Main is a TestMain body: it starts New(1) into *c, runs the tests, closes the cluster, then
 // checks with goleak that no goroutine outlived it, ignoring only knownServerLeaks. It exits
 // non-zero on a test failure or a leak, printing the leaked goroutines, and exits 1 if the
-// cluster cannot start.
-func Main(m *testing.M, c **Cluster) {
+// cluster cannot start. m is a *testing.M, or one wrapped in a Run that starts and stops
+// servers of the package's own around the tests.
+func Main(m goleak.TestingM, c **Cluster) {
 	runMain(m, c, func() (*Cluster, error) { return New(1) })
 }
 
 // MainWith is Main with a cluster of the caller's making (TLS, auth), its own: in the short
 // tier against ETCD_ENDPOINTS the package's tests are skipped, as OwnMembers skips a test.
-func MainWith(m *testing.M, c **Cluster, start func() (*Cluster, error)) {
+func MainWith(m goleak.TestingM, c **Cluster, start func() (*Cluster, error)) {
 	flag.Parse()
 	if shortAgainstExternal() {
 		fmt.Println("etcdtest: every test here runs on members of its own: not in the short tier against ETCD_ENDPOINTS")
@@ -76,7 +77,7 @@ func MainWith(m *testing.M, c **Cluster, start func() (*Cluster, error)) {
 	runMain(m, c, start)
 }
 
-func runMain(m *testing.M, c **Cluster, start func() (*Cluster, error)) {
+func runMain(m goleak.TestingM, c **Cluster, start func() (*Cluster, error)) {
 	cluster, err := start()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "etcdtest: cannot start etcd: %v\n", err)

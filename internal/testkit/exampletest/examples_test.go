@@ -1,12 +1,14 @@
 // Package exampletest runs the Examples of the library's packages on a real etcd, so that
 // what their godoc shows cannot rot. The library's module has no etcd server: its packages
 // skip their Examples unless ETCDSYNC_EXAMPLE_ENDPOINTS names an etcd, which this test sets
-// to a member it embeds.
+// to a member it embeds; nor a SQL driver, which it links into the test binaries of the
+// packages whose Examples open a database (see sqlDrivers).
 package exampletest
 
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"go/ast"
 	"go/doc"
 	"go/parser"
@@ -104,12 +106,33 @@ func libraryPackages(t *testing.T, root string) []pkg {
 // again): the library's races are looked for by internal/testkit's own packages.
 func buildTests(t *testing.T, root string, pkgs []pkg) string {
 	dir := t.TempDir()
-	args := []string{"test", "-c", "-o", dir, "-ldflags=-s -w"}
+	args := []string{"test", "-c", "-o", dir, "-ldflags=-s -w", "-overlay", driversOverlay(t, root, dir)}
 	for _, p := range pkgs {
 		args = append(args, p.importPath)
 	}
 	goCommand(t, root, args...)
 	return dir
+}
+
+// sqlDrivers are the SQL drivers that Examples open, each a file in testdata that imports
+// one, by the library package whose test binary it is laid into: the library's module
+// requires no driver (package fence uses database/sql alone), and this module requires them.
+var sqlDrivers = map[string]string{"fence": "sqlite_driver.go"}
+
+// driversOverlay writes, into dir, a go build overlay that adds each of sqlDrivers to its
+// package's test files, and returns its path.
+func driversOverlay(t *testing.T, root, dir string) string {
+	replace := map[string]string{}
+	for pkgDir, file := range sqlDrivers {
+		src, err := filepath.Abs(filepath.Join("testdata", file))
+		require.NoError(t, err)
+		replace[filepath.Join(root, pkgDir, "example_driver_test.go")] = src
+	}
+	overlay, err := json.Marshal(map[string]any{"Replace": replace})
+	require.NoError(t, err)
+	path := filepath.Join(dir, "overlay.json")
+	require.NoError(t, os.WriteFile(path, overlay, 0o644))
+	return path
 }
 
 // runTest runs p's test binary from bins in p's directory, with the member's endpoints in
