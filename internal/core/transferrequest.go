@@ -127,6 +127,20 @@ func (q *Queue) FollowAsks(ctx context.Context, h *Hold, pref int, settle time.D
 	reqKey, prefRange := TransferRequestKey(q.prefix), PreferenceRange(q.prefix)
 	start := time.Now()
 	cands := map[string]*candidate{}
+	// wake closes when a candidate may have waited long enough (or the leadership lasted a
+	// settle time): the following stops, and the best candidate is offered. Each new
+	// candidate arms it, for its settle time, unless it is armed for sooner.
+	var wake chan struct{}
+	var timer *time.Timer
+	var at time.Time
+	arm := func(d time.Duration) {
+		when := time.Now().Add(d)
+		if timer != nil && !when.Before(at) || timer != nil && !timer.Stop() {
+			return // armed for sooner, or fired already
+		}
+		w := wake
+		at, timer = when, time.AfterFunc(d, func() { close(w) })
+	}
 	note := func(kv *mvccpb.KeyValue, now time.Time) {
 		key := string(kv.Key)
 		n, _, ok := CutPreference(key[len(q.prefix):])
@@ -137,6 +151,7 @@ func (q *Queue) FollowAsks(ctx context.Context, h *Hold, pref int, settle time.D
 			return
 		}
 		cands[key] = &candidate{n: n, seen: now, rev: kv.CreateRevision}
+		arm(max(settle, start.Add(settle).Sub(now)))
 	}
 	// A request out of reach (a grant of the name's keys alone) is no longer followed: a
 	// watch refused for it would be placed again and again, and the read never made.
@@ -144,7 +159,8 @@ func (q *Queue) FollowAsks(ctx context.Context, h *Hold, pref int, settle time.D
 	requests := !errors.Is(err, rpctypes.ErrPermissionDenied)
 	var b backoff
 	for ctx.Err() == nil {
-		// The next moment a candidate may have waited long enough, and the best one now.
+		// The best candidate that has waited long enough, if the leadership has lasted as
+		// long; and when the next one will have.
 		now, next, choice := time.Now(), time.Duration(0), ""
 		if wait := settle - now.Sub(start); wait > 0 {
 			next = wait
@@ -175,12 +191,9 @@ func (q *Queue) FollowAsks(ctx context.Context, h *Hold, pref int, settle time.D
 			}
 			continue
 		}
-		var stop <-chan struct{}
-		var timer *time.Timer
+		wake, timer = make(chan struct{}), nil
 		if next > 0 {
-			fired := make(chan struct{})
-			timer = time.AfterFunc(next, func() { close(fired) })
-			stop = fired
+			arm(next)
 		}
 		ws := []watched{{prefRange, []clientv3.OpOption{clientv3.WithPrefix()}}}
 		if requests {
@@ -225,7 +238,7 @@ func (q *Queue) FollowAsks(ctx context.Context, h *Hold, pref int, settle time.D
 			}
 			return stillWaiting, nil
 		}
-		asked, err := followAll(ctx, q.cli, ws, stop, check, each)
+		asked, err := followAll(ctx, q.cli, ws, wake, check, each)
 		if timer != nil {
 			timer.Stop()
 		}

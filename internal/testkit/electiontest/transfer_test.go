@@ -197,6 +197,41 @@ func TestATransferNobodyAnswersChangesNothing(t *testing.T) {
 	primtest.AwaitKeys(t, admin, name, 0)
 }
 
+// TestAPreferredCandidateThatComesLaterTakesOver: a more preferred candidate that comes
+// after the leader has led a settle time (so the leader's asker waits for nothing timed)
+// takes over once it has waited its own; its arrival arms the leader's timer. (It did not:
+// `etcdsync elect --prefer` hung on every real cluster in CI.)
+func TestAPreferredCandidateThatComesLaterTakesOver(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	const name, settle = "transfer-preferred-later", 200 * time.Millisecond
+	watcher := newElection(t, cluster.Client(t), name)
+	octx, stopObserving := context.WithCancel(ctx)
+	defer stopObserving()
+	obs := watcher.Observe(octx)
+	assert.Equal(t, election.Leader{}, primtest.NextLeader(t, obs))
+	rctx, stopRuns := context.WithCancel(ctx)
+	var runs []<-chan error
+	start := func(value string, pref int) {
+		e := newElection(t, cluster.Client(t), name, election.WithPreference(pref), election.WithSettle(settle))
+		runs = append(runs, etcdtest.Async(func() error {
+			return e.Run(rctx, value, func(lctx context.Context) error {
+				<-lctx.Done()
+				return nil
+			})
+		}))
+	}
+	start("low", 0)
+	assert.Equal(t, "low", primtest.NextLeader(t, obs).Value)
+	time.Sleep(5 * settle) // the point: the leader has led longer than its settle time
+	start("high", 5)
+	assert.Equal(t, "high", primtest.NextLeader(t, obs).Value, "the preferred candidate that came later leads")
+	stopRuns()
+	for _, r := range runs {
+		assert.ErrorIs(t, etcdtest.Within(t, r, 10*time.Second, "a Run"), context.Canceled)
+	}
+	primtest.AwaitKeys(t, cluster.Client(t), name, 0)
+}
+
 // TestAMorePreferredCandidateTakesOverAfterTheSettleTime: Runs of preference 0, 0, 5 and 3
 // on one name: the leader of preference 0 hands over to the candidate of 5 once it has
 // waited the settle time, ahead of the one of 0 that came before it; that leader never
