@@ -52,7 +52,9 @@ func (h *Hold) goneErr(ctx context.Context) error {
 	h.mu.Lock()
 	live := h.state == held
 	h.mu.Unlock()
-	if live {
+	// A key that went with its lease needs no record read: the holds of a lease that ends
+	// ask once together (leaseGone), not a read each.
+	if live && h.sess.lostErr() == nil && !leaseGone(h.cli, h.sess) {
 		if err := releasedErr(ctx, h.cli, h.slot, h.rev); err != nil {
 			return err
 		}

@@ -42,9 +42,18 @@ type Session struct {
 	ka      *keepAlive // nil for a caller's session (WithSession)
 
 	mu      sync.Mutex
-	users   int  // slots claimed on the lease (see claimSlot)
-	retired bool // takes no new acquisition; revoked once users is 0
-	full    bool // retired for holding maxLeaseKeys: let go, not revoked, once users is 0
+	users   int       // slots claimed on the lease (see claimSlot)
+	retired bool      // takes no new acquisition; revoked once users is 0
+	full    bool      // retired for holding maxLeaseKeys: let go, not revoked, once users is 0
+	gone    bool      // etcd said the lease is gone (leaseGone)
+	asking  *leaseAsk // a read of whether the lease is gone, under way; nil for none
+}
+
+// leaseAsk is a read of whether a session's lease is gone, whose answer every hold that
+// asked while it was under way takes (leaseGone).
+type leaseAsk struct {
+	done chan struct{} // closed once answered
+	gone bool
 }
 
 // Lease is the session's lease.

@@ -661,12 +661,33 @@ func settle(mu *sync.Mutex, mp **holdMetrics, sess *Session, leaseGone func() bo
 	m.t.ins.lost.Add(context.Background(), 1, m.t.byCause[c]...)
 }
 
-// leaseGone reports whether etcd says sess's lease is gone; false when it cannot tell.
+// leaseGone reports whether etcd says sess's lease is gone; false when it cannot tell. The
+// holds of a lease that ends all ask at once: they share one LeaseTimeToLive under way, and
+// a lease found gone is never asked about again.
 func leaseGone(cli *clientv3.Client, sess *Session) bool {
+	sess.mu.Lock()
+	if sess.gone {
+		sess.mu.Unlock()
+		return true
+	}
+	if a := sess.asking; a != nil {
+		sess.mu.Unlock()
+		<-a.done
+		return a.gone
+	}
+	a := &leaseAsk{done: make(chan struct{})}
+	sess.asking = a
+	sess.mu.Unlock()
 	ctx, cancel := context.WithTimeout(cli.Ctx(), cleanupWait)
 	defer cancel()
 	resp, err := cli.TimeToLive(clientv3.WithRequireLeader(ctx), sess.id)
-	return errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil && resp.TTL < 0
+	a.gone = errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil && resp.TTL < 0
+	sess.mu.Lock()
+	sess.gone = sess.gone || a.gone
+	sess.asking = nil
+	sess.mu.Unlock()
+	close(a.done)
+	return a.gone
 }
 
 // lossCause is the cause of a loss with the final error err of a hold on sess; known is

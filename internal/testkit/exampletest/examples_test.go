@@ -155,6 +155,10 @@ func goCommand(t *testing.T, dir string, args ...string) string {
 	require.NoError(t, err, "the go command, to build the Examples")
 	cmd := exec.CommandContext(t.Context(), goTool, args...)
 	cmd.Dir = dir
+	// The Examples are built in the repository's workspace, whatever this test runs under
+	// (GOWORK=off and a -modfile in CI's tier of the lowest versions): the SQL driver that
+	// an Example opens is required by this module, not by the library's.
+	cmd.Env = append(os.Environ(), "GOWORK="+filepath.Join(dir, "go.work"))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
