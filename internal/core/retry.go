@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -133,9 +134,11 @@ func commitWrite(ctx context.Context, cli *clientv3.Client, build func(clientv3.
 	var b backoff
 	for {
 		tctx, cancel := tryContext(ctx)
+		stop := context.AfterFunc(cli.Ctx(), cancel) // a closed client ends the try
 		sent := clockOf(cli).now()
 		resp, err := build(cli.Txn(clientv3.WithRequireLeader(tctx))).Commit()
 		tryEnded := tctx.Err() != nil
+		stop()
 		cancel()
 		if err == nil {
 			res.resp = resp
@@ -146,6 +149,9 @@ func commitWrite(ctx context.Context, cli *clientv3.Client, build func(clientv3.
 		}
 		if ctx.Err() != nil {
 			return res, ctx.Err()
+		}
+		if cli.Ctx().Err() != nil {
+			return res, fmt.Errorf("%w: %w", ErrLost, errClientClosed) // no try can get through
 		}
 		if !transient(err) && !tryEnded {
 			return res, err
