@@ -240,10 +240,9 @@ func (b *Barrier) await(ctx context.Context, p *Participant) error {
 			case len(s.after) >= b.n:
 				// Fill it; the record's change, whoever made it, is the next event.
 				next := s.r.filled(s.after[b.n-1].CreateRevision).String()
-				if _, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
-					return b.q.cli.Txn(clientv3.WithRequireLeader(ctx)).
-						If(clientv3.Compare(clientv3.ModRevision(b.round), "=", s.mod)).
-						Then(clientv3.OpPut(b.round, next)).Commit()
+				if _, err := commitWrite(ctx, b.q.cli, func(t clientv3.Txn) clientv3.Txn {
+					return t.If(clientv3.Compare(clientv3.ModRevision(b.round), "=", s.mod)).
+						Then(clientv3.OpPut(b.round, next))
 				}); err != nil {
 					return 0, stillWaiting, waitErr(ctx, b.q.cli, err)
 				}

@@ -200,11 +200,14 @@ func (l *Latch) Await(ctx context.Context) error {
 // Delete deletes the latch's record and markers, in one Txn: a waiter then fails with
 // ErrNotSet, and the name may be set again.
 func (l *Latch) Delete(ctx context.Context) error {
-	_, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
-		return l.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(
+	if err := ctx.Err(); err != nil {
+		return err // before any I/O, as CountDown
+	}
+	_, err := commitWrite(ctx, l.cli, func(t clientv3.Txn) clientv3.Txn {
+		return t.Then(
 			clientv3.OpDelete(l.record),
 			clientv3.OpDelete(l.record+"/", clientv3.WithPrefix()),
-		).Commit()
+		)
 	})
 	if err != nil {
 		return waitErr(ctx, l.cli, err)

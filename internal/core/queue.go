@@ -365,21 +365,29 @@ func Served(prefix string, keys []QueuedKey, specOf func(rel, mode string) (Spec
 // The writes also are made with it, in the same Txn. The key has no lease: it outlives
 // every session. It writes nothing while the name holds a key of another use than the
 // claim's: ErrOtherKind, naming it (a second Txn reads what). One Txn, retried through
-// leader changes (a retry of a put that was applied finds its own value).
+// leader changes and tries that got no answer (commitWrite: a retry of a put that was
+// applied finds its own value).
 func Record(ctx context.Context, cli *clientv3.Client, claim Claim, key, value string, also ...clientv3.Op) (stored string, err error) {
+	if err := ctx.Err(); err != nil {
+		return "", err // before any I/O: a try outlives ctx (see commitWrite), and would write
+	}
 	guard := claim.Guard()
 	txn := func() (*clientv3.TxnResponse, error) {
-		return cli.Txn(clientv3.WithRequireLeader(ctx)).
-			If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, guard...)...).
-			Then(append([]clientv3.Op{clientv3.OpPut(key, value)}, also...)...).
-			Else(clientv3.OpGet(key)).
-			Commit()
+		res, err := commitWrite(ctx, cli, func(t clientv3.Txn) clientv3.Txn {
+			return t.If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, guard...)...).
+				Then(append([]clientv3.Op{clientv3.OpPut(key, value)}, also...)...).
+				Else(clientv3.OpGet(key))
+		})
+		if res.resp == nil && err == nil {
+			err = ctx.Err()
+		}
+		return res.resp, err
 	}
-	resp, err := retry(ctx, txn)
+	resp, err := txn()
 	if len(guard) > 0 && errors.Is(err, rpctypes.ErrPermissionDenied) {
 		// A user granted its kind's sub-ranges alone: it cannot tell other kinds' keys.
 		guard, claim = nil, Claim{}
-		resp, err = retry(ctx, txn)
+		resp, err = txn()
 	}
 	switch {
 	case err != nil:

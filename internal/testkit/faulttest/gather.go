@@ -164,6 +164,12 @@ func gatherSeed(t *testing.T, env *Env, seed uint64) {
 		wg.Go(func() { g.participate(i, b, rng, stop) })
 	}
 	wg.Go(func() { g.latches(t, x.clients, opts, rand.New(rand.NewPCG(seed, 99)), stop) })
+	var stopOnce sync.Once
+	halt := func() { // the participants stop at their next turn, also after a t.Fatal
+		stopOnce.Do(func() { close(stop) })
+		wg.Wait()
+	}
+	defer halt()
 	// Large writes beside them, as under the locks' schedules: followers apply behind the
 	// leader, and the clients spread over the members read from ones that trail.
 	x.r.stopLocks = func() {}
@@ -187,8 +193,7 @@ func gatherSeed(t *testing.T, env *Env, seed uint64) {
 	}
 	x.healAll(ctx)
 	g.awaitProgress(ctx, t, "after every fault healed", g.now())
-	close(stop)
-	wg.Wait()
+	halt()
 	g.check(t)
 	if v := x.r.awaitEmpty(ctx, root+"b/in/"); v != "" {
 		t.Error(v)
