@@ -3,7 +3,6 @@ package mutex
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -59,7 +58,7 @@ func (m *Mutex) Detach(ctx context.Context) (ticket string, err error) {
 // its lease ran out), was resumed already, or the name was taken again: nothing is written
 // then. etcd's error otherwise.
 //
-// Cost: a LeaseKeepAliveOnce and one Txn, then a watch of the key.
+// Cost: a LeaseTimeToLive, one Txn and a LeaseKeepAliveOnce, then a watch of the key.
 func Resume(ctx context.Context, cli *clientv3.Client, ticket string, opts ...Option) (*Mutex, error) {
 	t, err := core.ParseTicket(ticket)
 	if err != nil {
@@ -69,8 +68,8 @@ func Resume(ctx context.Context, cli *clientv3.Client, ticket string, opts ...Op
 	if err != nil {
 		return nil, fmt.Errorf("mutex: resume: %w", err)
 	}
-	name, ok := cfg.NameOfKey(t.Key)
-	if !ok || !cfg.EtcdLayout && strings.Count(strings.TrimPrefix(t.Key, cfg.Prefix), "/") != 1 {
+	name, _, ok := cfg.NameOfKindKey(t.Key, "")
+	if !ok {
 		return nil, fmt.Errorf("mutex: resume: %w: the ticket's key %q is not a Mutex's under prefix %q", ErrInvalidOption, t.Key, cfg.Prefix)
 	}
 	m, err := New(cli, name, opts...)

@@ -138,7 +138,7 @@ func (p *Permit) Key() string {
 }
 
 // Detach lets go of the permit without releasing it, for another process to resume with
-// [Semaphore.Resume]: its key moves onto a lease of its own with the same TTL, which nobody
+// [Resume]: its key moves onto a lease of its own with the same TTL, which nobody
 // renews, so its units stay taken for that TTL unless the ticket is resumed, renewed
 // (`etcdsync renew`) or released (`etcdsync release --ticket`). The permit then holds
 // nothing, as after Release. See mutex.Mutex.Detach for the ticket.

@@ -317,22 +317,54 @@ func (s *Semaphore) WatchRelease() (arm func() <-chan struct{}, stop func()) {
 }
 
 // Resume takes over the permit a [Permit.Detach] let go of, in this process or another,
-// with the same key, units and token: one Txn checks that the key is still the one the
-// ticket names and takes it over, so a ticket resumes once; the permit then renews its
-// lease itself (and revokes it once released) and is watched as an acquired one. s must be
-// on the permit's name and prefix; its limit is not checked, since the permit holds already.
+// with the same key, units and token, as mutex.Resume does a Mutex's hold: one Txn checks
+// that the key is still the one the ticket names and takes it over, so a ticket resumes
+// once; the permit then renews its lease itself (and revokes it once released) and is
+// watched as an acquired one. opts are New's, and must put the keys where the detached
+// permit's were (WithPrefix). The permit's Semaphore is not returned: the limit is not
+// read, since the permit holds already.
 //
-// Errors: [ErrInvalidOption] for a malformed ticket, or one whose key is not a permit of
-// s's name; [etcdsync.ErrStaleTicket], saying why, when the permit is gone, was resumed
+// Errors: [ErrInvalidOption] for a malformed ticket, or one whose key is not a permit under
+// the prefix; [etcdsync.ErrStaleTicket], saying why, when the permit is gone, was resumed
 // already, or its key was taken again: nothing is written then. etcd's error otherwise.
 //
-// Cost: a LeaseKeepAliveOnce and one Txn, then a watch of the key.
+// Cost: a LeaseTimeToLive, one Txn and a LeaseKeepAliveOnce, then a watch of the key.
+func Resume(ctx context.Context, cli *clientv3.Client, ticket string, opts ...Option) (*Permit, error) {
+	t, err := core.ParseTicket(ticket)
+	if err != nil {
+		return nil, fmt.Errorf("semaphore: resume: %w", err)
+	}
+	cfg, err := core.OptionsFor("a semaphore", core.ForLock, opts)
+	if err != nil {
+		return nil, fmt.Errorf("semaphore: resume: %w", err)
+	}
+	name, _, ok := cfg.NameOfKindKey(t.Key, permitKind)
+	if !ok {
+		return nil, fmt.Errorf("semaphore: resume: %w: the ticket's key %q is not a permit under prefix %q", ErrInvalidOption, t.Key, cfg.Prefix)
+	}
+	// The limit is a stand-in: a resumed permit is not checked against it (see above).
+	s, err := New(cli, name, 1, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("semaphore: resume: %w", err)
+	}
+	return s.resume(ctx, t)
+}
+
+// Resume is [Resume] on s's name and prefix: a ticket of another name's permit is
+// [ErrInvalidOption]. Its cost and errors are Resume's.
 func (s *Semaphore) Resume(ctx context.Context, ticket string) (*Permit, error) {
 	if err := s.queue().Unusable(); err != nil {
 		return nil, s.errorf("resume", err)
 	}
 	t, err := core.ParseTicket(ticket)
 	if err != nil {
+		return nil, s.errorf("resume", err)
+	}
+	return s.resume(ctx, t)
+}
+
+func (s *Semaphore) resume(ctx context.Context, t core.Ticket) (*Permit, error) {
+	if err := s.queue().Unusable(); err != nil {
 		return nil, s.errorf("resume", err)
 	}
 	units, ok := permitUnits(strings.TrimPrefix(t.Key, s.q.Prefix()+permitKind))

@@ -139,3 +139,46 @@ func FuzzKeyLayout(f *testing.F) {
 func nested(outer, name, inner string) bool {
 	return strings.HasPrefix(inner, outer+core.NamePrefix(name))
 }
+
+// FuzzNameOfKindKey checks that the name and the rest of every kind's key, as KeyPrefix
+// lays it out under a prefix (escaped, and etcd's layout), are read back from the key.
+func FuzzNameOfKindKey(f *testing.F) {
+	for _, s := range [][2]string{
+		{"", "a"}, {"app/", "jobs/nightly"}, {"", "/my-lock/"}, {"t/", "a/permit"},
+		{"", "x/permit/u2"}, {"", "100%"}, {"app/", "read"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	rests := []string{"694d_0", "u2/694d_3"}
+	f.Fuzz(func(t *testing.T, prefix, name string) {
+		if !validName(name) {
+			return
+		}
+		for _, etcd := range []bool{false, true} {
+			opts := []core.Option{}
+			if prefix != "" {
+				opts = append(opts, core.WithPrefix(prefix))
+			}
+			if etcd {
+				opts = append(opts, core.WithEtcdLayout())
+			}
+			cfg, err := core.Options(opts)
+			if err != nil {
+				return // a bad prefix: FuzzKeyLayout's
+			}
+			for _, kind := range []string{"", core.KindRead, core.KindWrite, core.KindPermit} {
+				for _, rest := range rests {
+					if kind == "" && strings.Contains(rest, "/") {
+						continue // an exclusive lock's keys are a lease and a slot
+					}
+					key := cfg.KeyPrefix(name) + kind + rest
+					gotName, gotRest, ok := cfg.NameOfKindKey(key, kind)
+					if !ok || gotName != name || gotRest != rest {
+						t.Fatalf("etcd layout %v, prefix %q: key %q of kind %q read as (%q, %q, %v), want (%q, %q)",
+							etcd, prefix, key, kind, gotName, gotRest, ok, name, rest)
+					}
+				}
+			}
+		}
+	})
+}

@@ -195,19 +195,25 @@ func (c Config) KeyPrefix(name string) string {
 	return c.Prefix + NamePrefix(name)
 }
 
-// NameOfKey is the name whose key under c's prefix is key, as KeyPrefix lays it out: the
-// part before the last '/' (unescaped, but with EtcdLayout); false when key is not under
-// the prefix or names no key of a name.
-func (c Config) NameOfKey(key string) (string, bool) {
-	rest, ok := strings.CutPrefix(key, c.Prefix)
-	i := strings.LastIndexByte(rest, '/')
-	if !ok || i <= 0 || i+1 == len(rest) {
-		return "", false
+// NameOfKindKey splits key, one of a kind's keys ("<name>/<kind><rest>" as KeyPrefix lays
+// them out, kind such as KindPermit), into the name (unescaped, but with EtcdLayout) and
+// the rest; false when key is not under c's prefix or is not one of kind's. Escaped names
+// hold no '/'; with EtcdLayout the name ends at the last "/<kind>", since the rest of a
+// key (a lease and a slot, or units and those) holds none.
+func (c Config) NameOfKindKey(key, kind string) (name, rest string, ok bool) {
+	r, ok := strings.CutPrefix(key, c.Prefix)
+	i := strings.LastIndex(r, "/"+kind)
+	if !ok || i <= 0 || i+1+len(kind) == len(r) {
+		return "", "", false
 	}
+	name, rest = r[:i], r[i+1+len(kind):]
 	if c.EtcdLayout {
-		return rest[:i], true
+		return name, rest, true
 	}
-	return UnescapeName(rest[:i]), true
+	if strings.Contains(name, "/") {
+		return "", "", false
+	}
+	return UnescapeName(name), rest, true
 }
 
 // Options applies opts to the defaults and reports every invalid one, wrapped around
