@@ -394,7 +394,7 @@ func (a *acquisition) takeOver(ctx context.Context, own []*mvccpb.KeyValue) erro
 			continue
 		}
 		key := string(kv.Key)
-		_, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+		_, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return a.cli().Txn(clientv3.WithRequireLeader(ctx)).
 				If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision)).
 				Then(clientv3.OpPut(key, a.spec.Value, clientv3.WithLease(a.sess.Lease()))).
@@ -701,7 +701,7 @@ var errMoved = errors.New("etcdsync: a key arrived since the count")
 // through leader changes.
 func (q *Queue) countKeys(ctx context.Context, spec Spec) (n int, rev int64, err error) {
 	w := weigherOf(q, spec)
-	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
 			If(spec.Guard...).
 			Then(w.reads(q.prefix + spec.Ahead)...).

@@ -105,7 +105,7 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 		if mark != "" {
 			reads = append(reads, clientv3.OpGet(mark, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 		}
-		resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+		resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			sent = clockOf(cli).now()
 			return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(reads...).Commit()
 		})

@@ -32,7 +32,7 @@ import (
 // ErrLost wrapping why.
 func readState(ctx context.Context, cli *clientv3.Client, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	var sent int64
-	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		sent = clockOf(cli).now()
 		return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
 	})

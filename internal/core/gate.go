@@ -39,7 +39,7 @@ func (g *Gate) Hold(ctx context.Context) error {
 
 // Release opens the gate: it deletes its key. One delete, retried through leader changes.
 func (g *Gate) Release(ctx context.Context) error {
-	if _, err := retry(ctx, func() (*clientv3.DeleteResponse, error) {
+	if _, err := retry(ctx, func(ctx context.Context) (*clientv3.DeleteResponse, error) {
 		return g.q.cli.Delete(clientv3.WithRequireLeader(ctx), g.key)
 	}); err != nil {
 		return waitErr(ctx, g.q.cli, err)

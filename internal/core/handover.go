@@ -143,7 +143,7 @@ func (m Match) matches(kv *mvccpb.KeyValue) bool {
 // lease, and x the oldest other key that to matches and that takes a handover. ErrLost if
 // h's key is not; ErrNoCandidate, saying what there is, if no key is x. One Range.
 func (q *Queue) findCandidate(ctx context.Context, h *Hold, to Match) (own, x *mvccpb.KeyValue, err error) {
-	resp, err := retry(ctx, func() (*clientv3.GetResponse, error) {
+	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) {
 		return q.cli.Get(clientv3.WithRequireLeader(ctx), q.prefix, clientv3.WithPrefix(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	})
@@ -187,7 +187,7 @@ func (q *Queue) HandOver(ctx context.Context, p *Proposal) error {
 		p.Withdraw(ctx)
 		return errKeyGone(h.key)
 	}
-	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
 			If(h.IsOwner(),
 				clientv3.Compare(clientv3.LeaseValue(h.key), "=", h.sess.Lease()),
@@ -250,7 +250,7 @@ func (q *Queue) awaitAccept(ctx context.Context, h *Hold, own, x, rec *mvccpb.Ke
 	// Whatever the watch said, the Txn decides: take the key back unless the record went.
 	bctx, bcancel := Detached(ctx)
 	defer bcancel()
-	resp, err := retry(bctx, func() (*clientv3.TxnResponse, error) {
+	resp, err := retry(bctx, func(bctx context.Context) (*clientv3.TxnResponse, error) {
 		return q.cli.Txn(clientv3.WithRequireLeader(bctx)).
 			If(h.IsOwner(),
 				clientv3.Compare(clientv3.LeaseValue(h.key), "=", x.Lease),
@@ -303,7 +303,7 @@ func (q *Queue) giveUp(ctx context.Context, h *Hold, err error, also ...clientv3
 func dropKey(ctx context.Context, cli *clientv3.Client, sess *Session, key string, rev int64, also ...clientv3.Op) {
 	dctx, cancel := Detached(ctx)
 	defer cancel()
-	_, err := retry(dctx, func() (*clientv3.TxnResponse, error) {
+	_, err := retry(dctx, func(dctx context.Context) (*clientv3.TxnResponse, error) {
 		return cli.Txn(clientv3.WithRequireLeader(dctx)).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev),
 				clientv3.Compare(clientv3.LeaseValue(key), "=", sess.Lease())).

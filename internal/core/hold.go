@@ -248,7 +248,7 @@ func (h *Hold) checkSession() {
 // until ctx ends.
 func (h *Hold) Check(ctx context.Context) (alive bool, err error) {
 	sent := clockOf(h.cli).now()
-	resp, err := retry(ctx, func() (*clientv3.GetResponse, error) {
+	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) {
 		return h.cli.Get(clientv3.WithRequireLeader(ctx), h.key, clientv3.WithKeysOnly())
 	})
 	if err != nil {
@@ -289,7 +289,7 @@ var errUnwatched = errors.New("cannot be watched")
 // whether it wrote. One Txn, retried through leader changes until ctx ends; a retry of a put
 // whose answer was lost writes the same value again, which changes only the key's revision.
 func (h *Hold) Put(ctx context.Context, value string) (written bool, err error) {
-	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return h.cli.Txn(clientv3.WithRequireLeader(ctx)).
 			If(h.IsOwner()).
 			Then(clientv3.OpPut(h.key, value, clientv3.WithLease(h.sess.Lease()))).

@@ -217,9 +217,9 @@ func (h *hub) readAll() {
 		opts = append(opts, clientv3.WithKeysOnly())
 	}
 	var sent int64
-	resp, err := retry(h.ctx, func() (*clientv3.GetResponse, error) {
+	resp, err := retry(h.ctx, func(ctx context.Context) (*clientv3.GetResponse, error) {
 		sent = clockOf(h.k.cli).now()
-		return h.k.cli.Get(clientv3.WithRequireLeader(h.ctx), h.k.prefix, opts...)
+		return h.k.cli.Get(clientv3.WithRequireLeader(ctx), h.k.prefix, opts...)
 	})
 	if err == nil {
 		if rw := clockOf(h.k.cli).linear(resp.Header, sent); rw != nil {

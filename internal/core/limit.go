@@ -102,7 +102,7 @@ func limitReads(prefix string) []clientv3.Op {
 // ReadLimit is the limit etcd records for the semaphore at prefix; 0 for none. One
 // linearizable Txn, retried through leader changes.
 func ReadLimit(ctx context.Context, cli *clientv3.Client, prefix string) (int, error) {
-	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(limitReads(prefix)...).Commit()
 	})
 	if err != nil {
@@ -159,7 +159,7 @@ func ChangeLimit(ctx context.Context, cli *clientv3.Client, prefix string, n int
 	claim := Claim{prefix, UseSemaphore}
 	var b Backoff
 	for {
-		resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+		resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(append(limitReads(prefix),
 				clientv3.OpGet(prefix+KindPermit, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)))...).Commit()
@@ -212,7 +212,7 @@ func ChangeLimit(ctx context.Context, cli *clientv3.Client, prefix string, n int
 				ops = append(ops, clientv3.OpDelete(k))
 			}
 		}
-		tresp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+		tresp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).Then(ops...).Commit()
 		})
 		switch {

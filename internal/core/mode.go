@@ -139,7 +139,7 @@ func (q *Queue) ChangeMode(ctx context.Context, h *Hold, value string) (kvs []*m
 	seen := resp.Header.Revision // no key created by then is the recipe's
 	var b backoff
 	for tries := 1; ; tries++ {
-		resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+		resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
 				If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev), clientv3.Compare(clientv3.ModRevision(h.key), "=", mod),
 					createdBy(q.prefix, seen)).
@@ -262,7 +262,7 @@ func (q *Queue) Upgrade(ctx context.Context, h *Hold, kvs []*mvccpb.KeyValue, re
 		if guard != nil {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(guard.key), "=", guard.created))
 		}
-		resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+		resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).
 				Then(clientv3.OpPut(h.key, plain, clientv3.WithLease(h.sess.Lease()))).
 				Else(clientv3.OpGet(q.prefix, clientv3.WithPrefix())).

@@ -48,7 +48,7 @@ func (q *Queue) Propose(ctx context.Context, h *Hold, to Match) (*Proposal, erro
 			return nil, err
 		}
 		p := &Proposal{q: q, h: h, own: own, x: x, rec: HandoverRecordKey(q.prefix, string(x.Key))}
-		resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+		resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
 				If(h.IsOwner(),
 					clientv3.Compare(clientv3.LeaseValue(h.key), "=", h.sess.Lease()),
@@ -116,7 +116,7 @@ func (p *Proposal) awaitAnswer(ctx context.Context, proposed int64, to Match) er
 	// Whatever the watch said, this Txn decides: p is withdrawn unless the candidate answered.
 	dctx, dcancel := Detached(ctx)
 	defer dcancel()
-	resp, err := retry(dctx, func() (*clientv3.TxnResponse, error) {
+	resp, err := retry(dctx, func(dctx context.Context) (*clientv3.TxnResponse, error) {
 		return cli.Txn(clientv3.WithRequireLeader(dctx)).
 			If(clientv3.Compare(clientv3.ModRevision(p.rec), "=", proposed)).
 			Then(clientv3.OpDelete(p.rec)).

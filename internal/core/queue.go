@@ -288,7 +288,7 @@ func (w weigher) weight(resps []*etcdserverpb.ResponseOp) int {
 func (q *Queue) HeldUnits(ctx context.Context, kind string, known int) (held, limit int, err error) {
 	w := weigher{units: q.prefix + kind + unitsMark}
 	for most := known; ; {
-		resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+		resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(append(limitReads(q.prefix),
 				clientv3.OpGet(q.prefix+kind, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(most))))...).Commit()

@@ -15,9 +15,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// tryTimeout bounds one try of an RPC that runs on a detached context: long enough to ride
-// out a leader election, short enough that a member that never answers is left for another.
-// A try that times out while the caller still has time is tried again.
+// tryTimeout bounds one try of every request the core retries (retry, commitWrite): long
+// enough to ride out a leader election, short enough that a member that never answers, or
+// an answer lost with its connection, is left for another try. A try that times out while
+// the caller still has time is tried again.
 const tryTimeout = 5 * time.Second
 
 // answerGrace is how long a Txn that may write a key is still awaited once the caller's ctx
@@ -100,14 +101,20 @@ func refused(err error) bool {
 	return false
 }
 
-// retry calls call until it returns an error that is not transient (nil included) or ctx
-// ends, backing off between tries; it returns the last call's result, or ctx's error if
-// ctx ended during a pause.
-func retry[T any](ctx context.Context, call func() (T, error)) (T, error) {
+// retry calls call, each time with a try's context (ctx bounded by tryTimeout), until it
+// returns an error that is not transient (nil included) or ctx ends, backing off between
+// tries: a try whose bound passed while ctx has time (an answer that never came: a member
+// that hangs, a connection that died silently) is tried again, as a transient error is. It
+// returns the last call's result, or ctx's error if ctx ended during a pause. Every call
+// must be safe to send again after a try whose outcome is unknown.
+func retry[T any](ctx context.Context, call func(ctx context.Context) (T, error)) (T, error) {
 	var b backoff
 	for {
-		v, err := call()
-		if !transient(err) || ctx.Err() != nil {
+		tctx, cancel := context.WithTimeout(ctx, tryTimeout)
+		v, err := call(tctx)
+		tryEnded := err != nil && tctx.Err() != nil
+		cancel()
+		if err == nil || ctx.Err() != nil || !(transient(err) || tryEnded) {
 			return v, err
 		}
 		if err := b.wait(ctx); err != nil {

@@ -279,7 +279,7 @@ func (s *sharedSession) Session(ctx context.Context) (*Session, error) {
 	// The lease lives at least until the send time plus its TTL.
 	sent := time.Now()
 	seen := clockOf(s.cli).now()
-	resp, err := retry(ctx, func() (*clientv3.LeaseGrantResponse, error) {
+	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
 		return s.cli.Grant(clientv3.WithRequireLeader(ctx), s.ttl)
 	})
 	if err != nil {
@@ -368,7 +368,7 @@ func Shutdown(ctx context.Context, cli *clientv3.Client) error {
 			if idle {
 				continue
 			}
-			_, err := retry(ctx, func() (*clientv3.LeaseRevokeResponse, error) {
+			_, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) {
 				return cli.Revoke(clientv3.WithRequireLeader(ctx), sess.id)
 			})
 			if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {

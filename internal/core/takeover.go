@@ -22,7 +22,7 @@ func (a *acquisition) takeHandover(ctx context.Context, rev int64) *Hold {
 	q, key := a.qs[0], a.slots[0].key()
 	rec := HandoverRecordKey(q.prefix, key)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWait)
-	resp, err := retry(rctx, func() (*clientv3.GetResponse, error) {
+	resp, err := retry(rctx, func(rctx context.Context) (*clientv3.GetResponse, error) {
 		return q.cli.Get(clientv3.WithRequireLeader(rctx), rec)
 	})
 	cancel()
@@ -55,7 +55,7 @@ func (a *acquisition) answer(ctx context.Context, kv *mvccpb.KeyValue, r handove
 	ready.Stage = stageReady
 	val, _ := json.Marshal(ready)
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWait)
-	resp, err := retry(tctx, func() (*clientv3.TxnResponse, error) {
+	resp, err := retry(tctx, func(tctx context.Context) (*clientv3.TxnResponse, error) {
 		return cli.Txn(clientv3.WithRequireLeader(tctx)).
 			If(clientv3.Compare(clientv3.ModRevision(rec), "=", kv.ModRevision)).
 			Then(clientv3.OpPut(rec, string(val), clientv3.WithLease(clientv3.LeaseID(kv.Lease)))).
@@ -120,7 +120,7 @@ func (a *acquisition) accept(ctx context.Context, kv *mvccpb.KeyValue, r handove
 	q, rec := a.qs[0], string(kv.Key)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWait)
 	defer cancel()
-	tresp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+	tresp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
 			If(clientv3.Compare(clientv3.CreateRevision(r.Key), "=", r.Token),
 				clientv3.Compare(clientv3.LeaseValue(r.Key), "=", a.sess.Lease()),

@@ -75,7 +75,7 @@ func (t Ticket) names(kv *mvccpb.KeyValue) bool {
 // as far as one Txn cannot compare: its lease must live and carry its key alone. It returns
 // the lease's remaining TTL. One LeaseTimeToLive.
 func checkTicket(ctx context.Context, cli *clientv3.Client, t Ticket) (time.Duration, error) {
-	ttl, err := retry(ctx, func() (*clientv3.LeaseTimeToLiveResponse, error) {
+	ttl, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
 		return cli.TimeToLive(clientv3.WithRequireLeader(ctx), t.Lease, clientv3.WithAttachedKeys())
 	})
 	switch {
@@ -182,7 +182,7 @@ func (h *Hold) Detach(ctx context.Context) (Ticket, error) {
 }
 
 func (h *Hold) detach(ctx context.Context) (Ticket, error) {
-	ttl, err := retry(ctx, func() (*clientv3.LeaseTimeToLiveResponse, error) {
+	ttl, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
 		return h.cli.TimeToLive(clientv3.WithRequireLeader(ctx), h.sess.id)
 	})
 	if err != nil {
@@ -191,13 +191,13 @@ func (h *Hold) detach(ctx context.Context) (Ticket, error) {
 	if ttl.TTL < 0 {
 		return Ticket{}, fmt.Errorf("%w: detach %s: its lease is gone", ErrLost, h.key)
 	}
-	lease, err := retry(ctx, func() (*clientv3.LeaseGrantResponse, error) {
+	lease, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
 		return h.cli.Grant(clientv3.WithRequireLeader(ctx), ttl.GrantedTTL)
 	})
 	if err != nil {
 		return Ticket{}, fmt.Errorf("detach %s: %w", h.key, err)
 	}
-	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return h.cli.Txn(clientv3.WithRequireLeader(ctx)).If(h.IsOwner()).
 			Then(clientv3.OpPut(h.key, detachedMark+OwnerValue(""), clientv3.WithLease(lease.ID))).Commit()
 	})
@@ -246,7 +246,7 @@ func (q *Queue) Resume(ctx context.Context, t Ticket, spec Spec) (*Hold, error) 
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(q.prefix+spec.Ahead), ">", t.Token-1).
 			WithPrefix())
 	}
-	resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).
 			Then(clientv3.OpPut(t.Key, OwnerValue(""), clientv3.WithLease(t.Lease))).
 			Else(clientv3.OpGet(t.Key)).Commit()
@@ -262,7 +262,7 @@ func (q *Queue) Resume(ctx context.Context, t Ticket, spec Spec) (*Hold, error) 
 		return nil, staleWhy(t, kvs)
 	}
 	sent := time.Now()
-	ka, err := retry(ctx, func() (*clientv3.LeaseKeepAliveResponse, error) {
+	ka, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
 		return cli.KeepAliveOnce(clientv3.WithRequireLeader(ctx), t.Lease)
 	})
 	if err != nil {

@@ -51,7 +51,7 @@ func (q *Queue) AskTransfer(ctx context.Context, r TransferRequest) error {
 	key := TransferRequestKey(q.prefix)
 	val, _ := json.Marshal(r)
 	created, err := withSession(ctx, q.sessions, func(sess *Session) (int64, error) {
-		resp, err := retry(ctx, func() (*clientv3.TxnResponse, error) {
+		resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
 				If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 				Then(clientv3.OpPut(key, string(val), clientv3.WithLease(sess.Lease()))).
@@ -82,7 +82,7 @@ func (q *Queue) AskTransfer(ctx context.Context, r TransferRequest) error {
 
 	dctx, cancel := Detached(ctx)
 	defer cancel()
-	_, _ = retry(dctx, func() (*clientv3.TxnResponse, error) {
+	_, _ = retry(dctx, func(dctx context.Context) (*clientv3.TxnResponse, error) {
 		return q.cli.Txn(clientv3.WithRequireLeader(dctx)).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", created)).
 			Then(clientv3.OpDelete(key)).
@@ -99,7 +99,7 @@ func (q *Queue) AnswerTransfer(ctx context.Context, kv *mvccpb.KeyValue) {
 	}
 	dctx, cancel := Detached(ctx)
 	defer cancel()
-	_, _ = retry(dctx, func() (*clientv3.TxnResponse, error) {
+	_, _ = retry(dctx, func(dctx context.Context) (*clientv3.TxnResponse, error) {
 		return q.cli.Txn(clientv3.WithRequireLeader(dctx)).
 			If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
 			Then(clientv3.OpDelete(string(kv.Key))).
