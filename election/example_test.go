@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -106,6 +108,68 @@ func ExampleWithPreference() {
 	// replica-1 v1: leading
 	// replica-1 v1: handing over
 	// replica-7 v2: leading
+}
+
+// Only the leader serves the reports API: the other replicas answer 503 and name the
+// leader, whom a caller may try instead. Readiness stays apart from leadership: /readyz
+// says whether this replica can serve at all (here: whether it reaches etcd), so that a
+// rolling update does not wait on the replicas that do not lead.
+func ExampleElection_Handler() {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: exampleEndpoints()})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer cli.Close()
+	ctx := context.Background()
+
+	replica := func(e *election.Election) http.Handler {
+		mux := http.NewServeMux()
+		mux.Handle("/reports", e.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintln(w, "the reports")
+		})))
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			defer cancel()
+			if _, err := cli.Get(ctx, "readyz", clientv3.WithCountOnly()); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ready")
+		})
+		return mux
+	}
+	leading, err := election.New(cli, "reports-leader")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	other, err := election.New(cli, "reports-leader") // another replica's handle
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := leading.Campaign(ctx, "http://10.0.0.1:8080"); err != nil {
+		fmt.Println(err)
+		return
+	}
+	get := func(h http.Handler, path string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		return w
+	}
+	w := get(replica(leading), "/reports")
+	fmt.Println("leader:", w.Code)
+	w = get(replica(other), "/reports")
+	fmt.Println("other:", w.Code, w.Header().Get(election.LeaderHeader))
+	fmt.Println("other ready:", get(replica(other), "/readyz").Code)
+	if err := leading.Resign(ctx); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// leader: 200
+	// other: 503 http://10.0.0.1:8080
+	// other ready: 200
 }
 
 // exampleEndpoints are the etcd members the examples run on, from ETCDSYNC_EXAMPLE_ENDPOINTS
