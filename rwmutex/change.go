@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"time"
 
 	"github.com/etcdsync/etcdsync/internal/core"
 )
@@ -179,9 +178,6 @@ func (rw *RWMutex) uunlock(ctx context.Context, op string, h *core.Hold) error {
 	return rw.release(ctx, op, "etcdsync.rwmutex.UUnlock", h, &rw.up, &rw.uturn)
 }
 
-// putBackWait bounds how long a failed Upgrade tries to make its key upgradable again.
-const putBackWait = 5 * time.Second
-
 // Upgrade turns the upgradable read into the write hold in place. It first marks its key
 // upgrading, so that readers arriving from then on queue behind it, and returns once every
 // read hold admitted before that has left: those queued before its key, and those after it
@@ -229,17 +225,7 @@ func (rw *RWMutex) Upgrade(ctx context.Context) (err error) {
 	if !h.Live() {
 		return rw.errorf("upgrade", h.Err())
 	}
-	upgrading := core.WithMode(core.OwnerValue(""), core.ModeUpgrading)
-	kvs, read, at, err := rw.q.ChangeMode(ctx, h, upgrading)
-	if err == nil {
-		err = rw.q.Upgrade(ctx, h, kvs, read, at, readSpec(), core.OwnerValue(""))
-	}
-	if err != nil {
-		if !errors.Is(err, ErrLost) && h.Live() {
-			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), putBackWait)
-			_, _, _, _ = rw.q.ChangeMode(pctx, h, upgradableSpec().Value)
-			cancel()
-		}
+	if err := rw.q.Upgrade(ctx, h); err != nil {
 		return rw.errorf("upgrade", err)
 	}
 	a.Held(h)

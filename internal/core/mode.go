@@ -3,10 +3,12 @@ package core
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -217,13 +219,34 @@ func (h *Hold) gone() error {
 //     served: the wait goes on). From then on every reader counts the key, and none of
 //     those created before P holds.
 //
-// Upgrade does steps 2 and 3, after ChangeMode did step 1 (kvs read at revision read, P at):
+// upgradeBackWait bounds how long a failed Upgrade tries to make its key upgradable again.
+const upgradeBackWait = 5 * time.Second
+
+// Upgrade turns h, an upgradable read (UpgradableSpec), into a write hold in place: step 1
+// (ChangeMode to upgrading), then steps 2 and 3 (drain). On a failure but a loss, it makes
+// the key upgradable again (bounded by upgradeBackWait; if that fails too, the key stays
+// upgrading, which keeps new readers out until the hold ends) and returns the failure.
+func (q *Queue) Upgrade(ctx context.Context, h *Hold) error {
+	value := OwnerValue("")
+	kvs, read, at, err := q.ChangeMode(ctx, h, WithMode(value, ModeUpgrading))
+	if err == nil {
+		err = q.drain(ctx, h, kvs, read, at, ReadSpec(value), value)
+	}
+	if err != nil && !errors.Is(err, ErrLost) && h.Live() {
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), upgradeBackWait)
+		_, _, _, _ = q.ChangeMode(bctx, h, UpgradableSpec(value).Value)
+		cancel()
+	}
+	return err
+}
+
+// drain does steps 2 and 3, after ChangeMode did step 1 (kvs read at revision read, P at):
 // the keys of reader's kind, and the keys in ModeRead, are readers; a key of reader's Ahead
 // keeps readers out unless reader passes its mode (one rule with the readers' wait: see
 // weigher). It returns nil once the key holds plain; ErrLost when h's key or session goes first; ctx's error. A registration with the
 // client's watch on the name (the queue must watch arrivals) and one Txn, again after each
 // change that lets a reader in.
-func (q *Queue) Upgrade(ctx context.Context, h *Hold, kvs []*mvccpb.KeyValue, read, at int64, reader Spec, plain string) error {
+func (q *Queue) drain(ctx context.Context, h *Hold, kvs []*mvccpb.KeyValue, read, at int64, reader Spec, plain string) error {
 	d := &drainer{view: view{wake: make(chan struct{}, 1)}, own: h.key, rev: h.rev, before: at,
 		reads: q.prefix + reader.Kind, ahead: q.prefix + reader.Ahead, weigh: weigher{passes: reader.Passes}}
 	d.reset(kvs, read)
