@@ -57,30 +57,14 @@ func findNames(ctx context.Context, cli *clientv3.Client, prefix string) ([]name
 }
 
 // syncKeyShape reports whether rest, what follows a name's prefix in a key, has the shape of
-// a holder's or waiter's key: a lease in hex (etcd's concurrency.Mutex and Election,
-// etcdctl lock and elect), with "_" and a slot (etcdsync), or a time in decimal (etcd's
-// recipe.RWMutex), perhaps under read/, write/, permit/, permit/uK/ or in/ (a barrier's
-// participant); or a record of a semaphore, a barrier, a gate or a latch.
+// a holder's or waiter's key (core.ParseKey), or is a record of a semaphore, a barrier, a
+// gate or a latch.
 func syncKeyShape(rest string) bool {
 	if core.IsRecord(rest) || gatheringRecord(rest) {
 		return true
 	}
-	for _, kind := range []string{core.KindRead, core.KindWrite, core.KindPermit, core.KindParticipant} {
-		if r, ok := strings.CutPrefix(rest, kind); ok {
-			rest = r
-			if units, r, ok := strings.Cut(r, "/"); kind == core.KindPermit && ok && len(units) > 1 && units[0] == 'u' && allOf(units[1:], "0123456789") {
-				rest = r
-			}
-			break
-		}
-	}
-	id, slot, hasSlot := strings.Cut(rest, "_")
-	return allOf(id, "0123456789abcdef") && (!hasSlot || allOf(slot, "0123456789"))
-}
-
-// allOf reports whether s is not empty and has only runes of set.
-func allOf(s, set string) bool {
-	return s != "" && strings.Trim(s, set) == ""
+	_, ok := core.ParseKey(rest)
+	return ok
 }
 
 // hasSyncKeys reports whether the keys under keyPrefix, those of a name findNames found,

@@ -367,8 +367,9 @@ func (s *Semaphore) resume(ctx context.Context, t core.Ticket) (*Permit, error) 
 	if err := s.queue().Unusable(); err != nil {
 		return nil, s.errorf("resume", err)
 	}
-	units, ok := permitUnits(strings.TrimPrefix(t.Key, s.q.Prefix()+permitKind))
-	if !ok || !strings.HasPrefix(t.Key, s.q.Prefix()+permitKind) {
+	shape, ok := core.ParseKey(strings.TrimPrefix(t.Key, s.q.Prefix()))
+	units := shape.Units
+	if !ok || shape.Kind != permitKind || !strings.HasPrefix(t.Key, s.q.Prefix()) {
 		return nil, s.errorf("resume", fmt.Errorf("%w: the ticket's key %q is not a permit of this semaphore", ErrInvalidOption, t.Key))
 	}
 	h, err := s.q.Resume(ctx, t, s.specFor(units, s.Limit()))
@@ -377,14 +378,4 @@ func (s *Semaphore) resume(ctx context.Context, t core.Ticket) (*Permit, error) 
 	}
 	s.tel.Held(h)
 	return newPermit(s, h, units), nil
-}
-
-// permitUnits is the units of a permit whose key under the permit prefix is rest: "L_N" for
-// one, "uK/L_N" for K.
-func permitUnits(rest string) (units int, ok bool) {
-	if k, key, found := strings.Cut(rest, "/"); found {
-		n, err := strconv.Atoi(strings.TrimPrefix(k, "u"))
-		return n, err == nil && strings.HasPrefix(k, "u") && n > 1 && key != "" && !strings.Contains(key, "/")
-	}
-	return 1, rest != ""
 }

@@ -22,6 +22,47 @@ const (
 	RecordLimit = "limit"   // the semaphore's limit record
 )
 
+// KeyShape is what a holder's or waiter's key says by its shape alone (ParseKey).
+type KeyShape struct {
+	Kind   string // KindRead, KindWrite, KindPermit, KindParticipant, or "" for a key directly under the name (a lock's, a candidate's)
+	Units  int    // what it weighs: a permit's n under "u<n>/", else 1
+	Recipe bool   // etcd's recipe.RWMutex wrote it: a read or write key without a slot
+}
+
+// ParseKey reads rest, a key relative to its name's prefix, as a holder's or waiter's key:
+// its kind, then for a permit of n > 1 units "u<n>/", then a lease in hex with "_" and a
+// slot in decimal (etcdsync), or without them (etcd's Mutex and Election, etcdctl; under
+// read/ and write/, etcd's recipe.RWMutex, whose time in decimal reads as hex too). False
+// for anything else: a record, a marker, data that is not a primitive's.
+func ParseKey(rest string) (KeyShape, bool) {
+	shape := KeyShape{Units: 1}
+	for _, kind := range []string{KindRead, KindWrite, KindPermit, KindParticipant} {
+		if r, ok := strings.CutPrefix(rest, kind); ok {
+			shape.Kind, rest = kind, r
+			break
+		}
+	}
+	if shape.Kind == KindPermit {
+		if units, r, ok := strings.Cut(rest, "/"); ok {
+			n, found := strings.CutPrefix(units, unitsMark)
+			v, err := strconv.Atoi(n)
+			if !found || err != nil || v < 2 || v > MaxUnits || strconv.Itoa(v) != n {
+				return KeyShape{}, false
+			}
+			shape.Units, rest = v, r
+		}
+	}
+	id, slot, hasSlot := strings.Cut(rest, "_")
+	if !allOf(id, "0123456789abcdef") || hasSlot && !allOf(slot, "0123456789") {
+		return KeyShape{}, false
+	}
+	shape.Recipe = !hasSlot && (shape.Kind == KindRead || shape.Kind == KindWrite)
+	return shape, true
+}
+
+// allOf reports whether s is not empty and has only bytes of set.
+func allOf(s, set string) bool { return s != "" && strings.Trim(s, set) == "" }
+
 // ValidateName reports, wrapped around ErrInvalidName, why name cannot be used.
 func ValidateName(name string) error {
 	if name == "" {

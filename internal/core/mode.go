@@ -98,13 +98,8 @@ func recipeBehind(prefix string, kvs []*mvccpb.KeyValue, rev int64, kinds ...str
 // recipeKey reports whether key, a key of the name under prefix, is one of etcd's
 // recipe.RWMutex of one of kinds.
 func recipeKey(prefix, key string, kinds []string) bool {
-	rest := strings.TrimPrefix(key, prefix)
-	for _, kind := range kinds {
-		if id, ok := strings.CutPrefix(rest, kind); ok && !strings.Contains(id, "_") {
-			return true
-		}
-	}
-	return false
+	shape, ok := ParseKey(strings.TrimPrefix(key, prefix))
+	return ok && shape.Recipe && slices.Contains(kinds, shape.Kind)
 }
 
 // createdBy is the compare that no key of the name under prefix was created after rev.

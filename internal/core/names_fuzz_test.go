@@ -182,3 +182,36 @@ func FuzzNameOfKindKey(f *testing.F) {
 		}
 	})
 }
+
+// TestParseKey: every kind's key, of one unit or several, with a slot or without (etcd's
+// own), is read back; records, markers and other data are not keys.
+func TestParseKey(t *testing.T) {
+	for _, c := range []struct {
+		rest string
+		want core.KeyShape
+		ok   bool
+	}{
+		{"694d2a1b_0", core.KeyShape{Units: 1}, true},
+		{"694d2a1b", core.KeyShape{Units: 1}, true},
+		{core.KindRead + "694d_12", core.KeyShape{Kind: core.KindRead, Units: 1}, true},
+		{core.KindWrite + "1732550000000000", core.KeyShape{Kind: core.KindWrite, Units: 1, Recipe: true}, true},
+		{core.KindPermit + "694d_3", core.KeyShape{Kind: core.KindPermit, Units: 1}, true},
+		{core.KindPermit + "u5/694d_3", core.KeyShape{Kind: core.KindPermit, Units: 5}, true},
+		{core.KindParticipant + "694d_0", core.KeyShape{Kind: core.KindParticipant, Units: 1}, true},
+		{core.KindPermit + "u1/694d_3", core.KeyShape{}, false},
+		{core.KindPermit + "u05/694d_3", core.KeyShape{}, false},
+		{core.KindPermit + "u2147483648/694d_3", core.KeyShape{}, false},
+		{core.KindRead + "u5/694d_3", core.KeyShape{}, false},
+		{core.RecordLimit, core.KeyShape{}, false},
+		{core.LatchKey + "/p1", core.KeyShape{}, false},
+		{"694d_x", core.KeyShape{}, false},
+		{"694D_0", core.KeyShape{}, false},
+		{"", core.KeyShape{}, false},
+		{core.KindWrite, core.KeyShape{}, false},
+	} {
+		got, ok := core.ParseKey(c.rest)
+		if ok != c.ok || got != c.want {
+			t.Errorf("ParseKey(%q) = %+v, %v; want %+v, %v", c.rest, got, ok, c.want, c.ok)
+		}
+	}
+}
