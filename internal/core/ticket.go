@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -246,9 +247,12 @@ func (q *Queue) Resume(ctx context.Context, t Ticket, spec Spec) (*Hold, error) 
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(q.prefix+spec.Ahead), ">", t.Token-1).
 			WithPrefix())
 	}
+	// The value names this Resume, so that a try sent again after one that was applied
+	// without an answer knows its own write from another Resume's of the same ticket.
+	value := OwnerValue("resume=" + uuid.NewString())
 	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).
-			Then(clientv3.OpPut(t.Key, OwnerValue(""), clientv3.WithLease(t.Lease))).
+			Then(clientv3.OpPut(t.Key, value, clientv3.WithLease(t.Lease))).
 			Else(clientv3.OpGet(t.Key)).Commit()
 	})
 	if err != nil {
@@ -256,10 +260,15 @@ func (q *Queue) Resume(ctx context.Context, t Ticket, spec Spec) (*Hold, error) 
 	}
 	if !resp.Succeeded {
 		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 1 && t.names(kvs[0]) {
+		ours := len(kvs) == 1 && kvs[0].CreateRevision == t.Token && clientv3.LeaseID(kvs[0].Lease) == t.Lease &&
+			string(kvs[0].Value) == value
+		switch {
+		case ours: // an earlier try of this Resume was applied
+		case len(kvs) == 1 && t.names(kvs[0]):
 			return nil, fmt.Errorf("%w: %s: a key of its kind is ahead of it: it does not hold", ErrStaleTicket, t.Key)
+		default:
+			return nil, staleWhy(t, kvs)
 		}
-		return nil, staleWhy(t, kvs)
 	}
 	sent := time.Now()
 	ka, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {

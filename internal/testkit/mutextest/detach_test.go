@@ -203,3 +203,31 @@ func TestATicketBuiltByHandTakesNothing(t *testing.T) {
 	require.NoError(t, r.Unlock(ctx))
 	require.NoError(t, also.Unlock(ctx))
 }
+
+// TestAResumeWhoseAnswerNeverComesResumes: Resume's Txn is applied but its answer never
+// comes; the try's bound passes and Resume sends it again, which finds the key written by
+// its own earlier try (the value names the Resume) and resumes, where it said ErrStaleTicket
+// ("the ticket was used") and left the key to its TTL with nobody renewing it. A second
+// Resume of the ticket is still stale.
+func TestAResumeWhoseAnswerNeverComesResumes(t *testing.T) {
+	t.Parallel()
+	ctx := etcdtest.Context(t)
+	const name = "resume-answer-never-comes"
+	m := newMutex(t, cluster.Client(t), name)
+	require.NoError(t, m.Lock(ctx))
+	token := m.Token()
+	ticket, err := m.Detach(ctx)
+	require.NoError(t, err)
+
+	inj := &etcdtest.Injector{}
+	cli := inj.Client(t, cluster)
+	inj.Add(etcdtest.Rule{Method: "Txn", Match: etcdtest.TxnPutsUnder(core.NamePrefix(name)), Action: etcdtest.Drop, Times: 1})
+	r, err := mutex.Resume(ctx, cli, ticket)
+	require.NoError(t, err)
+	assert.Equal(t, token, r.Token())
+	assert.NoError(t, r.Err(), "the resumed hold holds")
+	_, err = mutex.Resume(ctx, cluster.Client(t), ticket)
+	assert.ErrorIs(t, err, mutex.ErrStaleTicket, "a ticket resumes once")
+	require.NoError(t, r.Unlock(ctx))
+	etcdtest.AwaitKeys(t, cluster.Client(t), core.NamePrefix(name), 0)
+}
