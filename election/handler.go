@@ -24,12 +24,17 @@ const LeaderHeader = "Etcdsync-Leader"
 // process can serve at all, and let Handler send callers to the leader (see the Handler
 // example).
 //
+// A nil next panics, as http.Handle does.
+//
 // Cost: none of its own while this handle leads (a check of the leadership in memory).
 // The first request it turns away starts an [Election.Observe] of the name on the client's
 // context (one watch shared with the client's other observers, ended by the client's
 // Close) and waits up to a second for its first read; later ones read what it last heard,
 // with no I/O of their own.
 func (e *Election) Handler(next http.Handler) http.Handler {
+	if next == nil {
+		panic("election: Handler: nil next handler") // as http.Handle does: a program's bug
+	}
 	return &leaderHandler{e: e, next: next}
 }
 

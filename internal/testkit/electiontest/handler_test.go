@@ -41,7 +41,7 @@ func awaitServe(t *testing.T, h http.Handler, code int, leader string) {
 // TestHandlerServesOnlyOnTheLeader: two candidates' handlers; the leader's serves, the
 // other's answers 503 with Retry-After and the leader's value (percent-encoded where it is
 // not a header's text), and the roles swap with the leadership; while nobody leads, no
-// leader is named. An Election not made by New never serves.
+// leader is named. An Election not made by New never serves; a nil next panics.
 func TestHandlerServesOnlyOnTheLeader(t *testing.T) {
 	t.Parallel()
 	ctx := etcdtest.Context(t)
@@ -73,6 +73,7 @@ func TestHandlerServesOnlyOnTheLeader(t *testing.T) {
 	assert.Equal(t, http.StatusTeapot, code, "the new leader serves at once")
 	awaitServe(t, ha, http.StatusServiceUnavailable, "http://b:8080")
 
+	assert.PanicsWithValue(t, "election: Handler: nil next handler", func() { a.Handler(nil) })
 	var unmade election.Election
 	code, leader, _ = serve(unmade.Handler(served))
 	assert.Equal(t, http.StatusServiceUnavailable, code)
