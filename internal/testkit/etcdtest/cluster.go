@@ -324,6 +324,7 @@ func (m *member) start() error {
 	select {
 	case <-e.Server.ReadyNotify():
 		m.etcd.Store(e)
+		embeddedRunning.Add(1)
 		return nil
 	case err = <-e.Err():
 	case <-e.Server.StopNotify():
@@ -340,6 +341,7 @@ func (m *member) stop(hard bool) {
 	m.life.Lock()
 	defer m.life.Unlock()
 	if e := m.etcd.Swap(nil); e != nil {
+		defer embeddedRunning.Add(-1)
 		if hard {
 			m.gate.close() // see gate
 		}
@@ -354,6 +356,9 @@ func (m *member) stop(hard bool) {
 		}
 	}
 }
+
+// embeddedRunning counts the embedded members running in the process, of every cluster.
+var embeddedRunning atomic.Int64
 
 // shutdown stops e. Gracefully, Close drains the client servers, then hands leadership over
 // if e leads (waiting up to the request timeout) and stops raft. Hard, HardStop first stops
@@ -569,6 +574,27 @@ func (c *Cluster) Close() {
 		if c.External() {
 			c.sweep()
 			return
+		}
+		// Every member's gate first, and then no receive loop of etcd's streams left (see
+		// awaitStreamLoops): only then is any backend closed.
+		var gates sync.WaitGroup
+		var running int64
+		for _, m := range c.members {
+			if m == nil {
+				continue
+			}
+			m.life.Lock()
+			g := m.gate
+			up := m.etcd.Load() != nil
+			m.life.Unlock()
+			if up && g != nil {
+				running++
+				gates.Go(g.close)
+			}
+		}
+		gates.Wait()
+		if running > 0 && embeddedRunning.Load() == running {
+			awaitStreamLoops(gateDrain) // no other cluster's streams in the process to wait for
 		}
 		// Hard: a graceful stop of a leader would try to hand leadership to members that are
 		// stopping too, and wait for that.

@@ -2,6 +2,8 @@ package etcdtest
 
 import (
 	"context"
+	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -96,5 +98,35 @@ func (g *gate) close() {
 	select {
 	case <-drained:
 	case <-t.C:
+	}
+}
+
+// streamLoops are the functions of etcd's gRPC services that read a stream in a goroutine
+// of their own, which outlives its handler: a watch's receive loop reads the backend to
+// check a new watch's permission with auth on (etcd 3.6.0 crashed the process so, when the
+// request came in just as the cluster's last member closed its backend).
+var streamLoops = []string{"v3rpc.(*serverWatchStream).recvLoop", "v3rpc.(*serverWatchStream).sendLoop"}
+
+// awaitStreamLoops waits, up to d, until no goroutine of the process runs one of
+// streamLoops: once every member's gate has shut, their streams end and so do the loops.
+// Only for a stop of every member at once: other members' streams would keep theirs.
+func awaitStreamLoops(d time.Duration) {
+	deadline := time.Now().Add(d)
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		for n == len(buf) && len(buf) < 64<<20 {
+			buf = make([]byte, 2*len(buf))
+			n = runtime.Stack(buf, true)
+		}
+		stacks := string(buf[:n])
+		left := false
+		for _, f := range streamLoops {
+			left = left || strings.Contains(stacks, f)
+		}
+		if !left || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // a poll of the process's goroutines: nothing to await
 	}
 }

@@ -85,8 +85,8 @@ func runMain(m goleak.TestingM, c **Cluster, start func() (*Cluster, error)) {
 	}
 	*c = cluster
 	code := m.Run()
+	closeShared() // first: the package's cluster is then the last in the process (see Close)
 	cluster.Close()
-	closeShared()
 	if err := findLeaks(); err != nil {
 		fmt.Fprintf(os.Stderr, "etcdtest: goroutines leaked: %v\n", err)
 		if code == 0 {
