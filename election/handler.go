@@ -51,7 +51,7 @@ type leaderHandler struct {
 const firstLeaderWait = time.Second
 
 func (h *leaderHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h.e.current() != nil && h.e.Err() == nil {
+	if h.e.Err() == nil { // leads (nil only while this handle holds the leadership)
 		h.next.ServeHTTP(w, r)
 		return
 	}
