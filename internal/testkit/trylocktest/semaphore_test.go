@@ -64,11 +64,23 @@ func TestPermitsNTakesEveryUnitOrNone(t *testing.T) {
 	require.NoError(t, err)
 	mine, err := semaphore.New(cluster.Client(t), name, 4)
 	require.NoError(t, err)
-	held, err := other.AcquireN(ctx, 2)
+	// mine's 2 units wait behind other's 4 and take them on its release: mine's client then
+	// has a watch of the name that has dispatched a delete, so the retry's first wait cannot
+	// end on a delete from before it (an uncontended warm-up's release could: CI, 3.6.16).
+	block, err := other.AcquireN(ctx, 4)
 	require.NoError(t, err)
-	warm, err := mine.Acquire(ctx) // opens the watch of the name that wakes the retry
-	require.NoError(t, err)
-	require.NoError(t, warm.Release(ctx))
+	got := make(chan *semaphore.Permit, 1)
+	go func() {
+		p, err := mine.AcquireN(ctx, 2)
+		if err != nil {
+			p = nil
+		}
+		got <- p
+	}()
+	etcdtest.AwaitKeys(t, admin, name+"/permit/", 2)
+	require.NoError(t, block.Release(ctx))
+	held := etcdtest.Within(t, got, 10*time.Second, "the queued AcquireN")
+	require.NotNil(t, held)
 
 	before := etcdtest.Revision(t, admin)
 	l := trylock.PermitsN(mine, 3)
