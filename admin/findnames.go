@@ -93,7 +93,7 @@ func hasSyncKeys(keyPrefix string, kvs []*mvccpb.KeyValue) bool {
 }
 
 // gatheringRecord reports whether rest is a record of a barrier, a gate or a latch (see
-// package core's barrier.go, gate.go and latch.go).
+// package core's keys.go).
 func gatheringRecord(rest string) bool {
 	switch rest {
 	case core.RecordRound, core.RecordSize, core.GateKey, core.LatchKey:

@@ -2,95 +2,100 @@
 // keys, options, the shared session layer, and a wait-for-predecessor queue ordered by
 // create revision whose holds report their own loss.
 //
-// Public packages adapt it to their vocabulary. Each idea lives in one file:
+// Public packages adapt it to their vocabulary. Each idea lives in one file; the map lists
+// them from the ground up, and a file mostly uses the files above it in the list (the test
+// internal/testkit/shapetest counts the uses that do not, and bounds them):
 //
-//   - keys.go: what a key is: a name's escaped prefix (ValidateName, NamePrefix), the slot of
-//     an acquisition ("<prefix><kind><lease hex>_<slot>", reused from one acquisition to the
-//     next) and the value written into it (OwnerValue).
-//   - uses.go: what a name is used as (a lock, an election, an rwlock, a semaphore, a
-//     barrier, a gate, a latch), the sub-ranges each owns, the guard every write of one
-//     compares so that a name of another kind refuses it (Claim, ErrOtherKind), and the
-//     spec of each kind of key (LockSpec, ReadSpec, PermitSpec, ...), for the primitives
-//     and admin alike.
-//   - options.go: Option and Config (TTL, session, prefix, meter), and the options each kind
-//     of primitive takes (OptionsFor: any other is refused).
-//   - client.go: a client's state, one per *clientv3.Client, dropped when the client closes:
-//     its shared sessions, its hubs, its keyWatch, its janitor and its clock.
+//   - errors.go: the sentinel errors every package re-exports, handles New did not make;
+//     what is transient, retries and backoff, bounded tries, commitWrite (every write of a
+//     record, tried again until its answer is known), and contexts that outlive their
+//     caller's for a bounded time.
 //   - session.go: the shared sessions (a lease per client and TTL, replaced after it
 //     expired, and once it carries maxLeaseKeys keys; Shutdown) and their keep-alive with
 //     its local deadline.
+//   - keys.go: what a key is, written once: the layout under a name's prefix (its kinds
+//     and records), a name's escaped prefix (ValidateName, NamePrefix), the slot of an
+//     acquisition ("<prefix><kind><lease hex>_<slot>", reused from one acquisition to the
+//     next), the one parse of a holder's or waiter's key (ParseKey), the value written into
+//     it (OwnerValue) and the mode in that value (ModeOf, WithMode), a limit's marker; what
+//     a name is used as (a lock, an election, an rwlock, a semaphore, a barrier, a gate, a
+//     latch), the sub-ranges each owns, and the guard every write of one compares so that a
+//     name of another kind refuses it (Claim, ErrOtherKind).
+//   - options.go: Option and Config (TTL, session, prefix, meter), the options each kind of
+//     primitive takes (OptionsFor: any other is refused), and where a handle's sessions come
+//     from (SessionsFor: the client's shared ones, or the caller's WithSession).
+//   - telemetry.go: the instruments, spans and attribute sets of a handle (Telemetry, one
+//     Attempt per call).
+//   - client.go: a client's state, one per *clientv3.Client, dropped when the client closes
+//     (its shared sessions, hubs, keyWatch, janitor and clock); the clock (the highest
+//     revision seen, the rewind of every hold when the cluster went back in time, answers
+//     from more than one cluster); the janitor (cleanups that outlive the call that needed
+//     them); and what the tests in internal/testkit reach inside the core for (the library
+//     never calls it).
+//   - hub.go: one watch per client, name and mode, shared by every subscriber there: join,
+//     leave and linger (for a while, or a few releases); events dispatched in revision
+//     order, once; a read after any gap.
 //   - queue.go: Queue (a name's keys under one prefix) and Spec (what an acquisition asks:
 //     the kind of key, which kinds are ahead of it, how many units of how many); the weight
-//     of a semaphore's keys; Served, the one rule of who is served; Record.
-//   - limit.go: a semaphore's limit in etcd, its record and marker, and its change while
-//     permits are held and waited for (SetLimit): how waiters hear of it, and who holds
-//     after a lowering.
+//     of a semaphore's keys; the spec of each kind of key (LockSpec, ReadSpec, PermitSpec,
+//     ...), for the primitives and admin alike; Served, the one rule of who is served;
+//     Record.
+//   - follow.go: the one way to wait for a state of a few keys (a round filled, a count at
+//     zero, a record answered, a key gone): watch them from the present, read the state,
+//     take the events after the read, and watch and read again after any gap (readState,
+//     follow, followAll over several ranges, awaitGone for one key's end); and the approach
+//     of a waiter far back in line, on a client with no hub of the name, which follows the
+//     few keys a few places ahead of it that weigh its threshold and joins the hub once
+//     enough of them are gone. Besides these a wait is the hub's (a name's line) or the
+//     hold's key watch (its loss); nothing else in the library watches.
+//   - records.go: the records beside a name that count: a semaphore's limit (its record and
+//     marker, and its change while permits are held and waited for, SetLimit) and a
+//     countdown latch (a record of the count, and a marker per count down).
+//   - hold.go: Hold, a granted key at its create revision (its fencing token), its state and
+//     its end; how its loss is watched (on the client's keyWatch, or by a monitor of its own
+//     on a client whose KV or Watcher is wrapped).
+//   - handle.go: a handle's one-at-a-time turn, handed over in order (Turn), and work scoped
+//     to a hold or a Group (Do), whose release frees that hold and no later one.
+//   - watchers.go: the hub's subscribers: the view they share, queueWaiter (an acquisition
+//     that waits), Sentry (WatchBehind), ReleaseWatch (WatchRelease, for one name or
+//     several) and Observer (WatchHead, for elections).
+//   - mode.go: a hold that changes what it is in place (rwmutex Downgrade, the upgradable
+//     read): who passes which mode (Spec.Passes), the change (ChangeMode), and an upgrade
+//     that every client agrees on (Upgrade); a change refused while a waiter of etcd's
+//     recipe.RWMutex is queued behind (ErrRecipeBehind).
+//   - life.go: a hold's life beyond its lease: its maximum (WithMaxHold, a timer per hold)
+//     and the lock-delay a waiter keeps after a predecessor whose lease went
+//     (WithLockDelay); an operator's release (admin.Release), the record it leaves and how a
+//     holder or waiter whose key went reads it (ErrReleasedByOperator); the metrics of a
+//     hold's life and the cause of its end.
+//   - keywatch.go: the client's one watch stream for the keys of its holds: each create
+//     under a fresh ID, a watch cancelled or refused has its key read first, the holds of
+//     a lease that ended told at once.
+//   - release.go: Group, the Holds of one acquisition of several names, which end as one;
+//     the release of a hold or a Group, one fenced delete (release, deleteFenced).
 //   - acquire.go: the acquisition path, once for one name and for several: claim a slot per
 //     name, write every key in one Txn that reads what is ahead (acquisition.write: every
-//     write of an acquisition, and what each answer means), wait, grant or abandon; the
-//     tries; a key that waits for nobody (Join).
-//   - hold.go: Hold, a granted key at its create revision (its fencing token), its end, and
-//     its release: one fenced delete for a hold or a Group (release, deleteFenced).
-//   - group.go: Group, the Holds of one acquisition of several names, which end as one.
-//   - life.go: a hold's life beyond its lease: its maximum (WithMaxHold, a timer per hold)
-//     and the lock-delay a waiter keeps after a predecessor whose lease went (WithLockDelay).
+//     write of an acquisition, and what each answer means), wait, grant or abandon; a key
+//     that waits for nobody (Join).
+//   - try.go: an acquisition that does not wait (TryAcquire): one Txn, or a count and a
+//     put when a key may have others ahead of it (a semaphore's); the guard of a name's use;
+//     what fits in one Txn (MaxNames, FitOneTxn).
 //   - ticket.go: a hold that outlives its process: Detach onto a lease of its own, the
 //     Ticket, Resume (once per ticket), and the command's renewal and release by ticket.
 //   - handover.go: an election's leadership handed to a chosen candidate (Transfer): the
 //     leader's key moved onto the candidate's lease in one Txn, once the candidate answered
 //     a proposal; the candidate's acceptance, the take-back; a candidate's preference in its
-//     key.
+//     key; the candidate's side, which answers a proposal that deleted its key, follows the
+//     record until the leader hands over, and accepts.
 //   - proposal.go: a handover proposed before the leader stops its work (Propose): the
-//     candidate's answer, awaited for a bound, and the proposal's withdrawal.
-//   - takeover.go: the candidate's side: a waiter whose key a proposal deleted answers it,
-//     follows the record until the leader hands over (follow), and accepts.
-//   - transferrequest.go: a request that the leader transfer (RequestTransfer), and its
-//     answer; what asks a leadership to move, a request or a preferred candidate that has
-//     waited its settle time, followed for the leader (FollowAsks, on followAll).
-//   - mode.go: a hold that changes what it is in place (rwmutex Downgrade, the upgradable
-//     read): the mode in its key's value, who passes which mode (Spec.Passes), the change
-//     (ChangeMode), and an upgrade that every client agrees on (Upgrade); a change refused
-//     while a waiter of etcd's recipe.RWMutex is queued behind (ErrRecipeBehind).
-//   - follow.go: the one way to wait for a state of a few keys (a round filled, a count at
-//     zero, a record answered, a key gone): watch them from the present, read the state,
-//     take the events after the read, and watch and read again after any gap (readState,
-//     follow, followAll over several ranges, awaitGone for one key's end). Besides it a
-//     wait is the hub's (a name's line) or the hold's key watch (its loss); nothing else
-//     in the library watches.
+//     candidate's answer, awaited for a bound, and the proposal's withdrawal; a request
+//     that the leader transfer (RequestTransfer) and its answer; what asks a leadership to
+//     move, a request or a preferred candidate that has waited its settle time, followed for
+//     the leader (FollowAsks, on followAll).
 //   - barrier.go: a double barrier: participants are keys joined at once (Queue.Join);
 //     rounds are slices of their create revisions, filled by a compare-and-swap of the
 //     record of rounds; a withdrawal rewrites that record; the first of a round leaves last.
-//   - gate.go: a barrier's simple form, one key without a lease.
-//   - latch.go: a countdown latch: a record of the count, and a marker per count down.
-//   - released.go: an operator's release (admin.Release): the record it leaves, and how a
-//     holder or waiter whose key went reads it (ErrReleasedByOperator).
-//   - keywatch.go: the watch of a hold's key (Done, Err, OnEnd): on the client's one
-//     keyWatch stream, each create under a fresh ID, a watch cancelled or refused has its key
-//     read first; or, on a client whose KV or Watcher is wrapped, a monitor of its own.
-//   - hub.go: one watch per client, name and mode, shared by every subscriber there: join,
-//     leave and linger (for a while, or a few releases); events dispatched in revision
-//     order, once; a read after any gap.
-//   - approach.go: a waiter far back in line, on a client with no hub of the name, watches
-//     the few keys a few places ahead of it that weigh its threshold, and joins the hub once
-//     enough of them are gone, so that a release reaches the few waiters behind it, not
-//     every waiting client.
-//   - watchers.go: the subscribers: the view they share, queueWaiter (an acquisition that
-//     waits), Sentry (WatchBehind), ReleaseWatch (WatchRelease, for one name or several)
-//     and Observer (WatchHead, for elections).
-//   - cleanup.go: the janitor: cleanups that outlive the call that needed them (the keys of
-//     an abandoned acquisition, an abandoned hold's release).
-//   - clock.go: the highest revision seen, and the rewind of every hold when the cluster
-//     went back in time (ErrRewound); answers from more than one cluster (ErrMixedClusters).
-//   - retry.go: what is transient, retries, backoff, commitWrite, and contexts that outlive
-//     their caller's for a bounded time.
-//   - telemetry.go: the instruments, spans and attribute sets of a handle, and the metrics
-//     of a hold's life.
-//   - scope.go: work scoped to a hold or a Group (Do), whose release frees that hold and no
-//     later one of the handle.
-//   - turn.go: a handle's one-at-a-time turn, handed over in order.
-//   - errors.go: the sentinel errors every package re-exports, and handles New did not make.
-//   - testhooks.go: what the tests in internal/testkit (a module of their own) reach inside
-//     the core for; the library never calls it.
+//     And its simple form, a gate: one key without a lease.
 //
 // Process-wide state: the clients' states (client.go), by client; the slots claimed, by
 // lease (keys.go), which is process-wide because one lease can be used through several
@@ -111,7 +116,7 @@
 // back with no hub of the name on its client approaches first: it watches the keys a few
 // places ahead of it that weigh its threshold and joins the hub once enough are gone. A
 // cancelled or failed acquisition deletes its keys, fenced on their create revision, or
-// leaves that to the janitor. Once held, Done adds the key to the client's keyWatch; Unlock calls
-// Hold.Release, one fenced delete, which ends the hold and takes its key off the keyWatch;
+// leaves that to the janitor. Once held, Done adds the key to the client's keyWatch; Unlock
+// calls Hold.Release, one fenced delete, which ends the hold and takes its key off the keyWatch;
 // the next waiter's hub delivers the delete, and so on.
 package core

@@ -4,7 +4,18 @@ import (
 	"errors"
 	"fmt"
 
+	"context"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"slices"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // The sentinel errors of every etcdsync package. Public packages re-export these values, so
@@ -42,6 +53,349 @@ func Busy(err error) bool {
 	return errors.Is(err, ErrLocked) || errors.Is(err, ErrNoPermits)
 }
 
+// tryTimeout bounds one try of every request the core retries (retry, commitWrite): long
+// enough to ride out a leader election, short enough that a member that never answers, or
+// an answer lost with its connection, is left for another try. A try that times out while
+// the caller still has time is tried again.
+const tryTimeout = 5 * time.Second
+
+// answerGrace is how long a Txn that may write a key is still awaited once the caller's ctx
+// has ended. Its answer says whether a key was written and at which revision, so that the
+// cleanup is fenced; past the grace, the outcome stays unknown (see acquisition.abandon).
+const answerGrace = time.Second
+
+// cleanupWait bounds the cleanup a cancelled or failed call does before it returns; what is
+// not done by then is finished in the background (see janitor).
+const cleanupWait = time.Second
+
+// Every request of the core carries clientv3.WithRequireLeader: a member cut off from its
+// quorum then refuses it at once (no leader: Unavailable, so retried, and the client's
+// balancer sends the retry to another member) instead of holding it until its own timeout.
+
+// transient reports whether err says only that etcd could not answer now (no leader, a
+// leader change, a member out of reach or stopping), so the same request may be sent again.
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.Unavailable
+	}
+	if s, ok := status.FromError(err); ok {
+		switch s.Code() {
+		case codes.Unavailable:
+			return true
+		case codes.Internal:
+			// gRPC's transport, never etcd: a connection garbled on its way (a reset
+			// stream, a protocol error), which a new connection gets past.
+			return true
+		case codes.Unknown:
+			return unknownButTransient(s.Message())
+		case codes.InvalidArgument:
+			// A request whose headers a garbled connection mangled: gRPC refused it
+			// before etcd saw it.
+			return strings.Contains(s.Message(), "invalid gRPC request content-type")
+		}
+	}
+	return false
+}
+
+// transientUnknown are the messages of errors that reach the client with code Unknown but
+// say only that a member could not answer now: a member hard-stopped under a request
+// ("raft: stopped"), and an HTTP/2 response garbled while a member restarts.
+var transientUnknown = []string{
+	"raft: stopped",
+	"etcdserver: server stopped",
+	"malformed header",
+	"unexpected HTTP status code received from server",
+}
+
+func unknownButTransient(msg string) bool {
+	for _, m := range transientUnknown {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// refused reports whether err is etcd's answer that it did not apply a request (no such
+// lease, permission denied, a request it will not take): anything else that is not a
+// success leaves it unknown whether a write was applied.
+func refused(err error) bool {
+	var ee rpctypes.EtcdError
+	if !errors.As(err, &ee) {
+		var ok bool
+		if ee, ok = rpctypes.Error(err).(rpctypes.EtcdError); !ok {
+			return false
+		}
+	}
+	switch ee.Code() {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.NotFound, codes.PermissionDenied,
+		codes.Unauthenticated, codes.ResourceExhausted, codes.OutOfRange, codes.AlreadyExists:
+		return true
+	}
+	return false
+}
+
+// retry calls call, each time with a try's context (ctx bounded by tryTimeout), until it
+// returns an error that is not transient (nil included) or ctx ends, backing off between
+// tries: a try whose bound passed while ctx has time (an answer that never came: a member
+// that hangs, a connection that died silently) is tried again, as a transient error is. It
+// returns the last call's result, or ctx's error if ctx ended during a pause. Every call
+// must be safe to send again after a try whose outcome is unknown.
+func retry[T any](ctx context.Context, call func(ctx context.Context) (T, error)) (T, error) {
+	var b backoff
+	for {
+		tctx, cancel := context.WithTimeout(ctx, tryTimeout)
+		v, err := call(tctx)
+		tryEnded := err != nil && tctx.Err() != nil
+		cancel()
+		if err == nil || ctx.Err() != nil || !(transient(err) || tryEnded) {
+			return v, err
+		}
+		if err := b.wait(ctx); err != nil {
+			return v, err
+		}
+	}
+}
+
+// A writeResult is what became of a Txn that may write an acquisition's key.
+type writeResult struct {
+	resp *clientv3.TxnResponse // etcd's answer; nil if none came
+	// unknown: some try got no answer, so it may have been applied (resp is then the answer
+	// to a later try, or nil).
+	unknown bool
+}
+
+// commitWrite commits the Txn that build makes of a Txn that may write an acquisition's
+// key, retried through transient errors and through tries that time out while ctx has time.
+// Each try runs on tryContext. It returns etcd's answer if one came, also when ctx ended
+// meanwhile (the caller, which may hold a key it no longer wants, removes it); else the
+// error, and whether a write may have been applied all the same.
+func commitWrite(ctx context.Context, cli *clientv3.Client, build func(clientv3.Txn) clientv3.Txn) (writeResult, error) {
+	var res writeResult
+	var b backoff
+	for {
+		tctx, cancel := tryContext(ctx)
+		stop := context.AfterFunc(cli.Ctx(), cancel) // a closed client ends the try
+		sent := clockOf(cli).now()
+		resp, err := build(cli.Txn(clientv3.WithRequireLeader(tctx))).Commit()
+		tryEnded := tctx.Err() != nil
+		stop()
+		cancel()
+		if err == nil {
+			res.resp = resp
+			return res, settleLinear(cli, resp.Header, sent)
+		}
+		if !refused(err) {
+			res.unknown = true
+		}
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		if cli.Ctx().Err() != nil {
+			return res, fmt.Errorf("%w: %w", ErrLost, errClientClosed) // no try can get through
+		}
+		if !transient(err) && !tryEnded {
+			return res, err
+		}
+		if err := b.wait(ctx); err != nil {
+			return res, err
+		}
+	}
+}
+
+// Backoff is a sequence of delays between retries: the first step is Initial, each next
+// one twice the one before, up to Max; each delay is drawn at random from [½, 1½] of its
+// step and capped at Max, so that the retries of many clients spread out. The zero value is
+// the core's own after a transient error: 25 ms doubling to 1 s. trylock's Retry uses it
+// with its own Initial and Max. Not safe for concurrent use.
+type Backoff struct {
+	Initial, Max time.Duration
+	next         time.Duration // the next delay's step; 0 before the first
+}
+
+// The zero Backoff's Initial and Max.
+const (
+	backoffInitial = 25 * time.Millisecond
+	backoffMax     = time.Second
+)
+
+// backoff is Backoff under the name the core's retry loops use; its zero value is theirs.
+type backoff = Backoff
+
+// Next is the next delay of the sequence.
+func (b *Backoff) Next() time.Duration {
+	limit := b.Max
+	if limit <= 0 {
+		limit = backoffMax
+	}
+	if b.next == 0 {
+		b.next = b.Initial
+		if b.next <= 0 {
+			b.next = backoffInitial
+		}
+		b.next = min(b.next, limit)
+	}
+	d := b.next/2 + rand.N(b.next+1)
+	b.next = min(2*b.next, limit)
+	return min(d, limit)
+}
+
+// step is Next, under the name the core's loops use.
+func (b *Backoff) step() time.Duration { return b.Next() }
+
+// wait waits for the next delay, or until ctx ends (returning its error).
+func (b *Backoff) wait(ctx context.Context) error { return Pause(ctx, b.step()) }
+
+// Pause waits d, or returns ctx's error if ctx ends first.
+func Pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// The contexts of this file outlive the context of the call that made them: for work that
+// must finish, or be answered, after its caller gave up (a Txn that may have written a key,
+// a release in flight, a cleanup).
+
+// Outlive returns a context with ctx's values that ends grace after ctx does (grace from now
+// if ctx is done already), or when the returned cancel is called: a deadline that passes
+// while a request is in flight leaves it grace to be answered.
+func Outlive(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	octx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var timer *time.Timer
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		timer = time.AfterFunc(grace, cancel)
+		mu.Unlock()
+	})
+	return octx, func() {
+		stop()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}
+
+// detached returns a context with ctx's values that ignores ctx's end and ends after d.
+func detached(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
+// Detached is a context that outlives ctx's cancellation by at most 5 s, for the public
+// packages' own cleanups.
+func Detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return detached(ctx, tryTimeout)
+}
+
+// tryContext is the context of one try of a Txn that may write a key: it outlives ctx, so
+// that a try cancelled in flight is still answered (etcd may apply it after the client gave
+// up), by answerGrace, and is bounded by tryTimeout in any case.
+func tryContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	octx, cancel := Outlive(ctx, answerGrace)
+	tctx, cancelTry := context.WithTimeout(octx, tryTimeout)
+	return tctx, func() { cancelTry(); cancel() }
+}
+
+// outlivingKey is the context key of WithOutliving.
+type outlivingKey struct{}
+
+// WithOutliving marks ctx, the context of a call made on behalf of parent that is cut short
+// before parent ends (a try of trylock.Timeout, whose context ends when Timeout returns), so
+// that what the call hands back to outlive it, such as a reentrant owning context, derives
+// from parent instead of ctx. ctx must derive from parent; marks nest to the outermost.
+func WithOutliving(ctx, parent context.Context) context.Context {
+	return context.WithValue(ctx, outlivingKey{}, Outliving(parent))
+}
+
+// Outliving is the context in ctx to derive what outlives a call from: the parent that
+// WithOutliving marked, else ctx itself.
+func Outliving(ctx context.Context) context.Context {
+	if p, ok := ctx.Value(outlivingKey{}).(context.Context); ok {
+		return p
+	}
+	return ctx
+}
+
+// Why a session ended: the cause of its context, and the detail of the ErrLost of every
+// hold and wait on it.
+var (
+	errDeadline     = errors.New("no renewal of the session's lease got through before its local deadline")
+	errLeaseGone    = errors.New("etcd says the session's lease is gone (expired or revoked)")
+	errShutdown     = errors.New("the session's lease was revoked by Shutdown")
+	errClientClosed = errors.New("the etcd client was closed")
+	errRetired      = errors.New("the session was retired")
+	errCallerEnded  = errors.New("the session given with WithSession ended")
+	// errKeepAliveStopped: the keep-alive returned while nothing else had ended the session;
+	// no path does, but a hold on a lease that nobody renews must not live on.
+	errKeepAliveStopped = errors.New("the session's keep-alive stopped")
+)
+
+// authRefusal reports whether etcd refused a watch for the stream's credentials: a token
+// issued before a change to the auth store, or one that expired. etcd 3.4 says "permission
+// denied" for those too; a permission that is really missing fails the read as well.
+func authRefusal(reason string) bool {
+	for _, r := range []error{rpctypes.ErrGRPCAuthOldRevision, rpctypes.ErrGRPCInvalidAuthToken,
+		rpctypes.ErrGRPCUserEmpty, rpctypes.ErrGRPCPermissionDenied} {
+		if strings.Contains(reason, rpctypes.ErrorDesc(r)) {
+			return true
+		}
+	}
+	return false
+}
+
+// tokenRefusals are etcd's refusals of a client's login or token.
+var tokenRefusals = []error{rpctypes.ErrInvalidAuthToken, rpctypes.ErrAuthOldRevision, rpctypes.ErrAuthFailed,
+	rpctypes.ErrUserEmpty, rpctypes.ErrUserNotFound}
+
+// tokenRefused reports whether err is etcd refusing the client's login or token (invalid or
+// expired, of an old auth revision).
+func tokenRefused(err error) bool {
+	if err == nil {
+		return false
+	}
+	err = rpctypes.Error(err)
+	return slices.ContainsFunc(tokenRefusals, func(r error) bool { return errors.Is(err, r) }) ||
+		status.Code(err) == codes.Unauthenticated
+}
+
+// authRefused reports whether err is etcd refusing the client's login, its token or a
+// permission.
+func authRefused(err error) bool {
+	return tokenRefused(err) || errors.Is(rpctypes.Error(err), rpctypes.ErrPermissionDenied) ||
+		status.Code(err) == codes.PermissionDenied
+}
+
+// deadlineCause is why a session ended at its local deadline: errDeadline, with why the
+// renewals tried since the last one that got through failed (no leader, an expired auth
+// token, a permission, no answer in time), so that the loss says what an operator can fix.
+func deadlineCause(failed error) error {
+	switch {
+	case failed == nil:
+		return errDeadline
+	case errors.Is(failed, context.DeadlineExceeded):
+		return fmt.Errorf("%w (the last try got no answer in time)", errDeadline)
+	case authRefused(failed):
+		return fmt.Errorf("%w (the renewals failed: %w)", errDeadline, failed)
+	}
+	return fmt.Errorf("%w (the last try failed: %v)", errDeadline, failed)
+}
+
+// errDeletedWhileWaiting is why a wait whose own key was deleted failed.
+var errDeletedWhileWaiting = errors.New("deleted while waiting")
+
 // What a public handle answers when it cannot serve a call at all: it was not made by New
 // (a zero value or a nil pointer: no queue), or its client is closed, where etcd's client
 // would retry a request until the caller's ctx ends instead of failing it.
@@ -49,45 +403,3 @@ var (
 	errUnmade             = fmt.Errorf("%w: a handle not made by New (a zero value or a nil pointer)", ErrInvalidOption)
 	errClientClosedOption = fmt.Errorf("%w: the etcd client is closed", ErrInvalidOption)
 )
-
-// Unusable says why q cannot serve a call: ErrInvalidOption for no queue (nil: the handle
-// was not made by New) or a closed client; nil when it can. No I/O.
-func (q *Queue) Unusable() error {
-	switch {
-	case q == nil:
-		return errUnmade
-	case q.cli.Ctx().Err() != nil:
-		return errClientClosedOption
-	}
-	return nil
-}
-
-// unmadeKey is the key that UnmadeOwner compares: no name's key, since every name's keys
-// end in "/" + a kind or a lease.
-const unmadeKey = "etcdsync: no handle"
-
-// UnmadeOwner is the IsOwner of a handle not made by New: a compare that never succeeds.
-// Having no name, it compares a key outside every name; under a prefix grant etcd refuses
-// it, which fails the Txn just the same.
-func UnmadeOwner() clientv3.Cmp { return NeverOwner(unmadeKey) }
-
-// EndIfClientClosed ends the hold as lost if its client is closed: nothing can release it
-// through that client now, and its key goes with its lease, which nobody renews. It returns
-// the loss, after which Release returns it at once; nil while the client is open.
-func (h *Hold) EndIfClientClosed() error {
-	if h == nil || h.cli.Ctx().Err() == nil {
-		return nil
-	}
-	loss := fmt.Errorf("%w: %w", ErrLost, errClientClosed)
-	h.observe(loss)
-	return loss
-}
-
-// Unheld is err, why a handle is unusable, for a call that needs a hold (a release): it
-// matches ErrNotLocked too, that call's answer without a hold.
-func Unheld(err error) error { return fmt.Errorf("%w (%w)", err, ErrNotLocked) }
-
-// NoReleases is the WatchRelease of a handle not made by New: arm's channel never yields.
-func NoReleases() (arm func() <-chan struct{}, stop func()) {
-	return func() <-chan struct{} { return nil }, func() {}
-}

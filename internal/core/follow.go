@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"slices"
+
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -28,7 +30,7 @@ import (
 // client for all its waits, see clock.confirmEvery), as a hub of observers does.
 
 // readState reads ops in one Txn, a linearizable snapshot, retried through leader changes.
-// If the cluster went back in time (see clock.go), it rewinds the client and returns
+// If the cluster went back in time (see client.go), it rewinds the client and returns
 // ErrLost wrapping why.
 func readState(ctx context.Context, cli *clientv3.Client, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	var sent int64
@@ -212,4 +214,206 @@ func awaitGone(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, s
 	}
 	each := func(*clientv3.Event) (verdict, error) { return waitOver, nil } // a delete, or with changed a put
 	return follow(ctx, cli, key, stop, check, each, opts...)
+}
+
+// A waiter far back in line does not hear every release. A client's hub of a name hears
+// every delete under it, which is what lets a waiter near the head be served the moment its
+// last predecessor goes, with no read; but a release heard by every waiting client costs
+// etcd an event per client, so a fleet of N clients queued on one name would cost O(N) per
+// hand-off. So a waiter far back (nearAhead keys and its threshold's worth more ahead), on
+// a client with no hub of the name yet, first approaches: it reads the keys just ahead of
+// its own, passes over the nearAhead nearest, and watches the next ones, the fewest that
+// together weigh its threshold (Spec.slots: one key for an exclusive waiter, capacity less
+// weight plus one units for a semaphore's). While they weigh that much it cannot be served,
+// whatever else is ahead; once enough of them are gone (released, or withdrawn) it joins the
+// hub, which reads the name then and counts from there. The nearAhead keys passed over are
+// the margin: the hub's watch and read are in place while they still hand off, off the path
+// of the release that serves the waiter.
+//
+// So a release is heard by the clients of the waiters near the head, by the few
+// approaching waiters that watch its key, and by the few clients that just had their turn
+// (a hub whose last waiter approached lingers through one release of another client; see
+// hubLinger): a bound that does not grow with the fleet. A waiter whose threshold is above
+// maxApproachKeys (a semaphore of a large capacity) joins the hub at once, which bounds the
+// watches one waiter places; the bound is a judgment (capacity 4 is what was measured). A
+// waiter of a client that has a hub of the name already (a loop of Lock and Unlock) joins it
+// at once, as that costs etcd nothing more. nearAhead is small because each near waiter
+// hears every release until its turn (docs/performance.md has 2 against 4, measured), and
+// not 1, so that the hub's watch and read are in place before its turn.
+//
+// A waiter that passes some modes (Spec.Passes: a reader) reads the keys ahead with their
+// values, picks among those that count (reading further back when keys that pass took
+// room), and ends its approach when a key it watches is written as well as deleted: its
+// hold may have changed to a mode that passes.
+//
+// A semaphore's waiter that approaches watches its limit's marker too (see records.go): a
+// change of the limit ends the approach, and the hub, reading the name, counts under the
+// new limit.
+//
+// A waiter's own key is not watched while it approaches: its delete (an operator's, or a
+// lease's end the session has not yet noticed) is seen by the next read, when the keys it
+// watches go, and only then does its Lock end (with ErrReleasedByOperator for an
+// operator's release). Its session's end is seen at once. An election's candidate is the
+// exception (Spec.Handover): a handover to it deletes its key, which it must hear of at
+// once, so it watches its own key too.
+
+// maxApproachKeys is the largest threshold for which a waiter approaches: the most keys
+// it watches at once.
+const maxApproachKeys = 8
+
+// far reports whether the waiter of q, ahead of which keys weighing ahead are, approaches
+// first (see above).
+func (a *acquisition) far(q *Queue, ahead int) bool {
+	n := a.spec.slots()
+	return n <= maxApproachKeys && ahead >= int(nearAhead.Load())+n && !hasHub(q.hubKey())
+}
+
+// approach waits until the keys of the queue's Ahead range that are ahead of the key
+// created at rev may weigh less than the threshold plus nearAhead, and returns what it knows
+// then, as of revision snap: the weight ahead; or, once the keys it watched went, -1: the
+// hub reads what is ahead. One Range (the keys just ahead, with no value) and a watch of
+// each of the few keys it picks, on the client's watch stream; each again only when a watch
+// could not be kept. ErrLost when the session ends first, or its own key is found gone.
+func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev int64) (snap int64, ahead int, err error) {
+	cli, aheadRange := q.cli, q.prefix+a.spec.Ahead
+	near, need, w := int(nearAhead.Load()), a.spec.slots(), weigherOf(q, a.spec)
+	mark := ""
+	if a.spec.CapacityMark != "" {
+		mark = q.prefix + a.spec.CapacityMark
+	}
+	var b backoff
+	for limit := near + need; ; {
+		// Its own key is read too: the read's revision is the waiter's new snapshot, and a
+		// delete of the key before it would be no news to the hub's events. Every key that
+		// counts weighs at least one unit, so near+need of them hold the margin and the
+		// watched; with Passes, keys that pass may take room in the read: it reads more.
+		var sent int64
+		reads := []clientv3.Op{
+			clientv3.OpGet(key, clientv3.WithKeysOnly()),
+			clientv3.OpGet(aheadRange, append(w.keys(), clientv3.WithMaxCreateRev(rev-1),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(int64(limit)))...),
+		}
+		if mark != "" {
+			reads = append(reads, clientv3.OpGet(mark, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+		}
+		resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+			sent = clockOf(cli).now()
+			return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(reads...).Commit()
+		})
+		if err == nil {
+			err = settleLinear(cli, resp.Header, sent)
+		}
+		switch {
+		case err != nil && cli.Ctx().Err() != nil:
+			return 0, 0, fmt.Errorf("%w: %w", ErrLost, errClientClosed)
+		case err != nil:
+			return 0, 0, fmt.Errorf("read the keys ahead of %s: %w", a.describe(), err)
+		}
+		own := resp.Responses[0].GetResponseRange().Kvs
+		if len(own) == 0 || own[0].CreateRevision != rev {
+			return 0, 0, fmt.Errorf("%w: key %s %w", ErrLost, key, errDeletedWhileWaiting)
+		}
+		kvs, at := resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision
+		var extras []*mvccpb.KeyValue // watched with the keys: the delete of one ends the approach
+		if a.spec.Handover {
+			extras = append(extras, own[0]) // a handover to it deletes it (see handover.go)
+		}
+		if markers := resp.Responses[len(reads)-1].GetResponseRange().Kvs; mark != "" && len(markers) > 0 {
+			// None: a record of an older version, marked only before its first change; the
+			// waiter then learns of a change once it joins the hub, which reads the name.
+			if c, _ := markedIn(markers, mark); c != a.spec.capacity() || len(markers) != 1 {
+				return at, -1, nil // the capacity changed since the waiter queued: the hub reads it
+			}
+			extras = append(extras, markers[0]) // the capacity's change ends the approach
+		}
+		counting := slices.DeleteFunc(slices.Clone(kvs), func(kv *mvccpb.KeyValue) bool { return w.kv(kv, rev) == 0 })
+		more := resp.Responses[1].GetResponseRange().More
+		switch {
+		case len(counting) < near+need && more:
+			limit *= 2 // keys that pass took room: read further back
+			continue
+		case len(counting) < near+need: // every key ahead
+			weight := 0
+			for _, kv := range counting {
+				weight += w.kv(kv, rev)
+			}
+			return at, weight, nil
+		}
+		watched, weight := counting[near:], 0
+		for i, kv := range watched {
+			if weight += w.kv(kv, rev); weight >= need {
+				watched = watched[:i+1]
+				break
+			}
+		}
+		gone, err := a.awaitDeletes(ctx, watched, need, w, extras)
+		switch {
+		case err != nil:
+			return 0, 0, err
+		case gone:
+			return at, -1, nil
+		}
+		if err := b.wait(ctx); err != nil { // a watch broke (compaction, a refusal): read again
+			return 0, 0, err
+		}
+	}
+}
+
+// awaitDeletes waits (awaitGone, each key on its own) until those of kvs left weigh less than
+// need or one of extras is deleted (true; with w's passes, a key of kvs written again counts
+// as gone: its mode may pass now, and the hub reads what it is), a wait ends without saying
+// so (false: the client closed, or the cluster went back in time), the session ends (its
+// loss) or ctx ends. The watches share the client's stream with its hubs' watches.
+func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, need int, w weigher, extras []*mvccpb.KeyValue) (bool, error) {
+	cli := a.cli()
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(cli.Ctx()))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	defer context.AfterFunc(a.sess.ctx, cancel)()
+	watched := append(kvs[:len(kvs):len(kvs)], extras...)
+	gone := make(chan int, len(watched)) // the index of a key deleted, or -1: a watch ended
+	left := 0
+	for i, kv := range watched {
+		if i < len(kvs) {
+			left += w.of(string(kv.Key))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if went, _ := awaitGone(wctx, cli, kv, nil, i < len(kvs) && len(w.passes) > 0); went {
+				gone <- i
+			} else {
+				gone <- -1
+			}
+		}()
+	}
+	for left >= need {
+		select {
+		case i := <-gone:
+			switch {
+			case i < 0:
+				return false, a.watchEnded(ctx)
+			case i >= len(kvs):
+				return true, nil // an extra: the hub reads what changed
+			}
+			left -= w.of(string(kvs[i].Key))
+		case <-wctx.Done():
+			return false, a.watchEnded(ctx)
+		}
+	}
+	return true, nil
+}
+
+// watchEnded is why a watch of awaitDeletes ended without a delete: the session's loss,
+// ctx's end, or nil (read again).
+func (a *acquisition) watchEnded(ctx context.Context) error {
+	switch {
+	case a.sess.ctx.Err() != nil:
+		return a.sess.lostErr()
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return nil
 }

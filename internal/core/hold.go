@@ -7,6 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"reflect"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -301,217 +305,205 @@ func (h *Hold) Put(ctx context.Context, value string) (written bool, err error) 
 	return resp.Succeeded, nil
 }
 
-// Release deletes the key if it is still this hold's (a compare on its create revision, so
-// a late or retried release never deletes a newer hold's key) and ends the hold. One Txn,
-// retried through leader changes until ctx ends; with ctx already done it sends nothing.
-//
-// ended is true for exactly one call: the one that ended the hold, with a nil error or
-// ErrLost if the hold was lost first. Another call, during or after it, gets ErrNotLocked.
-// When the Txn cannot be done, the hold stays and the error says why; a failed Release is
-// forgotten, so if its delete was in fact applied, the hold is then reported lost.
-//
-// Nil means this release's delete was seen to apply. When a try got no answer and the next
-// found the key gone, the release cannot tell its own delete from another's (an operator's
-// delete, the lease's expiry, before the release was called): it reports ErrLost. A release
-// is reported as a loss then, never a loss as a release.
-func (h *Hold) Release(ctx context.Context) (ended bool, err error) {
-	h.mu.Lock()
-	busy := h.state == releasing || h.state == over
-	h.mu.Unlock()
-	if busy {
-		return false, ErrNotLocked
-	}
-	ended, final, err := release(ctx, h.cli, h.sess, []*Hold{h})
-	if !ended {
-		return false, fmt.Errorf("release %s: %w", h.key, err)
-	}
-	h.settleLoss()
-	return true, final
-}
-
-// release ends members, the holds of one acquisition on sess (one, or a Group's), none of
-// them releasing or over unless lost: the keys of those held go in one fenced delete (see
-// deleteFenced); those lost end as they are. ended reports that every member has ended,
-// with final the first loss among them (nil: every key was deleted by this release). When
-// the delete cannot be done, members whose loss was seen meanwhile end with it, the others
-// are held again, and err says why; then ended is false.
-func release(ctx context.Context, cli *clientv3.Client, sess *Session, members []*Hold) (ended bool, final, err error) {
-	var live, stray []*Hold
-	for _, h := range members {
-		h.mu.Lock()
-		switch {
-		case h.state == held:
-			h.state, h.seen = releasing, nil
-			live = append(live, h)
-		case h.state == lost && keyMayRemain(h.err):
-			// Lost, and the key may still be its own (it could not be watched, or its
-			// maximum hold passed and the key's delete may not be done).
-			stray = append(stray, h)
-			final = firstErr(final, h.err)
-		case h.state == lost:
-			h.state = over
-			fallthrough
-		default: // over: lost, and seen by a release that could not finish
-			final = firstErr(final, h.err)
-		}
-		h.mu.Unlock()
-	}
-	deleted, err := deleteFenced(ctx, cli, sess, append(live, stray...))
-	// A key found gone was not deleted by this release: an operator's, whose reason the
-	// holder must hear whether or not it watched its hold, or its lease's end.
-	var gone []*Hold
-	for i, h := range live {
-		if deleted != nil && !deleted[i] && h.recordKey() != "" {
-			gone = append(gone, h)
-		}
-	}
-	why := map[*Hold]error{}
-	if len(gone) > 0 {
-		for i, err := range releasedErrs(context.WithoutCancel(ctx), cli, gone) {
-			why[gone[i]] = err
-		}
-	}
-	kept := false
-	for _, h := range stray {
-		h.mu.Lock()
-		switch {
-		case deleted != nil:
-			h.state = over
-			h.slot.free()
-		case sess.ended():
-			h.state = over // its key goes with the lease
-		default:
-			kept = true // lost still: a later release tries again
-		}
-		h.mu.Unlock()
-	}
-	for i, h := range live {
-		var loss error
-		h.mu.Lock()
-		switch {
-		case deleted != nil && !deleted[i]:
-			loss = why[h]
-			if loss == nil {
-				loss = errKeyGone(h.key)
-			}
-		case deleted != nil:
-		case h.seen != nil && errors.Is(h.seen, errUnwatched) && !sess.ended():
-			// Its watch was refused while the delete got no answer: lost, and its key may
-			// still be its own, so a later release tries again (as a stray, above).
-			h.end(lost, h.seen)
-			final = firstErr(final, h.seen)
-			kept = true
-			h.mu.Unlock()
-			continue
-		case h.seen != nil:
-			loss = h.seen // the session ended, or the key went, while the delete got no answer
-		case sess.ended():
-			// No try got through before the session ended: the hold is lost, and its key
-			// goes with the lease (revoked once etcd answers, or expired).
-			loss = sess.lostErr()
-		default:
-			h.state = held
-			kept = true
-			h.mu.Unlock()
-			continue
-		}
-		h.end(over, loss)
-		h.mu.Unlock()
-		final = firstErr(final, loss)
-	}
-	if kept {
-		return false, final, err
-	}
-	for _, h := range members {
-		h.waitMonitor()
-	}
-	return true, final, nil
-}
-
-func firstErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
-}
-
-// deleteFenced deletes the key of each of holds that is still its hold's, in one Txn (a
-// compare on its create revision; for several keys, a nested Txn each, so that the answer
-// says which it deleted), and reports which it deleted: a key not deleted was found gone
-// (perhaps by an earlier try of this call that got no answer). nil, with the error, when no
-// try could tell. It stops trying once the session has ended: a release then blocks no
-// longer than the session's local deadline, whatever ctx allows.
-func deleteFenced(ctx context.Context, cli *clientv3.Client, sess *Session, holds []*Hold) ([]bool, error) {
-	if len(holds) == 0 {
-		return []bool{}, nil
-	}
-	build := func(t clientv3.Txn) clientv3.Txn {
-		if len(holds) == 1 {
-			return t.If(holds[0].IsOwner()).Then(clientv3.OpDelete(holds[0].key))
-		}
-		ops := make([]clientv3.Op, len(holds))
-		for i, h := range holds {
-			ops[i] = fencedDelete(h.key, h.rev)
-		}
-		return t.Then(ops...)
-	}
-	if err := sess.lostErr(); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err // sends nothing
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(sess.ctx, cancel)()
-	res, err := commitWrite(ctx, cli, build)
-	switch {
-	case res.resp == nil && sess.lostErr() != nil:
-		return nil, sess.lostErr()
-	case res.resp == nil:
-		return nil, err
-	case err != nil:
-		return nil, err // the holds were lost in the history that went: the session ends
-	}
-	deleted := make([]bool, len(holds))
-	for i := range holds {
-		if len(holds) == 1 {
-			deleted[i] = res.resp.Succeeded
-		} else {
-			deleted[i] = res.resp.Responses[i].GetResponseTxn().GetSucceeded()
-		}
-	}
-	return deleted, nil
-}
-
-// released ends the hold as released, for a caller whose own Txn deleted its key, fenced
-// on its create revision, or found it gone.
-func (h *Hold) released() {
-	h.mu.Lock()
-	h.end(over, nil)
-	h.mu.Unlock()
-	h.waitMonitor()
-}
-
-// Abandon ends the hold for an owner that gives it up and will not call Release again (a
-// group of readers whose every member left while it queued, a leadership found lost as it
-// was won): it tries Release for up to a second, and leaves the rest to the background,
-// which releases it once etcd answers. It never blocks for longer.
-func (h *Hold) Abandon(ctx context.Context) {
-	dctx, cancel := detached(ctx, cleanupWait)
-	ended, _ := h.Release(dctx)
-	cancel()
-	if !ended {
-		janitorOf(h.cli).add(holdRelease{h})
-	}
-}
-
-// holdRelease is the chore of releasing an abandoned hold.
-type holdRelease struct{ h *Hold }
-
 func (c holdRelease) attempt(ctx context.Context) bool {
 	ended, err := c.h.Release(ctx)
 	return ended || errors.Is(err, ErrNotLocked)
 }
 
 func (c holdRelease) drop() { c.h.observe(fmt.Errorf("%w: %w", ErrLost, errClientClosed)) }
+
+// isHeld reports whether h is held: neither being released nor ended.
+func (h *Hold) isHeld() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state == held
+}
+
+// watch starts watching the key, unless it is watched already or the hold has ended: on
+// the client's keyWatch, or through the client's own Watcher when it is wrapped (see
+// ownWatch).
+func (h *Hold) watch() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.keyed || h.mon != nil || h.state == lost || h.state == over {
+		return
+	}
+	if ownWatch(h.cli) {
+		h.keyed = true
+		stateOf(h.cli).keys.add(h)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.mon = &monitor{stop: cancel, done: make(chan struct{})}
+	go h.monitor(ctx)
+}
+
+// unwatch stops the watch of a hold that has ended. Under h.mu.
+func (h *Hold) unwatch() {
+	switch {
+	case h.keyed:
+		stateOf(h.cli).keys.remove(h)
+	case h.mon != nil:
+		h.mon.stop()
+	}
+}
+
+// A monitor is the goroutine that watches the key of a hold on a client whose KV or
+// Watcher is wrapped, through that Watcher: the keyWatch's raw stream would watch keys
+// other than those the client wrote.
+type monitor struct {
+	stop context.CancelFunc
+	done chan struct{} // closed when the monitor has returned
+}
+
+// waitMonitor waits for the monitor, if one was started, to return. Not under h.mu, which
+// the monitor takes; call it once the hold has ended (end stops the monitor).
+func (h *Hold) waitMonitor() {
+	h.mu.Lock()
+	m := h.mon
+	h.mu.Unlock()
+	if m != nil {
+		<-m.done
+	}
+}
+
+// monitor (for a client with a wrapped Watcher) watches the key from the revision after its creation, so no delete is missed
+// whenever the watch starts; it re-watches through leader changes until the hold ends. What
+// it sees it reports with observe, which ends a held hold at once and leaves a release under
+// way to weigh it; it then returns, as there is nothing left to watch.
+//
+// The session's end interrupts whatever the monitor waits for, also a Watch call, which
+// blocks until etcd answers, and the pause between two watches: a session that ends at its
+// local deadline is the news that etcd cannot be reached, and the hold must end then, not
+// once etcd answers again. In an outage the monitor spends most of its time in that pause
+// (a member without a leader refuses the watch at once), so the pause ending early must
+// lead to the loss, never to a quiet return.
+//
+// The monitor returns only once the hold has ended; should it ever return with the hold
+// still held, the deferred observe ends the hold as lost: Done must never stay open with
+// nothing left to close it.
+func (h *Hold) monitor(stop context.Context) {
+	defer close(h.mon.done)
+	defer h.observe(errMonitorStopped)
+	ctx, cancel := context.WithCancel(stop)
+	defer cancel()
+	defer context.AfterFunc(h.sess.ctx, cancel)()
+	from := h.rev + 1
+	var b backoff
+	for {
+		var next int64
+		var loss error
+		if ctx.Err() == nil { // no watch is opened on a done ctx: only what ended it counts
+			next, loss = h.watchKey(ctx, from)
+		}
+		if loss == nil {
+			loss = h.sess.lostErr()
+		}
+		if loss == nil && h.cli.Ctx().Err() != nil {
+			// The watch of a closed client ends at once, and may be seen to before the
+			// client's end is (watchKey's select picks either): the loss is known now.
+			loss = fmt.Errorf("%w: %w", ErrLost, errClientClosed)
+		}
+		if loss != nil {
+			h.observe(loss)
+			h.settleLoss()
+			return
+		}
+		if stop.Err() != nil || ctx.Err() != nil {
+			return // the hold ended (end stopped the monitor); else the deferred observe ends it
+		}
+		from = next
+		_ = b.wait(ctx) // cut short by the session's end, which the next round reports
+	}
+}
+
+// errMonitorStopped is the loss of a hold whose monitor returned while it was still held,
+// which no path of the monitor does: the guard that keeps Done from staying open for good.
+var errMonitorStopped = fmt.Errorf("%w: the watch of the hold's key and session stopped", ErrLost)
+
+// watchKey returns when the watch fails (with the revision to watch from next), the key is
+// gone or nothing can keep it (the loss), the session ends, or ctx ends.
+func (h *Hold) watchKey(ctx context.Context, from int64) (next int64, loss error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := h.cli.Watch(wctx, h.key, clientv3.WithRev(from), clientv3.WithFilterPut())
+	for {
+		select {
+		case wr, ok := <-wch:
+			switch {
+			case !ok:
+				return from, nil
+			case errors.Is(wr.Err(), rpctypes.ErrCompacted), wr.Canceled && wr.Err() != nil:
+				// Compacted past from, or refused (a token issued before a change to the
+				// auth store, a permission revoked): read the key before watching again.
+				return h.checkKey(ctx, from)
+			case wr.Err() != nil:
+				return from, nil
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					return from, h.goneErr(ctx)
+				}
+			}
+			from = wr.Header.Revision + 1
+		case <-h.sess.Done():
+			return from, nil // see monitor
+		case <-h.cli.Ctx().Done():
+			// Nothing can keep or release the key through a closed client.
+			return from, fmt.Errorf("%w: %w", ErrLost, errClientClosed)
+		case <-ctx.Done():
+			return from, nil
+		}
+	}
+}
+
+// checkKey reads the key after a compaction took the history the watch needed, or etcd
+// refused the watch; clientv3 logs in again if that was for an old token. A read that etcd
+// refuses for good is a loss: the key cannot be watched.
+func (h *Hold) checkKey(ctx context.Context, from int64) (next int64, loss error) {
+	resp, err := h.cli.Get(clientv3.WithRequireLeader(ctx), h.key)
+	switch {
+	case err != nil && (transient(err) || ctx.Err() != nil):
+		return from, nil
+	case err != nil:
+		return from, errUnwatchable(h.key, err)
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev {
+		return from, h.goneErr(ctx)
+	}
+	return resp.Header.Revision + 1, nil
+}
+
+// KeyWatchPlaced reports whether every hold watched on the key watch of cli has a watch
+// in place: created, and answered by etcd, on the open stream. For tests that must know
+// that etcd has checked a hold's watch (a permission is checked when a watch starts).
+func KeyWatchPlaced(cli *clientv3.Client) bool {
+	k := stateOf(cli).keys
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.cur == nil || len(k.cur.pending) > 0 {
+		return false
+	}
+	for _, e := range k.holds {
+		if e.id == 0 || e.checking {
+			return false
+		}
+	}
+	return true
+}
+
+// ownWatch reports whether the holds of cli can be watched on a raw stream: the client's KV
+// and Watcher are clientv3's own, so the keys it writes are the keys etcd has. A client
+// whose KV or Watcher is wrapped (namespace.NewKV, namespace.NewWatcher, a proxy of the
+// caller's) sees keys under another name; its holds are watched through its Watcher, one
+// watch each (see Hold.monitor).
+func ownWatch(cli *clientv3.Client) bool {
+	return reflect.TypeOf(cli.KV) == ownKV && reflect.TypeOf(cli.Watcher) == ownWatcher
+}
+
+// The types of clientv3's own KV and Watcher (their constructors touch neither argument
+// when both are nil).
+var (
+	ownKV      = reflect.TypeOf(clientv3.NewKVFromKVClient(nil, nil))
+	ownWatcher = reflect.TypeOf(clientv3.NewWatchFromWatchClient(nil, nil))
+)

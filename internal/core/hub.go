@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"sync/atomic"
+
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -563,51 +565,24 @@ func (h *hub) dispatched() int64 {
 	}
 }
 
-// A subscriber is what a hub dispatches a name's events to: a queue waiter, a sentry, a
-// release watch or an observer, each a small type of its own. Its methods run under the
-// hub's mutex, in revision order, and must not block; a subscriber tells its owner that
-// something changed through a channel of its own.
-type subscriber interface {
-	// since is the revision its view reflects: events at or below it are no news to it.
-	since() int64
-	// apply takes every event of revision rev, after since, at once: one revision can carry
-	// many deletes (a lease's keys, an operator's delete of a range), and what they mean
-	// together is not what each means alone.
-	apply(rev int64, evs []event)
-	// missed says that the events after since can no longer all be delivered.
-	missed()
-	// stale reports whether it waits for a read of the name (recount).
-	stale() bool
-	// recount renews its view from every key of the name, read at revision rev.
-	recount(kvs []*mvccpb.KeyValue, rev int64)
-	// fail ends it with err: the client closed, or etcd refused to read the name.
-	fail(err error)
-}
-
-// event is one change of a key of the name, as the hub dispatches it.
-type event struct {
-	key     string
-	put     bool   // a put (an arrival on a hub that delivers them, any put on a hub with values), else a delete
-	created int64  // create revision of the key; 0 for a delete whose previous value etcd did not give
-	lease   int64  // of a deleted key, from its previous value; 0 for none, or not given
-	rev     int64  // revision of the event
-	value   string // the value put, on a hub with values
-	// mode is the mode (see mode.go) of the key's value, and modRev the revision it was
-	// written at, on an arrivals hub: put, or, for a delete, the last ("" and 0 when etcd
-	// did not give it, and on other hubs). A
-	// put of a key that was there already (changed: an arrivals hub delivers those too, for
-	// a change of mode) also says the mode it had and since when (was, wasRev), if etcd gave
-	// the previous value (wasKnown).
-	mode, was      string
-	modRev, wasRev int64
-	changed        bool
-	wasKnown       bool
-}
-
 // signal wakes whoever waits on wake, without blocking: wake has room for one.
 func signal(wake chan struct{}) {
 	select {
 	case wake <- struct{}{}:
 	default:
 	}
+}
+
+// nearAhead is how many keys may be ahead of a waiter for it to join its client's hub of the
+// name at once (see approach); 2 unless a test set it (SetNearAhead).
+var nearAhead atomic.Int64
+
+func init() { nearAhead.Store(2) }
+
+// SetNearAhead sets how many keys may be ahead of a waiter for it to join its client's hub
+// at once, and returns what restores it. For the fault suites, which set it to 1 so that
+// their few clients approach too; not for use beside other tests.
+func SetNearAhead(n int) (restore func()) {
+	old := nearAhead.Swap(int64(n))
+	return func() { nearAhead.Store(old) }
 }

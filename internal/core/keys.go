@@ -1,6 +1,8 @@
 package core
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -8,19 +10,50 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // MaxNameLen is the longest name, in bytes.
 const MaxNameLen = 512
 
-// The sub-ranges and records under a name's prefix, every one the primitives use. An
-// exclusive lock's (mutex, reentrant, election) keys lie directly under the name's prefix.
+// The key layout: the sub-ranges and records under a name's prefix, every one the
+// primitives use, written here once. An exclusive lock's (mutex, reentrant, election) keys
+// lie directly under the name's prefix; the records beside a name that must never be
+// mistaken for one of its keys (a handover's, an operator's release) are under the name
+// itself and a NUL byte (HandoverRecordKey, ReleaseRecordKey).
 const (
 	KindRead    = "read/"   // rwmutex readers
 	KindWrite   = "write/"  // rwmutex writers
 	KindPermit  = "permit/" // semaphore permits
 	RecordLimit = "limit"   // the semaphore's limit record
+	// LimitMark starts the key of a limit's marker (the limit in force while it changes).
+	LimitMark = RecordLimit + "/"
+	// unitsMark starts the sub-prefix of a kind's keys of more than one unit (see unitsKind).
+	unitsMark = "u"
+
+	kindIn      = "in/"   // a double barrier's participants
+	roundRecord = "round" // a double barrier's record of rounds
+	sizeRecord  = "size"  // a double barrier's size
+	gateKey     = "gate"  // a gate, a barrier's simple form
+	latchKey    = "latch" // a latch's record; its markers are under latchKey + "/"
 )
+
+// The keys of a barrier, a gate and a latch, under the names admin reads them by.
+const (
+	KindParticipant = kindIn
+	RecordRound     = roundRecord
+	RecordSize      = sizeRecord
+	GateKey         = gateKey
+	LatchKey        = latchKey
+)
+
+// MaxUnits is the highest limit of a semaphore, and so the most units one permit takes:
+// the units of a permit are in its key (see unitsKind), read back as a 32-bit number, and
+// the units of every key ahead of a waiter are summed in an int, which no count of keys
+// etcd can hold makes overflow on a 64-bit platform.
+const MaxUnits = 1<<31 - 1
 
 // KeyShape is what a holder's or waiter's key says by its shape alone (ParseKey).
 type KeyShape struct {
@@ -214,4 +247,234 @@ func OwnerValue(extra string) string {
 		v += " " + extra
 	}
 	return v
+}
+
+// What a name is used as. Each use owns sub-ranges of the name's prefix (its keys and its
+// records; etcd's own concurrency and recipes put theirs in the same places), and a write of
+// one use compares, in its Txn, that no key lies under the name outside the ranges it owns
+// (Claim.Guard). So a lock never waits behind a semaphore's limit record, which has no lease
+// and would stay ahead of every new key for good, nor behind another use's keys: it fails
+// at once, having written nothing, with ErrOtherKind naming what it found. The guard is
+// compares only: it costs no op and no read while the name is used one way.
+//
+// A lock's keys (mutex, reentrant, Multi, etcd's Mutex and `etcdctl lock`) are
+// "<lease hex>[_<slot>]", which start with a digit or a..f; every other use's sub-ranges
+// start with a letter after f, so a lock owns everything below "g".
+
+// Use is what a name is used as.
+type Use uint8
+
+const (
+	UseLock      Use = iota + 1 // mutex, reentrant, mutex.Multi; etcd's Mutex
+	UseElection                 // election; etcd's Election
+	UseRWLock                   // rwmutex; etcd's recipe.RWMutex
+	UseSemaphore                // semaphore
+	UseBarrier                  // barrier's double barrier
+	UseGate                     // barrier.Gate
+	UseLatch                    // latch
+)
+
+var useNames = [...]string{UseLock: "lock", UseElection: "election", UseRWLock: "rwlock",
+	UseSemaphore: "semaphore", UseBarrier: "barrier", UseGate: "gate", UseLatch: "latch"}
+
+func (u Use) String() string {
+	if int(u) < len(useNames) && useNames[u] != "" {
+		return useNames[u]
+	}
+	return "unknown"
+}
+
+// span is a sub-range of a name's prefix, [from, to) relative to it; to "" is the end of
+// the prefix's range.
+type span struct{ from, to string }
+
+// ownedBy are the sub-ranges each use owns.
+var ownedBy = map[Use][]span{
+	UseLock:      {{"", "g"}},
+	UseElection:  {{"", "g"}, {"p0", "p:"}}, // and its candidates with a preference, "p<n>/"
+	UseRWLock:    {{KindRead, "read0"}, {KindWrite, "write0"}},
+	UseSemaphore: {{RecordLimit, "limit0"}, {KindPermit, "permit0"}}, // its record, markers, permits
+	UseBarrier:   {{kindIn, "in0"}, {roundRecord, roundRecord + "\x00"}, {sizeRecord, sizeRecord + "\x00"}},
+	UseGate:      {{gateKey, gateKey + "\x00"}},
+	UseLatch:     {{latchKey, "latch0"}}, // its record and markers, "latch/<participant>"
+}
+
+// foreign are the sub-ranges of a name that u does not own, in key order.
+func (u Use) foreign() []span {
+	var out []span
+	at := ""
+	for _, s := range ownedBy[u] {
+		if s.from > at {
+			out = append(out, span{at, s.from})
+		}
+		at = s.to
+	}
+	return append(out, span{at, ""})
+}
+
+// UseOf is the use that owns rest, a key relative to its name's prefix; 0 for none. A
+// lock's keys are told as a lock's (an election's candidates are laid out alike).
+func UseOf(rest string) Use {
+	for _, u := range []Use{UseLock, UseRWLock, UseSemaphore, UseBarrier, UseGate, UseLatch, UseElection} {
+		for _, s := range ownedBy[u] {
+			if rest >= s.from && (s.to == "" || rest < s.to) {
+				return u
+			}
+		}
+	}
+	return 0
+}
+
+// ErrOtherKind: the name holds keys or records of another kind of primitive (a
+// semaphore's limit under a name now locked, say), which a waiter of this kind would count
+// ahead of it; nothing was written. The error names what was found.
+var ErrOtherKind = errors.New("etcdsync: the name is used by another kind of primitive")
+
+// A Claim is a use of the name whose keys lie under Prefix.
+type Claim struct {
+	Prefix string
+	Use    Use
+}
+
+// Guard are the compares that hold while no key lies under the name outside what the
+// claim's use owns; none for a claim without a use.
+func (c Claim) Guard() []clientv3.Cmp {
+	if c.Use == 0 {
+		return nil
+	}
+	f := c.Use.foreign()
+	cmps := make([]clientv3.Cmp, len(f))
+	for i, s := range f {
+		end := clientv3.GetPrefixRangeEnd(c.Prefix)
+		if s.to != "" {
+			end = c.Prefix + s.to
+		}
+		cmps[i] = clientv3.Compare(clientv3.CreateRevision(c.Prefix+s.from), "=", 0).WithRange(end)
+	}
+	return cmps
+}
+
+// probes read, keys only, the first key of each sub-range the claim's use does not own.
+func (c Claim) probes() []clientv3.Op {
+	var ops []clientv3.Op
+	for _, s := range c.Use.foreign() {
+		end := clientv3.GetPrefixRangeEnd(c.Prefix)
+		if s.to != "" {
+			end = c.Prefix + s.to
+		}
+		ops = append(ops, clientv3.OpGet(c.Prefix+s.from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(1)))
+	}
+	return ops
+}
+
+// Check reads the name's sub-ranges that the claims' uses do not own, and returns
+// ErrOtherKind naming the first key found there; nil if there is none, or the read failed
+// (the caller's own error then stands). For a write whose guard failed: was it this? One
+// Range per sub-range, in one Txn.
+func Check(ctx context.Context, cli *clientv3.Client, claims ...Claim) error {
+	var ops []clientv3.Op
+	for _, c := range claims {
+		ops = append(ops, c.probes()...)
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
+	})
+	if err != nil {
+		return nil
+	}
+	i := 0
+	for _, c := range claims {
+		for range c.Use.foreign() {
+			if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
+				return c.otherKind(string(kvs[0].Key))
+			}
+			i++
+		}
+	}
+	return nil
+}
+
+// foreign reports whether key, under the claim's name, is not of the claim's use.
+func (c Claim) foreign(key string) bool {
+	rest := strings.TrimPrefix(key, c.Prefix)
+	for _, s := range ownedBy[c.Use] {
+		if rest >= s.from && (s.to == "" || rest < s.to) {
+			return false
+		}
+	}
+	return true
+}
+
+// otherKind is ErrOtherKind for key, found under the claim's name.
+func (c Claim) otherKind(key string) error {
+	what := "a key of no primitive's"
+	if u := UseOf(strings.TrimPrefix(key, c.Prefix)); u != 0 {
+		what = "a key of a " + u.String()
+	}
+	return fmt.Errorf("%w: %s holds %s, %s, not of a %s: use another name, or once nobody uses it "+
+		"remove its lasting records with `etcdsync delete` (admin.Delete)", ErrOtherKind,
+		strings.TrimSuffix(c.Prefix, "/"), what, key, c.Use)
+}
+
+// The modes of a key whose hold changed in place.
+const (
+	// ModeRead: a write key whose hold is now a read hold (rwmutex Downgrade).
+	ModeRead = "read"
+	// ModeUpgradable: a write key of an upgradable read: beside readers, never beside a
+	// writer or another upgradable read (rwmutex ULock).
+	ModeUpgradable = "upgradable"
+	// ModeUpgrading: an upgradable read on its way to the write hold (Upgrade). A waiter
+	// that passes upgradable reads passes it only if its key was created before the
+	// change, that is before the key's mod revision; one created after waits for it.
+	ModeUpgrading = "upgrading"
+)
+
+// modeField starts the mode's field in a value.
+const modeField = " mode="
+
+// ModeOf is the mode a key's value says: its last field's, if that is " mode=<m>"; else "".
+func ModeOf(value string) string {
+	i := strings.LastIndex(value, modeField)
+	if i < 0 {
+		if strings.HasPrefix(value, modeField[1:]) {
+			return value[len(modeField)-1:]
+		}
+		return ""
+	}
+	m := value[i+len(modeField):]
+	if strings.ContainsAny(m, " \t\n") {
+		return ""
+	}
+	return m
+}
+
+// WithMode is value with mode as its last field ("" writes none: the kind's own).
+func WithMode(value, mode string) string {
+	if mode == "" {
+		return value
+	}
+	return value + modeField + mode
+}
+
+// markedLimit is the limit a marker's key names, relative to the mark's range (the name's
+// prefix and LimitMark); false if it names none.
+func markedLimit(rest string) (int, bool) {
+	n, err := strconv.Atoi(rest)
+	return n, err == nil && n >= 1 && n <= MaxUnits && strconv.Itoa(n) == rest
+}
+
+// markedIn is the capacity the markers under mark among kvs say (the least, should an
+// operator have left more than one); false without a mark or a marker.
+func markedIn(kvs []*mvccpb.KeyValue, mark string) (int, bool) {
+	least := 0
+	for _, kv := range kvs {
+		rest, ok := strings.CutPrefix(string(kv.Key), mark)
+		if n, marked := markedLimit(rest); mark != "" && ok && marked && (least == 0 || n < least) {
+			least = n
+		}
+	}
+	return least, least > 0
 }

@@ -28,46 +28,6 @@ import (
 // one stops passing (an upgradable read that became a write). A waiter already served is
 // not affected: what it holds beside is for the changing hold to wait out (Upgrade).
 
-// The modes of a key whose hold changed in place.
-const (
-	// ModeRead: a write key whose hold is now a read hold (rwmutex Downgrade).
-	ModeRead = "read"
-	// ModeUpgradable: a write key of an upgradable read: beside readers, never beside a
-	// writer or another upgradable read (rwmutex ULock).
-	ModeUpgradable = "upgradable"
-	// ModeUpgrading: an upgradable read on its way to the write hold (Upgrade). A waiter
-	// that passes upgradable reads passes it only if its key was created before the
-	// change, that is before the key's mod revision; one created after waits for it.
-	ModeUpgrading = "upgrading"
-)
-
-// modeField starts the mode's field in a value.
-const modeField = " mode="
-
-// ModeOf is the mode a key's value says: its last field's, if that is " mode=<m>"; else "".
-func ModeOf(value string) string {
-	i := strings.LastIndex(value, modeField)
-	if i < 0 {
-		if strings.HasPrefix(value, modeField[1:]) {
-			return value[len(modeField)-1:]
-		}
-		return ""
-	}
-	m := value[i+len(modeField):]
-	if strings.ContainsAny(m, " \t\n") {
-		return ""
-	}
-	return m
-}
-
-// WithMode is value with mode as its last field ("" writes none: the kind's own).
-func WithMode(value, mode string) string {
-	if mode == "" {
-		return value
-	}
-	return value + modeField + mode
-}
-
 // A change in place is a put of the hold's key, which moves its mod revision. etcd's
 // recipe.RWMutex weighs only the keys whose mod revision is below its own key's creation,
 // so a waiter of the recipe queued behind the hold that reads the name after the change

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"context"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -246,3 +249,50 @@ func OptionsFor(what string, takes optionSet, opts []Option) (Config, error) {
 	}
 	return c, errors.Join(errs...)
 }
+
+// Sessions hands out the session whose lease an acquisition writes its key under.
+type Sessions interface {
+	// Session returns a live session; it may grant a lease (one RPC) when there is none.
+	Session(ctx context.Context) (*Session, error)
+	// Expired tells the source that s was found dead (etcd said its lease is not found), so
+	// that the next Session call does not return it again. It returns ErrMixedClusters when
+	// no new lease can help: the client's endpoints are of different clusters.
+	Expired(ctx context.Context, s *Session) error
+	// Retire takes s out of use for new acquisitions (see Session.retire).
+	Retire(s *Session)
+}
+
+// SessionsFor returns the session source of a primitive on cli configured by c: the
+// caller's own session, or the one shared by every primitive on cli with the same TTL.
+func SessionsFor(cli *clientv3.Client, c Config) Sessions {
+	if c.Session != nil {
+		return newFixedSession(c.Session)
+	}
+	s := shared(cli, int64(c.TTL/time.Second))
+	s.meter(c.Meter)
+	return s
+}
+
+// fixedSession is a caller's session, used untouched: never replaced, retired or closed,
+// and its end known only when its own keep-alive reports it.
+type fixedSession struct {
+	cs *concurrency.Session
+	s  *Session
+}
+
+func newFixedSession(cs *concurrency.Session) fixedSession {
+	// Its Ctx ends when its keep-alive does (the lease expired or was revoked) or it is closed.
+	ctx, end := context.WithCancelCause(cs.Ctx())
+	return fixedSession{cs, &Session{id: cs.Lease(), ctx: ctx, end: end}}
+}
+
+func (f fixedSession) Session(context.Context) (*Session, error) {
+	if f.s.ended() {
+		return nil, fmt.Errorf("%w: %w", ErrLost, errCallerEnded)
+	}
+	return f.s, nil
+}
+
+func (fixedSession) Expired(context.Context, *Session) error { return nil }
+
+func (fixedSession) Retire(*Session) {}

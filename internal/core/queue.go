@@ -90,7 +90,7 @@ type Spec struct {
 	Guard []clientv3.Cmp
 	// CapacityMark, if not empty, says that Capacity may change while the acquisition
 	// waits: a key "<CapacityMark><n>" under the name says the capacity in force, and its
-	// delete that it changed (see limit.go). The keys ahead are then weighed whatever
+	// delete that it changed (see records.go). The keys ahead are then weighed whatever
 	// Capacity is.
 	CapacityMark string
 	// Passes, if not empty, are the modes (see mode.go) of keys of Ahead that do not count
@@ -139,9 +139,6 @@ func (s Spec) keyKind() string { return unitsKind(s.Kind, s.weight()) }
 // under "<kind>u<n>/". A lease in hex never starts with u, so the keys of more than one
 // unit are exactly those under "<kind>u", and a Txn that counts the keys of kind reads
 // those alone to turn the count into a weight.
-
-// unitsMark starts the sub-prefix of the keys of more than one unit.
-const unitsMark = "u"
 
 // unitsKind is the kind of an acquisition of n units of kind: kind itself for one unit.
 func unitsKind(kind string, n int) string {
@@ -281,7 +278,7 @@ func (w weigher) weight(resps []*etcdserverpb.ResponseOp) int {
 
 // HeldUnits is the weight of the keys of kind that hold now on a semaphore, and its limit,
 // both as of one revision: etcd's record of the limit (known without one), and the permits
-// that hold by heldPermits (see limit.go). One Txn of the record, its marker and at most
+// that hold by heldPermits (see records.go). One Txn of the record, its marker and at most
 // known permit keys without values, and one more if the record says more (permits beyond
 // the limit still hold after a lowering: at most as many as were read when it was made);
 // linearizable, retried through leader changes of etcd until ctx ends.
@@ -403,4 +400,37 @@ func Record(ctx context.Context, cli *clientv3.Client, claim Claim, key, value s
 		return "", fmt.Errorf("record %s: %w: the name's keys changed between a write and a read", key, ErrOtherKind)
 	}
 	return string(kvs[0].Value), nil
+}
+
+// The specs of the keys each primitive writes, the one statement of who each kind of key
+// waits behind: the primitives acquire with them, and admin decides who holds by them
+// (Served). value is what the key says (OwnerValue, or a candidate's value).
+
+// LockSpec is a lock's key (mutex, reentrant, Multi): served once no key of the name is
+// ahead of it.
+func LockSpec(value string) Spec { return Spec{Value: value, Use: UseLock} }
+
+// CandidateSpec is an election's candidate: a lock's key that a handover may be handed to.
+func CandidateSpec(value string) Spec { return Spec{Value: value, Handover: true, Use: UseElection} }
+
+// ReadSpec is a reader's: served once no write key is ahead of it but those of holds that
+// are reads now (Downgrade) or upgradable reads.
+func ReadSpec(value string) Spec {
+	return Spec{Kind: KindRead, Ahead: KindWrite, Value: value, Passes: []string{ModeRead, ModeUpgradable}, Use: UseRWLock}
+}
+
+// UpgradableSpec is an upgradable read's: a write key in upgradable mode, served once no
+// write key is ahead of it but those of holds that are reads now.
+func UpgradableSpec(value string) Spec {
+	return Spec{Kind: KindWrite, Ahead: KindWrite, Value: WithMode(value, ModeUpgradable), Passes: []string{ModeRead}, Use: UseRWLock}
+}
+
+// WriteSpec is a writer's: served once no key of the name is ahead of it.
+func WriteSpec(value string) Spec { return Spec{Kind: KindWrite, Value: value, Use: UseRWLock} }
+
+// PermitSpec is a semaphore's permit of units of limit: served once its units fit beside
+// those of the permits ahead of it, under the limit in force (its marker).
+func PermitSpec(value string, limit, units int) Spec {
+	return Spec{Kind: KindPermit, Ahead: KindPermit, Capacity: limit, Weight: units, Value: value,
+		CapacityMark: LimitMark, Use: UseSemaphore}
 }

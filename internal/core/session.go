@@ -12,25 +12,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-)
-
-// Why a session ended: the cause of its context, and the detail of the ErrLost of every
-// hold and wait on it.
-var (
-	errDeadline     = errors.New("no renewal of the session's lease got through before its local deadline")
-	errLeaseGone    = errors.New("etcd says the session's lease is gone (expired or revoked)")
-	errShutdown     = errors.New("the session's lease was revoked by Shutdown")
-	errClientClosed = errors.New("the etcd client was closed")
-	errRetired      = errors.New("the session was retired")
-	errCallerEnded  = errors.New("the session given with WithSession ended")
-	// errKeepAliveStopped: the keep-alive returned while nothing else had ended the session;
-	// no path does, but a hold on a lease that nobody renews must not live on.
-	errKeepAliveStopped = errors.New("the session's keep-alive stopped")
 )
 
 // Session is the lease that acquisitions bind their keys to, and when it ends.
@@ -170,53 +153,6 @@ func (s *Session) isRetired() bool {
 	defer s.mu.Unlock()
 	return s.retired
 }
-
-// Sessions hands out the session whose lease an acquisition writes its key under.
-type Sessions interface {
-	// Session returns a live session; it may grant a lease (one RPC) when there is none.
-	Session(ctx context.Context) (*Session, error)
-	// Expired tells the source that s was found dead (etcd said its lease is not found), so
-	// that the next Session call does not return it again. It returns ErrMixedClusters when
-	// no new lease can help: the client's endpoints are of different clusters.
-	Expired(ctx context.Context, s *Session) error
-	// Retire takes s out of use for new acquisitions (see Session.retire).
-	Retire(s *Session)
-}
-
-// SessionsFor returns the session source of a primitive on cli configured by c: the
-// caller's own session, or the one shared by every primitive on cli with the same TTL.
-func SessionsFor(cli *clientv3.Client, c Config) Sessions {
-	if c.Session != nil {
-		return newFixedSession(c.Session)
-	}
-	s := shared(cli, int64(c.TTL/time.Second))
-	s.meter(c.Meter)
-	return s
-}
-
-// fixedSession is a caller's session, used untouched: never replaced, retired or closed,
-// and its end known only when its own keep-alive reports it.
-type fixedSession struct {
-	cs *concurrency.Session
-	s  *Session
-}
-
-func newFixedSession(cs *concurrency.Session) fixedSession {
-	// Its Ctx ends when its keep-alive does (the lease expired or was revoked) or it is closed.
-	ctx, end := context.WithCancelCause(cs.Ctx())
-	return fixedSession{cs, &Session{id: cs.Lease(), ctx: ctx, end: end}}
-}
-
-func (f fixedSession) Session(context.Context) (*Session, error) {
-	if f.s.ended() {
-		return nil, fmt.Errorf("%w: %w", ErrLost, errCallerEnded)
-	}
-	return f.s, nil
-}
-
-func (fixedSession) Expired(context.Context, *Session) error { return nil }
-
-func (fixedSession) Retire(*Session) {}
 
 // shared returns the one sharedSession of cli and ttl. It does no I/O.
 func shared(cli *clientv3.Client, ttl int64) *sharedSession {
@@ -627,43 +563,6 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// tokenRefusals are etcd's refusals of a client's login or token.
-var tokenRefusals = []error{rpctypes.ErrInvalidAuthToken, rpctypes.ErrAuthOldRevision, rpctypes.ErrAuthFailed,
-	rpctypes.ErrUserEmpty, rpctypes.ErrUserNotFound}
-
-// tokenRefused reports whether err is etcd refusing the client's login or token (invalid or
-// expired, of an old auth revision).
-func tokenRefused(err error) bool {
-	if err == nil {
-		return false
-	}
-	err = rpctypes.Error(err)
-	return slices.ContainsFunc(tokenRefusals, func(r error) bool { return errors.Is(err, r) }) ||
-		status.Code(err) == codes.Unauthenticated
-}
-
-// authRefused reports whether err is etcd refusing the client's login, its token or a
-// permission.
-func authRefused(err error) bool {
-	return tokenRefused(err) || errors.Is(rpctypes.Error(err), rpctypes.ErrPermissionDenied) ||
-		status.Code(err) == codes.PermissionDenied
-}
-
-// deadlineCause is why a session ended at its local deadline: errDeadline, with why the
-// renewals tried since the last one that got through failed (no leader, an expired auth
-// token, a permission, no answer in time), so that the loss says what an operator can fix.
-func deadlineCause(failed error) error {
-	switch {
-	case failed == nil:
-		return errDeadline
-	case errors.Is(failed, context.DeadlineExceeded):
-		return fmt.Errorf("%w (the last try got no answer in time)", errDeadline)
-	case authRefused(failed):
-		return fmt.Errorf("%w (the renewals failed: %w)", errDeadline, failed)
-	}
-	return fmt.Errorf("%w (the last try failed: %v)", errDeadline, failed)
 }
 
 // revoke revokes the lease, retrying until etcd answers or the client closes: until then

@@ -550,3 +550,44 @@ func (q *Queue) Head(ctx context.Context) (Head, error) {
 	kv := resp.Kvs[0]
 	return Head{Key: string(kv.Key), Value: string(kv.Value), Token: kv.CreateRevision}, nil
 }
+
+// A subscriber is what a hub dispatches a name's events to: a queue waiter, a sentry, a
+// release watch or an observer, each a small type of its own. Its methods run under the
+// hub's mutex, in revision order, and must not block; a subscriber tells its owner that
+// something changed through a channel of its own.
+type subscriber interface {
+	// since is the revision its view reflects: events at or below it are no news to it.
+	since() int64
+	// apply takes every event of revision rev, after since, at once: one revision can carry
+	// many deletes (a lease's keys, an operator's delete of a range), and what they mean
+	// together is not what each means alone.
+	apply(rev int64, evs []event)
+	// missed says that the events after since can no longer all be delivered.
+	missed()
+	// stale reports whether it waits for a read of the name (recount).
+	stale() bool
+	// recount renews its view from every key of the name, read at revision rev.
+	recount(kvs []*mvccpb.KeyValue, rev int64)
+	// fail ends it with err: the client closed, or etcd refused to read the name.
+	fail(err error)
+}
+
+// event is one change of a key of the name, as the hub dispatches it.
+type event struct {
+	key     string
+	put     bool   // a put (an arrival on a hub that delivers them, any put on a hub with values), else a delete
+	created int64  // create revision of the key; 0 for a delete whose previous value etcd did not give
+	lease   int64  // of a deleted key, from its previous value; 0 for none, or not given
+	rev     int64  // revision of the event
+	value   string // the value put, on a hub with values
+	// mode is the mode (see mode.go) of the key's value, and modRev the revision it was
+	// written at, on an arrivals hub: put, or, for a delete, the last ("" and 0 when etcd
+	// did not give it, and on other hubs). A
+	// put of a key that was there already (changed: an arrivals hub delivers those too, for
+	// a change of mode) also says the mode it had and since when (was, wasRev), if etcd gave
+	// the previous value (wasKnown).
+	mode, was      string
+	modRev, wasRev int64
+	changed        bool
+	wasKnown       bool
+}

@@ -22,7 +22,7 @@ const (
 const SoakEnv = "ETCDSYNC_SOAK"
 
 // approachOften has a waiter with more than one key ahead approach (see package core's
-// approach.go) when its client has no watch of the name, as a fleet's far-back waiters do:
+// follow.go) when its client has no watch of the name, as a fleet's far-back waiters do:
 // the suites have few clients. It returns what undoes it.
 func approachOften() func() { return core.SetNearAhead(1) }
 

@@ -30,7 +30,7 @@ import (
 // permits of several units, reader goroutines that share a handle's key, nested holds.
 func TestExclusionWithClientsOnLaggingMembers(t *testing.T) {
 	// Its few clients approach as a fleet's far-back waiters do (see package core's
-	// approach.go): a waiter with more than one key ahead, on a client with no watch of the
+	// follow.go): a waiter with more than one key ahead, on a client with no watch of the
 	// name, watches a key ahead before it joins the watch.
 	t.Cleanup(core.SetNearAhead(1))
 	c := etcdtest.LaggingCluster(t)

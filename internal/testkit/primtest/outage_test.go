@@ -34,7 +34,7 @@ func TestAMajorityOutageEndsEveryHoldBeforeAnotherIsServed(t *testing.T) {
 		t.Skip("stops and restarts members of clusters of its own: not in the short tier")
 	}
 	// Its few clients approach as a fleet's far-back waiters do (see package core's
-	// approach.go): a waiter with more than one key ahead, on a client with no watch of the
+	// follow.go): a waiter with more than one key ahead, on a client with no watch of the
 	// name, watches a key ahead before it joins the watch.
 	t.Cleanup(core.SetNearAhead(1))
 	clusters := []struct {
