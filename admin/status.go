@@ -207,12 +207,12 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) N
 			continue
 		}
 		kind := exclusive
-		switch {
-		case strings.HasPrefix(rest, core.KindRead):
+		switch core.KindOf(rest) {
+		case core.KindRead:
 			kind = KindRead
-		case strings.HasPrefix(rest, core.KindWrite):
+		case core.KindWrite:
 			kind = KindWrite
-		case strings.HasPrefix(rest, core.KindPermit):
+		case core.KindPermit:
 			kind = KindPermit
 		}
 		kinds[kind] = true
@@ -252,7 +252,11 @@ func queueOf(name, keyPrefix string, kvs []*mvccpb.KeyValue, exclusive string) N
 	specs := make(map[string]core.Spec, len(ns.Queue))
 	for i, e := range ns.Queue {
 		keys[i] = core.QueuedKey{Key: e.Key, Created: e.Token, ModRev: e.modRev, Mode: e.Mode}
-		if s, ok := specOf(e, ns.Limit); ok {
+		limit := 0
+		if ns.Limit != nil {
+			limit = *ns.Limit
+		}
+		if s, ok := core.SpecOfKey(strings.TrimPrefix(e.Key, keyPrefix), e.Value, limit); ok {
 			specs[e.Key] = s
 		}
 	}
@@ -292,29 +296,6 @@ func modeOf(kind, value string) string {
 		return ""
 	}
 	return core.ModeOf(value)
-}
-
-// specOf is the spec the key of e was written with, for core.Served: who holds is decided
-// by the rule the primitives wait on. A permit of a name whose limit is unknown has none:
-// whether it holds cannot be told (its state is unknown).
-func specOf(e Entry, limit *int) (core.Spec, bool) {
-	switch e.Kind {
-	case KindRead:
-		return core.ReadSpec(""), true
-	case KindWrite:
-		if e.Mode == core.ModeUpgradable || e.Mode == core.ModeUpgrading {
-			return core.UpgradableSpec(""), true
-		}
-		return core.WriteSpec(""), true
-	case KindParticipant, KindGate: // their states are decided apart (gatheringOf)
-		return core.Spec{}, false
-	case KindPermit:
-		if limit == nil {
-			return core.Spec{}, false
-		}
-		return core.PermitSpec("", *limit, max(e.Units, 1)), true
-	}
-	return core.LockSpec(""), true
 }
 
 // readTTLs fills in the TTL each key's lease has left: one LeaseTimeToLive per lease. A lease

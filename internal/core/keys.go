@@ -62,24 +62,30 @@ type KeyShape struct {
 	Recipe bool   // etcd's recipe.RWMutex wrote it: a read or write key without a slot
 }
 
+// KindOf is the kind of the key rest (relative to its name's prefix), by the sub-range it
+// lies in, as waiters weigh keys: KindRead, KindWrite, KindPermit, KindParticipant, or ""
+// for a key directly under the name.
+func KindOf(rest string) string {
+	for _, kind := range []string{KindRead, KindWrite, KindPermit, KindParticipant} {
+		if strings.HasPrefix(rest, kind) {
+			return kind
+		}
+	}
+	return ""
+}
+
 // ParseKey reads rest, a key relative to its name's prefix, as a holder's or waiter's key:
 // its kind, then for a permit of n > 1 units "u<n>/", then a lease in hex with "_" and a
 // slot in decimal (etcdsync), or without them (etcd's Mutex and Election, etcdctl; under
 // read/ and write/, etcd's recipe.RWMutex, whose time in decimal reads as hex too). False
 // for anything else: a record, a marker, data that is not a primitive's.
 func ParseKey(rest string) (KeyShape, bool) {
-	shape := KeyShape{Units: 1}
-	for _, kind := range []string{KindRead, KindWrite, KindPermit, KindParticipant} {
-		if r, ok := strings.CutPrefix(rest, kind); ok {
-			shape.Kind, rest = kind, r
-			break
-		}
-	}
+	shape := KeyShape{Units: 1, Kind: KindOf(rest)}
+	rest = rest[len(shape.Kind):]
 	if shape.Kind == KindPermit {
 		if units, r, ok := strings.Cut(rest, "/"); ok {
-			n, found := strings.CutPrefix(units, unitsMark)
-			v, err := strconv.Atoi(n)
-			if !found || err != nil || v < 2 || v > MaxUnits || strconv.Itoa(v) != n {
+			v, ok := unitsOf(units)
+			if !ok {
 				return KeyShape{}, false
 			}
 			shape.Units, rest = v, r
@@ -91,6 +97,15 @@ func ParseKey(rest string) (KeyShape, bool) {
 	}
 	shape.Recipe = !hasSlot && (shape.Kind == KindRead || shape.Kind == KindWrite)
 	return shape, true
+}
+
+// unitsOf reads the units a permit's key of more than one unit says: s is unitsMark and n,
+// 2 to MaxUnits, written as strconv.Itoa writes it. The one reading of it, for ParseKey and
+// the weight of a key ahead (weigher).
+func unitsOf(s string) (int, bool) {
+	n, found := strings.CutPrefix(s, unitsMark)
+	v, err := strconv.Atoi(n)
+	return v, found && err == nil && v >= 2 && v <= MaxUnits && strconv.Itoa(v) == n
 }
 
 // allOf reports whether s is not empty and has only bytes of set.

@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -212,6 +213,41 @@ func TestParseKey(t *testing.T) {
 		got, ok := core.ParseKey(c.rest)
 		if ok != c.ok || got != c.want {
 			t.Errorf("ParseKey(%q) = %+v, %v; want %+v, %v", c.rest, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// TestSpecOfKey: every kind of key reads back as the spec its primitive writes it with; a
+// record, a gathering's key and a permit under an unknown limit as none.
+func TestSpecOfKey(t *testing.T) {
+	upgradable := core.WithMode(core.OwnerValue(""), core.ModeUpgradable)
+	upgrading := core.WithMode(core.OwnerValue(""), core.ModeUpgrading)
+	for _, c := range []struct {
+		rest, value string
+		limit       int
+		want        core.Spec
+		ok          bool
+	}{
+		{"694d_0", "", 0, core.LockSpec(""), true},
+		{"p3/694d_0", "", 0, core.LockSpec(""), true}, // a preferred candidate's: a lock's layout
+		{core.KindRead + "694d_1", "", 0, core.ReadSpec(""), true},
+		{core.KindWrite + "694d_1", "", 0, core.WriteSpec(""), true},
+		{core.KindWrite + "694d_1", core.WithMode("v", core.ModeRead), 0, core.WriteSpec(""), true},
+		{core.KindWrite + "694d_1", upgradable, 0, core.UpgradableSpec(""), true},
+		{core.KindWrite + "694d_1", upgrading, 0, core.UpgradableSpec(""), true},
+		{core.KindPermit + "694d_1", "", 3, core.PermitSpec("", 3, 1), true},
+		{core.KindPermit + "u2/694d_1", "", 3, core.PermitSpec("", 3, 2), true},
+		{core.KindPermit + "694d_1", "", 0, core.Spec{}, false},
+		{core.RecordLimit, "3", 3, core.Spec{}, false},
+		{core.LimitMark + "3", "", 3, core.Spec{}, false},
+		{core.KindParticipant + "694d_0", "", 0, core.Spec{}, false},
+		{core.RecordRound, "", 0, core.Spec{}, false},
+		{core.GateKey, "", 0, core.Spec{}, false},
+		{core.LatchKey, "", 0, core.Spec{}, false},
+	} {
+		got, ok := core.SpecOfKey(c.rest, c.value, c.limit)
+		if ok != c.ok || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("SpecOfKey(%q, %q, %d) = %+v, %v; want %+v, %v", c.rest, c.value, c.limit, got, ok, c.want, c.ok)
 		}
 	}
 }

@@ -166,21 +166,16 @@ func weigherOf(q *Queue, spec Spec) weigher {
 }
 
 // of is the weight of key, whatever its value. A key under the prefix that does not say a
-// weight (written by hand) weighs 1.
+// weight as ParseKey reads it (written by hand) weighs 1.
 func (w weigher) of(key string) int {
 	if w.units == "" || !strings.HasPrefix(key, w.units) {
 		return 1
 	}
-	rest := key[len(w.units):]
-	i := strings.IndexByte(rest, '/')
-	if i <= 0 {
-		return 1
+	units, _, found := strings.Cut(key[len(w.units)-len(unitsMark):], "/")
+	if n, ok := unitsOf(units); found && ok {
+		return n
 	}
-	n, err := strconv.ParseInt(rest[:i], 10, 32)
-	if err != nil || n < 1 {
-		return 1
-	}
-	return int(n)
+	return 1
 }
 
 // kv is the weight of kv, read with its value when the weigher has passes, for a waiter
@@ -405,6 +400,34 @@ func Record(ctx context.Context, cli *clientv3.Client, claim Claim, key, value s
 // The specs of the keys each primitive writes, the one statement of who each kind of key
 // waits behind: the primitives acquire with them, and admin decides who holds by them
 // (Served). value is what the key says (OwnerValue, or a candidate's value).
+
+// SpecOfKey is the spec the key rest (relative to its name's prefix) with value was
+// written with, for those who decide who holds without having written it (admin, by
+// Served): the specs below, read back. limit is the name's semaphore limit, 0 when unknown.
+// False for a key that is no holder's or waiter's (a record, a barrier's participant, a
+// gate, a latch), and for a permit under an unknown limit, whose state cannot be told.
+func SpecOfKey(rest, value string, limit int) (Spec, bool) {
+	if u := UseOf(rest); IsRecord(rest) || u == UseBarrier || u == UseGate || u == UseLatch {
+		return Spec{}, false
+	}
+	switch KindOf(rest) {
+	case KindRead:
+		return ReadSpec(""), true
+	case KindWrite:
+		if m := ModeOf(value); m == ModeUpgradable || m == ModeUpgrading {
+			return UpgradableSpec(""), true
+		}
+		return WriteSpec(""), true
+	case KindPermit:
+		if limit < 1 {
+			return Spec{}, false
+		}
+		return PermitSpec("", limit, max(KeyUnits(KindPermit, rest), 1)), true
+	case KindParticipant:
+		return Spec{}, false
+	}
+	return LockSpec(""), true
+}
 
 // LockSpec is a lock's key (mutex, reentrant, Multi): served once no key of the name is
 // ahead of it.
