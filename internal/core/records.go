@@ -445,3 +445,57 @@ func LatchCount(record *mvccpb.KeyValue, markers int) (set, now int, err error) 
 	set, _, err = parseLatch(record)
 	return set, max(set-markers, 0), err
 }
+
+// OnceRecordKey is the key of a once job's record (package once) beside the name's keys:
+// the name itself and a NUL byte, outside the prefix its holders and waiters range over, as
+// a handover's and an operator's release records are.
+func OnceRecordKey(namePrefix string) string {
+	return strings.TrimSuffix(namePrefix, "/") + "\x00once"
+}
+
+// ReadRecord reads key, linearizably: its value and mod revision, 0 when it is absent. One
+// Range, retried through leader changes and tries that got no answer.
+func ReadRecord(ctx context.Context, cli *clientv3.Client, key string) (value string, modRev int64, err error) {
+	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return cli.Get(clientv3.WithRequireLeader(ctx), key)
+	})
+	if err != nil {
+		return "", 0, fmt.Errorf("read %q: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", 0, nil
+	}
+	return string(resp.Kvs[0].Value), resp.Kvs[0].ModRevision, nil
+}
+
+// PutRecordIf writes value at key while the hold whose key is holdKey, created at token,
+// still holds and key's mod revision is still modRev (0: absent), so that a record moves
+// only from what its writer read, and only while its writer holds. One Txn, retried through
+// leader changes and tries that got no answer: a later try that finds value at key says it
+// was written, so value must be one no other write makes (it names the token). ErrLost,
+// wrapped, when the hold's key is gone; false with no error when the record moved.
+func PutRecordIf(ctx context.Context, cli *clientv3.Client, holdKey string, token int64, key string, modRev int64, value string) (written bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, err // before any I/O: a try outlives ctx (see commitWrite), and would write
+	}
+	res, err := commitWrite(ctx, cli, func(t clientv3.Txn) clientv3.Txn {
+		return t.If(clientv3.Compare(clientv3.CreateRevision(holdKey), "=", token),
+			clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
+			Then(clientv3.OpPut(key, value)).
+			Else(clientv3.OpGet(key), clientv3.OpGet(holdKey, clientv3.WithKeysOnly()))
+	})
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("record %q: %w", key, err)
+	case res.resp.Succeeded:
+		return true, nil
+	}
+	rec := res.resp.Responses[0].GetResponseRange().Kvs
+	if res.unknown && len(rec) == 1 && string(rec[0].Value) == value {
+		return true, nil // an earlier try wrote it
+	}
+	if hold := res.resp.Responses[1].GetResponseRange().Kvs; len(hold) == 0 || hold[0].CreateRevision != token {
+		return false, fmt.Errorf("%w: %w", ErrLost, errKeyDeleted)
+	}
+	return false, nil
+}
