@@ -48,9 +48,10 @@
 //     few keys a few places ahead of it that weigh its threshold and joins the hub once
 //     enough of them are gone. Besides these a wait is the hub's (a name's line) or the
 //     hold's key watch (its loss); nothing else in the library watches.
-//   - records.go: the records beside a name that count: a semaphore's limit (its record and
-//     marker, and its change while permits are held and waited for, SetLimit) and a
-//     countdown latch (a record of the count, and a marker per count down).
+//   - records.go: the records beside a name: a semaphore's limit (its record and marker,
+//     and its change while permits are held and waited for, SetLimit), a countdown latch (a
+//     record of the count, and a marker per count down), and a once job's record of the
+//     last period done, written only by its hold (ReadRecord, PutRecordIf).
 //   - hold.go: Hold, a granted key at its create revision (its fencing token), its state and
 //     its end; how its loss is watched (on the client's keyWatch, or by a monitor of its own
 //     on a client whose KV or Watcher is wrapped).

@@ -403,3 +403,14 @@ var (
 	errUnmade             = fmt.Errorf("%w: a handle not made by New (a zero value or a nil pointer)", ErrInvalidOption)
 	errClientClosedOption = fmt.Errorf("%w: the etcd client is closed", ErrInvalidOption)
 )
+
+// clientUnusable is the part of Unusable every handle made by New shares: its client closed.
+func clientUnusable(cli *clientv3.Client) error {
+	if cli.Ctx().Err() != nil {
+		return errClientClosedOption
+	}
+	return nil
+}
+
+// errKeyDeleted is why a hold whose key is no longer the one it created was lost.
+var errKeyDeleted = errors.New("deleted, or gone with its lease")

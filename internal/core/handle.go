@@ -196,14 +196,6 @@ func (q *Queue) Unusable() error {
 	return clientUnusable(q.cli)
 }
 
-// clientUnusable is the part of Unusable every handle made by New shares: its client closed.
-func clientUnusable(cli *clientv3.Client) error {
-	if cli.Ctx().Err() != nil {
-		return errClientClosedOption
-	}
-	return nil
-}
-
 // unmadeKey is the key that UnmadeOwner compares: no name's key, since every name's keys
 // end in "/" + a kind or a lease.
 const unmadeKey = "etcdsync: no handle"

@@ -271,9 +271,6 @@ func (h *Hold) Check(ctx context.Context) (alive bool, err error) {
 	return alive, nil
 }
 
-// errKeyDeleted is why a hold whose key is no longer the one it created was lost.
-var errKeyDeleted = errors.New("deleted, or gone with its lease")
-
 // errKeyGone is the loss of a hold whose key is no longer the one it created.
 func errKeyGone(key string) error {
 	return fmt.Errorf("%w: key %s %w", ErrLost, key, errKeyDeleted)

@@ -493,3 +493,9 @@ func markedIn(kvs []*mvccpb.KeyValue, mark string) (int, bool) {
 	}
 	return least, least > 0
 }
+
+// IsRecord reports whether rest, a key relative to its name's prefix, is a record of the
+// name (a semaphore's limit or its marker), not a holder's or waiter's key.
+func IsRecord(rest string) bool {
+	return rest == RecordLimit || strings.HasPrefix(rest, LimitMark)
+}

@@ -42,12 +42,6 @@ func CheckLimit(n int) error {
 	return nil
 }
 
-// IsRecord reports whether rest, a key relative to its name's prefix, is a record of the
-// name (a semaphore's limit or its marker), not a holder's or waiter's key.
-func IsRecord(rest string) bool {
-	return rest == RecordLimit || strings.HasPrefix(rest, LimitMark)
-}
-
 // limitState is what etcd records of a semaphore's limit.
 type limitState struct {
 	n      int      // the limit; 0 without a record
