@@ -67,11 +67,12 @@ func New(cli *clientv3.Client, name string, period time.Duration, opts ...Option
 // in is recorded done (then ran is false and fn is not called). fn's ctx ends when ctx does
 // or the hold ends (see [mutex.Mutex.Do]); [Start] tells fn the period it runs for. When fn
 // returns nil, Run records the period done, fenced by the hold; then it releases the hold.
+// It is [Job.Mutex]'s Do around [Job.Due], fn and [Job.Complete].
 //
 // Errors: the lock's ([mutex.Mutex.Lock]'s, without running fn); fn's own, with nothing
 // recorded; one matching [ErrLost] when the hold was lost before the period was recorded
-// (fn's ctx ended; whatever fn returned, the period is not recorded); the record's read or
-// write failing. A nil fn is [ErrInvalidOption], and nothing is acquired.
+// (fn's ctx ended; whatever fn returned, the period is not recorded); Due's and Complete's.
+// A nil fn is [ErrInvalidOption], and nothing is acquired.
 //
 // Cost: the lock's Lock and Unlock, one Range, and one Txn when fn ran and returned nil.
 func (j *Job) Run(ctx context.Context, fn func(ctx context.Context) error) (ran bool, err error) {
@@ -82,39 +83,103 @@ func (j *Job) Run(ctx context.Context, fn func(ctx context.Context) error) (ran 
 		return false, j.errorf("run", core.ErrNilFunc)
 	}
 	err = j.m.Do(ctx, func(ctx context.Context) error {
-		value, modRev, err := core.ReadRecord(ctx, j.cli, j.key)
-		if err != nil {
+		p, due, err := j.due(ctx)
+		if err != nil || !due {
 			return err
-		}
-		last, err := parseRecord(value)
-		if err != nil {
-			return err
-		}
-		start := periodStart(time.Now(), j.period)
-		if !last.Start.IsZero() && !last.Start.Before(start) {
-			return nil // done, or a later period is (a clock ahead of ours)
 		}
 		ran = true
-		if err := fn(context.WithValue(ctx, startKey{}, start)); err != nil {
+		if err := fn(context.WithValue(ctx, startKey{}, p.Start)); err != nil {
 			return err
 		}
-		rec := Record{Start: start, Period: j.period, At: time.Now(), Token: j.m.Token(), Owner: core.OwnerValue("")}
 		wctx, cancel := core.Outlive(ctx, recordGrace)
 		defer cancel()
-		written, err := core.PutRecordIf(wctx, j.cli, j.m.Key(), rec.Token, j.key, modRev, rec.encode())
-		switch {
-		case err != nil:
-			return fmt.Errorf("record the period of %v done: %w", start.UTC().Format(time.RFC3339), err)
-		case !written:
-			return fmt.Errorf("the record changed while the job ran (written by hand?): the period of %v is not recorded",
-				start.UTC().Format(time.RFC3339))
-		}
-		return nil
+		return j.complete(wctx, p)
 	})
 	if err != nil {
 		return ran, j.errorf("run", err)
 	}
 	return ran, nil
+}
+
+// A Period is a period of a Job as [Job.Due] read it under the Job's hold.
+type Period struct {
+	Start  time.Time // its start: a whole multiple of the Job's period since the Unix epoch, UTC
+	modRev int64     // the record's mod revision when Due read it; 0 for none
+}
+
+// Due reads the record under the hold of [Job.Mutex], which the caller holds, and reports
+// the period the local clock is in, and whether it is due: neither it nor a later period is
+// recorded done. For a caller that takes the hold its own way (the command does, to bound
+// only its wait): run the job if due, then [Job.Complete], then Unlock. Run does all of it.
+//
+// Errors: the read's (ctx's, etcd's); a record that is not one a Job wrote.
+//
+// Cost: one Range.
+func (j *Job) Due(ctx context.Context) (p Period, due bool, err error) {
+	if j == nil || j.m == nil {
+		return Period{}, false, fmt.Errorf("once: due: %w", (*core.Queue)(nil).Unusable())
+	}
+	if p, due, err = j.due(ctx); err != nil {
+		return Period{}, false, j.errorf("due", err)
+	}
+	return p, due, nil
+}
+
+func (j *Job) due(ctx context.Context) (p Period, due bool, err error) {
+	value, modRev, err := core.ReadRecord(ctx, j.cli, j.key)
+	if err != nil {
+		return Period{}, false, err
+	}
+	last, err := parseRecord(value)
+	if err != nil {
+		return Period{}, false, err
+	}
+	p = Period{Start: periodStart(time.Now(), j.period), modRev: modRev}
+	return p, last.Start.IsZero() || last.Start.Before(p.Start), nil
+}
+
+// Complete records p done, in one Txn that succeeds only while the caller holds
+// [Job.Mutex]'s hold and the record is as [Job.Due] read it.
+//
+// Errors: one matching [ErrLost] when the hold is gone (nothing recorded); [ErrNotLocked]
+// without a hold; the record changed since Due read it (written by hand), nothing recorded;
+// the write's (ctx's, etcd's).
+//
+// Cost: one Txn.
+func (j *Job) Complete(ctx context.Context, p Period) error {
+	if j == nil || j.m == nil {
+		return fmt.Errorf("once: complete: %w", (*core.Queue)(nil).Unusable())
+	}
+	if err := j.complete(ctx, p); err != nil {
+		return j.errorf("complete", err)
+	}
+	return nil
+}
+
+func (j *Job) complete(ctx context.Context, p Period) error {
+	key, token := j.m.Key(), j.m.Token()
+	if token == 0 {
+		return fmt.Errorf("%w: the job's lock is not held", ErrNotLocked)
+	}
+	rec := Record{Start: p.Start, Period: j.period, At: time.Now(), Token: token, Owner: core.OwnerValue("")}
+	written, err := core.PutRecordIf(ctx, j.cli, key, token, j.key, p.modRev, rec.encode())
+	switch {
+	case err != nil:
+		return fmt.Errorf("record the period of %v done: %w", p.Start.Format(time.RFC3339), err)
+	case !written:
+		return fmt.Errorf("the record changed since it was read (written by hand?): the period of %v is not recorded",
+			p.Start.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// Mutex is the Job's lock, on its name: for a caller that holds it its own way around
+// [Job.Due] and [Job.Complete]. Its Do is Run's.
+func (j *Job) Mutex() *mutex.Mutex {
+	if j == nil {
+		return nil
+	}
+	return j.m
 }
 
 // Last is the record of the last period done; the zero Record when none was recorded.

@@ -50,4 +50,5 @@ var (
 	ErrInvalidName   = etcdsync.ErrInvalidName
 	ErrInvalidOption = etcdsync.ErrInvalidOption
 	ErrLost          = etcdsync.ErrLost
+	ErrNotLocked     = etcdsync.ErrNotLocked
 )

@@ -198,3 +198,32 @@ func TestBadInputWritesNothing(t *testing.T) {
 	require.ErrorIs(t, (*once.Job)(nil).Delete(ctx), once.ErrInvalidOption)
 	etcdtest.NoWrites(t, admin, before, "bad input wrote")
 }
+
+// TestDueAndCompleteUnderTheCallersHold: a caller that takes the Job's lock its own way
+// (the command does) asks Due, records with Complete, and finds the period done after; a
+// Complete without the hold is ErrNotLocked and writes nothing.
+func TestDueAndCompleteUnderTheCallersHold(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	const name = "once-parts"
+	admin := cluster.Client(t)
+	j := newJob(t, cluster.Client(t), name, time.Hour)
+	m := j.Mutex()
+	require.NoError(t, m.Lock(ctx))
+	p, due, err := j.Due(ctx)
+	require.NoError(t, err)
+	assert.True(t, due)
+	assert.True(t, p.Start.Equal(time.Now().UTC().Truncate(time.Hour)) || p.Start.Equal(time.Now().UTC().Truncate(time.Hour).Add(-time.Hour)))
+	require.NoError(t, j.Complete(ctx, p))
+	_, due, err = j.Due(ctx)
+	require.NoError(t, err)
+	assert.False(t, due, "a period completed is still due")
+	require.NoError(t, m.Unlock(ctx))
+
+	before := etcdtest.Revision(t, admin)
+	require.ErrorIs(t, j.Complete(ctx, p), once.ErrNotLocked)
+	etcdtest.NoWrites(t, admin, before, "a Complete without the hold wrote")
+	last, err := j.Last(ctx)
+	require.NoError(t, err)
+	assert.True(t, last.Start.Equal(p.Start))
+	require.NoError(t, j.Delete(ctx))
+}
