@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/internal/core"
@@ -20,7 +21,8 @@ const maxInUse = 5
 
 // Delete removes what names keep in etcd once nobody uses them: a semaphore's limit record
 // and its markers, a barrier's records of its size and rounds, a latch's count and
-// markers. These have no lease, on purpose, so they last; with names made per tenant or
+// markers, a once job's record of the last period done (the next run then runs in any
+// period). These have no lease, on purpose, so they last; with names made per tenant or
 // per job they pile up, and a name once used by one kind of primitive refuses the others
 // (ErrOtherKind) until they are gone. A name with nothing under it is no error.
 //
@@ -30,7 +32,7 @@ const maxInUse = 5
 // key and Delete reads again.
 //
 // Errors: ErrInvalidName, ErrInvalidOption; ErrInUse naming who holds or waits, having
-// deleted nothing. Cost: one Range per name and one Txn.
+// deleted nothing. Cost: one Range per name and two Txns.
 func Delete(ctx context.Context, cli *clientv3.Client, names []string, opts ...Option) error {
 	c, err := configure(names, opts)
 	switch {
@@ -93,12 +95,29 @@ func deleteOnce(ctx context.Context, cli *clientv3.Client, c config, names []str
 		}
 		return true, fmt.Errorf("%w: %s%s", ErrInUse, strings.Join(inUse, ", "), more)
 	}
-	if len(dels) == 0 {
-		return true, nil
+	if len(dels) > 0 {
+		tresp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).Then(dels...).Commit()
+		if err != nil {
+			return false, fmt.Errorf("delete %s: %w", strings.Join(names, ", "), err)
+		}
+		if !tresp.Succeeded {
+			return false, nil
+		}
 	}
-	tresp, err := cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).Then(dels...).Commit()
-	if err != nil {
-		return false, fmt.Errorf("delete %s: %w", strings.Join(names, ", "), err)
+	return true, deleteOnceRecords(ctx, cli, c, names)
+}
+
+// deleteOnceRecords deletes the once jobs' records of names, which lie beside the names'
+// keys (core.OnceRecordKey): one Txn. A user whose role grants the names' prefixes alone
+// cannot reach them, and so never wrote one: a refusal is no error.
+func deleteOnceRecords(ctx context.Context, cli *clientv3.Client, c config, names []string) error {
+	dels := make([]clientv3.Op, len(names))
+	for i, name := range names {
+		dels[i] = clientv3.OpDelete(core.OnceRecordKey(c.keyPrefix(name)))
 	}
-	return tresp.Succeeded, nil
+	_, err := cli.Txn(clientv3.WithRequireLeader(ctx)).Then(dels...).Commit()
+	if err != nil && !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		return fmt.Errorf("delete the once records of %s: %w", strings.Join(names, ", "), err)
+	}
+	return nil
 }

@@ -51,6 +51,7 @@ func TestCommand(t *testing.T) {
 		{"MaxHoldStopsTheCommand", testMaxHoldStopsTheCommand},
 		{"MaxHoldReleasesOnceTheGroupIsGone", testMaxHoldReleasesOnceTheGroupIsGone},
 		{"ElectTakesAProposalAsEtcdctlElect", testElectProposal},
+		{"OnceRunsOncePerPeriod", testOnceRunsOncePerPeriod},
 		{"LockDelayAfterAKilledHolder", testLockDelayAfterAKilledHolder},
 		{"DetachRenewAndReleaseATicket", testDetachRenewRelease},
 		{"ABlackHoledHolderStopsItsCommandBeforeTheSuccessorStarts", testBlackHoledHolder},

@@ -10,6 +10,7 @@
 //	etcdsync rlock    [flags] NAME [-- CMD [ARGS...]]
 //	etcdsync sem      -n N [--units K] [flags] NAME [-- CMD [ARGS...]]
 //	etcdsync elect    [flags] NAME [PROPOSAL] [-- CMD [ARGS...]]
+//	etcdsync once     --every D [flags] NAME [--] CMD [ARGS...]
 //	etcdsync transfer [--to VALUE] [flags] NAME
 //	etcdsync barrier  -n N [flags] NAME [-- CMD [ARGS...]]
 //	etcdsync latch    [flags] NAME (--set N|--down|--wait|--count|--delete)
@@ -56,6 +57,11 @@
 // gives no fencing token. latch NAME sets (--set N), counts down (--down, once per
 // participant with --as ID), awaits (--wait), prints (--count) or deletes (--delete) the
 // countdown latch NAME (package latch).
+//
+// once --every D NAME CMD runs CMD at most once per period D across every host (package
+// once): under the lock NAME it reads the record of the last period done, exits 0 at once
+// if the period the local clock is in is done, and else runs CMD (with ETCDSYNC_PERIOD, the
+// period's start) and records the period done, fenced by the hold, when CMD exits 0.
 //
 // Exit status: the command's, 128+N if it died of signal N (with --command-failed N, N for
 // every status but 0); 0 without CMD, released on a signal, and for elect after a

@@ -17,6 +17,7 @@ var usages = []struct{ verb, synopsis string }{
 	{"rlock", "[flags] NAME [-- CMD [ARGS...]]"},
 	{"sem", "-n N [--units K] [flags] NAME [-- CMD [ARGS...]]"},
 	{"elect", "[flags] NAME [PROPOSAL] [-- CMD [ARGS...]]"},
+	{"once", "--every D [flags] NAME [--] CMD [ARGS...]"},
 	{"transfer", "[--to VALUE] [flags] NAME"},
 	{"barrier", "-n N [flags] NAME [-- CMD [ARGS...]]"},
 	{"latch", "[flags] NAME (--set N|--down|--wait|--count|--delete)"},
@@ -69,7 +70,9 @@ elect only the leader. CMD follows NAME, as with etcdctl lock NAME CMD ARGS..., 
 "--" after it. lock of several names takes all of them at once, or none (no deadlock,
 whatever order others list them in), and needs a "--" after the last name. elect NAME
 PROPOSAL campaigns with PROPOSAL as its value, as etcdctl elect does, and takes CMD only
-after "--". Without CMD, etcdsync holds until SIGINT, SIGTERM or SIGHUP.
+after "--". Without CMD, etcdsync holds until SIGINT, SIGTERM or SIGHUP. once --every D
+runs CMD as lock does, but at most once per period D across every host: a period whose
+run exited 0 is recorded done, and a later once finds it so and exits 0 at once.
 
 release ends the hold whose token is T (fenced: a NAME taken again since is never
 touched), with a reason its holder reads. lock --detach takes the lock, prints a ticket

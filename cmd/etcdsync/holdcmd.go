@@ -10,6 +10,7 @@ import (
 
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/mutex"
+	"github.com/etcdsync/etcdsync/once"
 )
 
 // The help of the hold commands: what each does, and an example.
@@ -62,6 +63,22 @@ etcdsync sem -n 16 --units 4 gpus -- ./train --gpus 4
 # the pool grew: 24 GPUs from now on, for the jobs running and waiting too
 etcdsync sem --set-limit 24 gpus`,
 	},
+	"once": {
+		`Runs CMD at most once per period D (--every) across every host that runs it: cron on
+every host, one run a period. It takes the lock NAME, as lock does, and under it reads
+the record of the last period done: if the period the local clock is in is done, it
+releases and exits 0 without running CMD; else it runs CMD, and if CMD exits 0 records
+the period done, fenced by the hold, before it releases. A CMD that fails records
+nothing, so the next host's once in the period runs it again. Periods count from the
+Unix epoch (--every 24h: every day from midnight UTC); the record only moves forward,
+so a host whose clock lags never runs a period again. ETCDSYNC_PERIOD is the start of
+the period CMD runs for (RFC 3339, UTC). Go's etcdsync/once Job of the same NAME and
+period shares the record.`,
+		`# in every host's crontab: the report runs once a day, on the first host
+0 2 * * * etcdsync once --every 24h nightly-report -- ./report --all
+# hourly; exit 75 at once while another host runs it
+5 * * * * etcdsync once --every 1h --try rotate-keys -- ./rotate`,
+	},
 	"elect": {
 		`Runs CMD once this candidate leads the election NAME: one leader at a time; the
 others wait in line and the next takes over when the leader's CMD exits or its hold is
@@ -95,6 +112,9 @@ func (c *holdCommand) define() *subcommand {
 		fs.IntVar(&c.limit, "n", 0, "how many (`N`) may hold at once, recorded at the name's first use; etcd's record is the limit from then on, and another N is a warning (required, but with --set-limit)")
 		fs.IntVar(&c.units, "units", 1, "how many (`K`) of the limit this command takes, from 1 to the limit")
 		fs.IntVar(&c.setLimit, "set-limit", 0, "change the limit of NAME to `N` for every user, and exit (no command)")
+	}
+	if c.verb == "once" {
+		fs.DurationVar(&c.every, "every", 0, "the period `D`, 1s or more: CMD runs at most once in each, counted from the Unix epoch (required)")
 	}
 	if c.verb == "elect" {
 		fs.StringVar(&c.value, "value", "", "the candidate's value `V`, what observers see of the leader, as PROPOSAL (default \"host=HOST pid=PID since=TIME role=candidate\")")
@@ -163,6 +183,12 @@ func (c *holdCommand) parse(sub *subcommand, args []string, a *app) error {
 				return usagef("--set-limit takes no --%s: it holds nothing", f)
 			}
 		}
+	case c.verb == "once" && !set["every"]:
+		return usagef("--every D missing: the period in which CMD runs at most once")
+	case c.verb == "once" && c.every < once.MinPeriod:
+		return usagef("--every %v: %v or more", c.every, once.MinPeriod)
+	case c.verb == "once" && len(rest) == 0:
+		return usagef("CMD missing: once runs a command at most once per period")
 	case c.verb == "sem" && !set["n"]:
 		return usagef("-n N missing: how many may hold at once")
 	case c.verb == "sem" && c.limit >= 1 && (c.units < 1 || c.units > c.limit):

@@ -56,7 +56,7 @@ type command interface {
 // newCommand is the command verb, or nil.
 func newCommand(verb string) command {
 	switch verb {
-	case "lock", "rlock", "sem", "elect":
+	case "lock", "rlock", "sem", "elect", "once":
 		return &holdCommand{verb: verb}
 	case "status":
 		return &statusCommand{}

@@ -17,13 +17,14 @@ import (
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/mutex"
+	"github.com/etcdsync/etcdsync/once"
 	"github.com/etcdsync/etcdsync/rwmutex"
 	"github.com/etcdsync/etcdsync/semaphore"
 )
 
 // holdCommand is lock, rlock, sem or elect, parsed.
 type holdCommand struct {
-	verb    string   // lock, rlock, sem, elect
+	verb    string   // lock, rlock, sem, elect, once
 	name    string   // the name to hold; with several (lock), the first of names
 	names   []string // lock: every name to hold at once, sorted, without duplicates
 	command []string // what to run; nil to hold until interrupted
@@ -45,6 +46,9 @@ type holdCommand struct {
 	loop       bool          // elect --loop
 	prefer     int           // elect --prefer
 	settle     time.Duration // elect --settle
+	every      time.Duration // once --every
+	job        *once.Job     // once: the job, whose Mutex is the lock held
+	period     time.Time     // once: the start of the period the command runs for
 
 	commandFailed int           // --command-failed: the status for every non-zero status of the command; 0 to pass it on
 	maxHold       time.Duration // --max-hold: 0 for none
@@ -57,7 +61,7 @@ type holdCommand struct {
 
 // what names the thing held, for messages: `lock "nightly"`.
 func (c *holdCommand) what() string {
-	noun := map[string]string{"lock": "lock", "rlock": "read lock", "sem": "semaphore", "elect": "election", "barrier": "barrier"}[c.verb]
+	noun := map[string]string{"lock": "lock", "rlock": "read lock", "sem": "semaphore", "elect": "election", "barrier": "barrier", "once": "once job"}[c.verb]
 	if len(c.names) > 1 {
 		return fmt.Sprintf("locks %q", c.names)
 	}
@@ -103,6 +107,9 @@ func (c *holdCommand) acquirer(cli *clientv3.Client) (acquirer, error) {
 		var m *mutex.Multi
 		m, err = mutex.NewMulti(cli, c.names, opts...)
 		a = multiLock{m}
+	case c.verb == "once":
+		c.job, err = once.New(cli, c.name, c.every, opts...)
+		a = lock{c.job.Mutex()}
 	case c.verb == "lock":
 		var m *mutex.Mutex
 		m, err = mutex.New(cli, c.name, opts...)
@@ -172,6 +179,9 @@ func (c *holdCommand) run(a *app) (int, error) {
 		}
 		if c.detach {
 			return c.detachHold(a, h)
+		}
+		if c.verb == "once" {
+			return c.onceTerm(a, h, sigc)
 		}
 		code, leadsOn, err := c.term(a, h, sigc, kept == nil)
 		if kept = nil; leadsOn {

@@ -73,7 +73,11 @@ func (c *holdCommand) environment(h hold) []string {
 	if p, ok := h.(participant); ok {
 		return append(env, "ETCDSYNC_ROUND="+strconv.FormatInt(p.Round(), 10))
 	}
-	return append(env, "ETCDSYNC_KEY="+h.Key(), "ETCDSYNC_TOKEN="+strconv.FormatInt(h.Token(), 10))
+	env = append(env, "ETCDSYNC_KEY="+h.Key(), "ETCDSYNC_TOKEN="+strconv.FormatInt(h.Token(), 10))
+	if !c.period.IsZero() {
+		env = append(env, "ETCDSYNC_PERIOD="+c.period.Format(time.RFC3339))
+	}
+	return env
 }
 
 // commandStatus is the status etcdsync exits with for a command that ended with status:

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	adminpkg "github.com/etcdsync/etcdsync/admin"
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
@@ -226,4 +227,26 @@ func TestDueAndCompleteUnderTheCallersHold(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, last.Start.Equal(p.Start))
 	require.NoError(t, j.Delete(ctx))
+}
+
+// TestAdminDeleteRemovesTheRecord: admin.Delete (etcdsync delete) removes a job's record
+// once nobody holds the name, and refuses while a run holds it, deleting nothing.
+func TestAdminDeleteRemovesTheRecord(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	const name = "once-delete"
+	admin := cluster.Client(t)
+	j := newJob(t, cluster.Client(t), name, time.Hour)
+	ran, err := j.Run(ctx, func(ctx context.Context) error {
+		require.ErrorIs(t, adminpkg.Delete(ctx, admin, []string{name}), adminpkg.ErrInUse)
+		return nil
+	})
+	require.NoError(t, err)
+	require.True(t, ran)
+	last, err := j.Last(ctx)
+	require.NoError(t, err)
+	require.False(t, last.Start.IsZero(), "a run was not recorded, or a Delete while it ran removed the record")
+	require.NoError(t, adminpkg.Delete(ctx, admin, []string{name}))
+	last, err = j.Last(ctx)
+	require.NoError(t, err)
+	assert.True(t, last.Start.IsZero(), "the record outlived admin.Delete: %+v", last)
 }
