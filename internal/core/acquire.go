@@ -493,11 +493,15 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 	}
 	wake := make(chan struct{}, 1) // one for every waiter: each signal makes the loop look at all
 	var subs []waiting
-	var read []servedBy // names a read served (approach), for the lock-delay
+	var read []servedBy  // names a read served (approach), for the lock-delay
+	var lingers []func() // the approaches' watches, kept until the hubs' are placed (see awaitDeletes)
 	delayed := false
 	defer func() {
 		for _, s := range subs {
 			s.h.leave(s.w)
+		}
+		for _, l := range lingers {
+			l()
 		}
 	}()
 	for i, q := range a.qs {
@@ -507,8 +511,12 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 		snap, ahead, far := e.snap, e.ahead[i], a.far(q, e.ahead[i])
 		if far {
 			var err error
-			if snap, ahead, err = a.approach(ctx, q, a.slots[i].key(), e.rev); err != nil {
+			var linger func()
+			if snap, ahead, linger, err = a.approach(ctx, q, a.slots[i].key(), e.rev); err != nil {
 				return whyGone(ctx, a.cli(), a.slots[i], e.rev, err)
+			}
+			if linger != nil {
+				lingers = append(lingers, linger)
 			}
 			if ahead >= 0 && ahead < a.spec.slots() {
 				read = append(read, servedBy{at: time.Now(), prefix: q.prefix + a.spec.Ahead, rev: e.rev, from: e.snap, to: snap})
@@ -523,15 +531,22 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 		subs = append(subs, waiting{join(q.hubKey(), w), w, a.slots[i]})
 	}
 	for {
-		pending := false
+		pending, placed := false, true
 		for _, s := range subs {
 			s.h.mu.Lock()
 			done, err := s.w.outcome()
+			placed = placed && s.h.started
 			s.h.mu.Unlock()
 			if err != nil {
 				return whyGone(ctx, a.cli(), s.sl, e.rev, err)
 			}
 			pending = pending || !done
+		}
+		if placed && lingers != nil {
+			for _, l := range lingers {
+				l()
+			}
+			lingers = nil
 		}
 		if !pending && a.qs[0].life.lockDelay > 0 && !delayed {
 			delayed = true

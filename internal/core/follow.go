@@ -91,11 +91,19 @@ type watched struct {
 func followAll(ctx context.Context, cli *clientv3.Client, ws []watched, stop <-chan struct{},
 	check func() (rev int64, v verdict, err error),
 	each func(*clientv3.Event) (verdict, error)) (bool, error) {
+	return followAllKept(ctx, cli, ws, stop, check, each, false)
+}
+
+// followAllKept is followAll; with keep, the watches of a wait that is over stay on the
+// client's stream until ctx ends (see awaitDeletes), instead of ending with the call.
+func followAllKept(ctx context.Context, cli *clientv3.Client, ws []watched, stop <-chan struct{},
+	check func() (rev int64, v verdict, err error),
+	each func(*clientv3.Event) (verdict, error), keep bool) (bool, error) {
 	probe := time.NewTicker(probeEvery)
 	defer probe.Stop()
 	var b backoff
 	for {
-		ok, gap, err := followOnce(ctx, cli, ws, stop, probe.C, check, each)
+		ok, gap, err := followOnce(ctx, cli, ws, stop, probe.C, check, each, keep)
 		if !gap || err != nil {
 			return ok, err
 		}
@@ -110,11 +118,17 @@ func followAll(ctx context.Context, cli *clientv3.Client, ws []watched, stop <-c
 // followOnce is one watch of each of ws: gap says that it ended with neither a verdict nor
 // an error, and new watches are due.
 func followOnce(ctx context.Context, cli *clientv3.Client, ws []watched, stop <-chan struct{}, probe <-chan time.Time,
-	check func() (int64, verdict, error), each func(*clientv3.Event) (verdict, error)) (ok, gap bool, err error) {
+	check func() (int64, verdict, error), each func(*clientv3.Event) (verdict, error), keep bool) (ok, gap bool, err error) {
 	var forwarders sync.WaitGroup
-	defer forwarders.Wait()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
+	defer func() {
+		if ok && keep {
+			context.AfterFunc(ctx, cancel) // the watches and their forwarders end with ctx
+			return
+		}
+		cancel()
+		forwarders.Wait()
+	}()
 	type answer struct {
 		resp clientv3.WatchResponse
 		open bool
@@ -195,6 +209,12 @@ func followOnce(ctx context.Context, cli *clientv3.Client, ws []watched, stop <-
 // Errors: ctx's when ctx ends; ErrLost when the client is closed or the cluster went back in
 // time. Cost: a watch of the key and one Range, again after each gap.
 func awaitGone(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, stop <-chan struct{}, changed bool) (bool, error) {
+	return awaitGoneKept(ctx, cli, kv, stop, changed, false)
+}
+
+// awaitGoneKept is awaitGone; with keep, its watch stays until ctx ends once the key is
+// gone (see followAllKept).
+func awaitGoneKept(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, stop <-chan struct{}, changed, keep bool) (bool, error) {
 	key := string(kv.Key)
 	var opts []clientv3.OpOption
 	if !changed {
@@ -213,7 +233,7 @@ func awaitGone(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, s
 		return resp.Header.Revision, stillWaiting, nil
 	}
 	each := func(*clientv3.Event) (verdict, error) { return waitOver, nil } // a delete, or with changed a put
-	return follow(ctx, cli, key, stop, check, each, opts...)
+	return followAllKept(ctx, cli, []watched{{key, opts}}, stop, check, each, keep)
 }
 
 // A waiter far back in line does not hear every release. A client's hub of a name hears
@@ -274,7 +294,7 @@ func (a *acquisition) far(q *Queue, ahead int) bool {
 // hub reads what is ahead. One Range (the keys just ahead, with no value) and a watch of
 // each of the few keys it picks, on the client's watch stream; each again only when a watch
 // could not be kept. ErrLost when the session ends first, or its own key is found gone.
-func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev int64) (snap int64, ahead int, err error) {
+func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev int64) (snap int64, ahead int, linger func(), err error) {
 	cli, aheadRange := q.cli, q.prefix+a.spec.Ahead
 	near, need, w := int(nearAhead.Load()), a.spec.slots(), weigherOf(q, a.spec)
 	mark := ""
@@ -305,13 +325,13 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 		}
 		switch {
 		case err != nil && cli.Ctx().Err() != nil:
-			return 0, 0, fmt.Errorf("%w: %w", ErrLost, errClientClosed)
+			return 0, 0, nil, fmt.Errorf("%w: %w", ErrLost, errClientClosed)
 		case err != nil:
-			return 0, 0, fmt.Errorf("read the keys ahead of %s: %w", a.describe(), err)
+			return 0, 0, nil, fmt.Errorf("read the keys ahead of %s: %w", a.describe(), err)
 		}
 		own := resp.Responses[0].GetResponseRange().Kvs
 		if len(own) == 0 || own[0].CreateRevision != rev {
-			return 0, 0, fmt.Errorf("%w: key %s %w", ErrLost, key, errDeletedWhileWaiting)
+			return 0, 0, nil, fmt.Errorf("%w: key %s %w", ErrLost, key, errDeletedWhileWaiting)
 		}
 		kvs, at := resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision
 		var extras []*mvccpb.KeyValue // watched with the keys: the delete of one ends the approach
@@ -322,7 +342,7 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 			// None: a record of an older version, marked only before its first change; the
 			// waiter then learns of a change once it joins the hub, which reads the name.
 			if c, _ := markedIn(markers, mark); c != a.spec.capacity() || len(markers) != 1 {
-				return at, -1, nil // the capacity changed since the waiter queued: the hub reads it
+				return at, -1, nil, nil // the capacity changed since the waiter queued: the hub reads it
 			}
 			extras = append(extras, markers[0]) // the capacity's change ends the approach
 		}
@@ -337,7 +357,7 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 			for _, kv := range counting {
 				weight += w.kv(kv, rev)
 			}
-			return at, weight, nil
+			return at, weight, nil, nil
 		}
 		watched, weight := counting[near:], 0
 		for i, kv := range watched {
@@ -346,15 +366,15 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 				break
 			}
 		}
-		gone, err := a.awaitDeletes(ctx, watched, need, w, extras)
+		gone, linger, err := a.awaitDeletes(ctx, watched, need, w, extras)
 		switch {
 		case err != nil:
-			return 0, 0, err
+			return 0, 0, nil, err
 		case gone:
-			return at, -1, nil
+			return at, -1, linger, nil
 		}
 		if err := b.wait(ctx); err != nil { // a watch broke (compaction, a refusal): read again
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 	}
 }
@@ -364,16 +384,25 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 // as gone: its mode may pass now, and the hub reads what it is), a wait ends without saying
 // so (false: the client closed, or the cluster went back in time), the session ends (its
 // loss) or ctx ends. The watches share the client's stream with its hubs' watches.
-func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, need int, w weigher, extras []*mvccpb.KeyValue) (bool, error) {
+//
+// When it returns true the watches stay until linger is called: the waiter calls it once
+// its hub's watch is on the client's stream. A stream whose last watch ends closes, so the
+// approach's watches ending first would have the hub open a stream of its own, an RPC and a
+// stream in etcd for every hand-off of a fleet.
+func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, need int, w weigher, extras []*mvccpb.KeyValue) (gone bool, linger func(), err error) {
 	cli := a.cli()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(cli.Ctx()))
+	stopCtx := context.AfterFunc(ctx, cancel)
+	stopSess := context.AfterFunc(a.sess.ctx, cancel)
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	defer context.AfterFunc(ctx, cancel)()
-	defer context.AfterFunc(a.sess.ctx, cancel)()
+	end := func() {
+		stopCtx()
+		stopSess()
+		cancel()
+		wg.Wait()
+	}
 	watched := append(kvs[:len(kvs):len(kvs)], extras...)
-	gone := make(chan int, len(watched)) // the index of a key deleted, or -1: a watch ended
+	goneAt := make(chan int, len(watched)) // the index of a key deleted, or -1: a watch ended
 	left := 0
 	for i, kv := range watched {
 		if i < len(kvs) {
@@ -382,28 +411,30 @@ func (a *acquisition) awaitDeletes(ctx context.Context, kvs []*mvccpb.KeyValue, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if went, _ := awaitGone(wctx, cli, kv, nil, i < len(kvs) && len(w.passes) > 0); went {
-				gone <- i
+			if went, _ := awaitGoneKept(wctx, cli, kv, nil, i < len(kvs) && len(w.passes) > 0, true); went {
+				goneAt <- i
 			} else {
-				gone <- -1
+				goneAt <- -1
 			}
 		}()
 	}
 	for left >= need {
 		select {
-		case i := <-gone:
+		case i := <-goneAt:
 			switch {
 			case i < 0:
-				return false, a.watchEnded(ctx)
+				end()
+				return false, nil, a.watchEnded(ctx)
 			case i >= len(kvs):
-				return true, nil // an extra: the hub reads what changed
+				return true, end, nil // an extra: the hub reads what changed
 			}
 			left -= w.of(string(kvs[i].Key))
 		case <-wctx.Done():
-			return false, a.watchEnded(ctx)
+			end()
+			return false, nil, a.watchEnded(ctx)
 		}
 	}
-	return true, nil
+	return true, end, nil
 }
 
 // watchEnded is why a watch of awaitDeletes ended without a delete: the session's loss,

@@ -329,3 +329,37 @@ func TestAReaderFarBackWaitsForWritersOnly(t *testing.T) {
 	_, err = reader.served(t).Release(ctx)
 	require.NoError(t, err)
 }
+
+// TestAFarWaiterKeepsItsClientsStream: a waiter that approaches ends its watches only once
+// its hub's watch is on the client's stream, so the stream is not dropped and opened again:
+// each waiting client opens one watch stream per acquisition, and the approach's watch is
+// cancelled on it. Ending the approach's watches first made every far waiter's client open
+// a second stream (an RPC, and a stream in etcd, per hand-off of a fleet).
+func TestAFarWaiterKeepsItsClientsStream(t *testing.T) {
+	if cluster.External() {
+		t.Skip("counts the streams of clients of its own; an external cluster's are namespaced")
+	}
+	ctx := testContext(t)
+	const name = "far-stream"
+	n := core.NearAhead() + 4
+	admin := cluster.Client(t)
+	hold, err := queue(t, admin, name).Acquire(ctx, exclusive, nil)
+	require.NoError(t, err)
+	counters := make([]*rpcstat.Counter, n)
+	waiters := make([]pending, n)
+	for i := range waiters {
+		counters[i] = &rpcstat.Counter{}
+		cfg := cluster.ClientConfig()
+		cfg.DialOptions = append(cfg.DialOptions, counters[i].DialOptions()...)
+		cli, err := cluster.Open(cfg)
+		require.NoError(t, err)
+		t.Cleanup(func() { cli.Close() })
+		waiters[i] = enqueueOn(ctx, t, admin, cli, name, exclusive, int64(i+2))
+	}
+	drain(ctx, t, hold, waiters)
+	for i := core.NearAhead(); i < n; i++ { // the waiters that approached
+		c := counters[i].Counts()
+		assert.Equal(t, int64(1), c["Watch"], "watch streams the client of waiter %d opened", i)
+		assert.Equal(t, int64(3), c["Watch.send"], "waiter %d: the approach's create and cancel, the hub's create", i)
+	}
+}
