@@ -10,8 +10,10 @@
 //   - election: one leader among candidates, and a leader loop (Run).
 //   - barrier: a double barrier (n participants enter and leave together), and a gate.
 //   - latch: a countdown latch; every waiter wakes once it reaches zero.
+//   - once: a job run at most once per period across every process (cron on every host).
+//   - fence: a hold's token checked in the caller's SQL transaction.
 //   - admin: who holds and who waits for a name, for operators' tools; a release by token.
-//   - cmd/etcdsync: the command, for shell scripts and cron jobs (lock, elect, status, ...).
+//   - cmd/etcdsync: the command, for shell scripts and cron jobs (lock, elect, once, status, ...).
 //
 // Each primitive's package re-exports the names here that it uses (mutex.WithTTL is
 // [WithTTL], mutex.ErrLost is [ErrLost]), so that code that uses one package needs no
