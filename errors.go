@@ -8,6 +8,11 @@ import "github.com/etcdsync/etcdsync/internal/core"
 // matches [ErrLost] and [ErrReleasedByOperator].
 type ReleasedError = core.ReleasedError
 
+// AskedError is the cause of a Do's fn's ctx when its hold was asked to let go and the
+// primitive heeds asks ([WithYieldOnAsk]): the key asked and the record of the ask, with
+// its Reason, By (user@host) and At. It matches [ErrAsked].
+type AskedError = core.AskedError
+
 // The errors of every etcdsync package, which re-export those they return.
 var (
 	// ErrInvalidName: New was given a name that is empty, over 512 bytes, not valid UTF-8,
@@ -33,6 +38,9 @@ var (
 	// ErrMaxHold: the hold passed the bound [WithMaxHold] set and ended by itself; its key
 	// was then deleted. A loss: errors.Is(err, ErrLost) holds too.
 	ErrMaxHold = core.ErrMaxHold
+	// ErrAsked: the hold was asked to let go (admin.Ask, etcdsync ask); see Asking a holder
+	// to let go in the package doc. It is no loss: the hold lasts until released.
+	ErrAsked = core.ErrAsked
 	// ErrStaleTicket: a ticket of a detached hold (mutex.Mutex.Detach) that no longer names
 	// it: its key was released or went with its lease, the ticket was used to resume it
 	// already, or the name was taken again. Nothing was written.

@@ -70,6 +70,15 @@ func WithEtcdLayout() Option { return core.WithEtcdLayout() }
 // Cost: a timer per hold; the delete is one Txn.
 func WithMaxHold(d time.Duration) Option { return core.WithMaxHold(d) }
 
+// WithYieldOnAsk makes every Do of the primitive heed an ask that its hold let go (see
+// Asking a holder to let go in the package doc): fn's ctx then ends with an [AskedError] as its cause,
+// and Do releases once fn has returned, joining fn's error, if any, with the AskedError. A
+// lock's option (mutex, Multi, rwmutex, reentrant, semaphore, once); an election heeds its
+// asks without it.
+//
+// Cost: the watch of the ask's record, from the grant until the hold ends.
+func WithYieldOnAsk() Option { return core.WithYieldOnAsk() }
+
 // WithLockDelay makes a waiter of the primitive that is served by the end of a key that
 // went with its lease (its holder crashed or was cut off, and its lease expired, or the
 // lease was revoked) wait d more from then, from 0 (the default) to 60 s: the holder that

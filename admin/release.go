@@ -16,7 +16,7 @@ import (
 )
 
 // ErrNoHold: no key of a name has the token given (the hold ended, or the name was taken
-// again since): Release changed nothing.
+// again since): Release or Ask changed nothing.
 var ErrNoHold = errors.New("etcdsync/admin: no hold with that token")
 
 // recordTTL is how long the record of an operator's release stays for its holder to read:
@@ -27,7 +27,8 @@ const recordTTL = 10 * time.Minute
 const maxReason = 1024
 
 // Record is what an operator's release leaves beside the key it deleted, for its holder,
-// whose loss then says why (its Err matches etcdsync.ErrReleasedByOperator).
+// whose loss then says why (its Err matches etcdsync.ErrReleasedByOperator); and what an
+// ask leaves beside the key asked (see Ask).
 type Record = core.ReleaseRecord
 
 // Release ends the hold of names whose token is token, as an operator: it deletes the key
@@ -56,21 +57,11 @@ func Release(ctx context.Context, cli *clientv3.Client, names []string, token in
 	prefixOf := make(map[int]string, len(names))
 	for _, name := range names {
 		keyPrefix := c.keyPrefix(name)
-		resp, err := cli.Get(clientv3.WithRequireLeader(ctx), keyPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		found, err := keyOfToken(ctx, cli, name, keyPrefix, token)
 		if err != nil {
-			return fmt.Errorf("read %q: %w", name, err)
+			return err
 		}
-		found := ""
 		prefixOf[len(keys)] = keyPrefix
-		for _, kv := range resp.Kvs {
-			// A semaphore's limit record may have been written with its first permit.
-			if kv.CreateRevision == token && !core.IsRecord(strings.TrimPrefix(string(kv.Key), keyPrefix)) {
-				found = string(kv.Key)
-			}
-		}
-		if found == "" {
-			return fmt.Errorf("%w: %q has no key of token %d", ErrNoHold, name, token)
-		}
 		keys = append(keys, found)
 	}
 	value, err := json.Marshal(Record{Reason: reason, By: operator(), At: time.Now().UTC(), Token: token})

@@ -217,6 +217,10 @@ func (m *Multi) Token() int64 { return m.current().Token() }
 // to Done or Err on a hold starts the watch of its keys, as [Mutex.Done] does.
 func (m *Multi) Done() <-chan struct{} { return m.current().Done() }
 
+// Asked is closed once the hold of any of its names is asked to let go (see Asking a holder
+// to let go in package etcdsync); nil without a hold.
+func (m *Multi) Asked() <-chan struct{} { return m.current().Asked() }
+
 // Err is nil while every name is held, [ErrLost] once any key was lost (until Unlock), and
 // [ErrNotLocked] without a hold.
 func (m *Multi) Err() error { return m.current().Err() }

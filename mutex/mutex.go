@@ -209,6 +209,12 @@ func (m *Mutex) Err() error {
 	return m.current().Err()
 }
 
+// Asked is closed once this hold is asked to let go (see Asking a holder to let go in
+// package etcdsync); nil without a hold.
+func (m *Mutex) Asked() <-chan struct{} {
+	return m.current().Asked()
+}
+
 // IsOwner is a Txn compare that succeeds only while this hold's key exists with its create
 // revision: put it in the If of every write the lock guards. Without a hold it never
 // succeeds.

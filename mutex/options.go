@@ -35,6 +35,9 @@ func WithEtcdLayout() Option { return etcdsync.WithEtcdLayout() }
 // WithMaxHold is [etcdsync.WithMaxHold].
 func WithMaxHold(d time.Duration) Option { return etcdsync.WithMaxHold(d) }
 
+// WithYieldOnAsk is [etcdsync.WithYieldOnAsk].
+func WithYieldOnAsk() Option { return etcdsync.WithYieldOnAsk() }
+
 // WithLockDelay is [etcdsync.WithLockDelay].
 func WithLockDelay(d time.Duration) Option { return etcdsync.WithLockDelay(d) }
 

@@ -152,6 +152,13 @@ func (rw *RWMutex) Err() error {
 	return rw.current().Err()
 }
 
+// Asked is closed once the current hold (see [RWMutex.Done]) is asked to let go (see Asking
+// a holder to let go in package etcdsync); nil without a hold. The readers of one handle
+// share a key, and so are asked together.
+func (rw *RWMutex) Asked() <-chan struct{} {
+	return rw.current().Asked()
+}
+
 // IsOwner is a Txn compare that succeeds only while this handle's write hold lasts: put it
 // in the If of every write the lock guards. A read hold has none (it does not exclude other
 // readers). Without a write hold it never succeeds, and compares a key among the name's

@@ -32,6 +32,9 @@ func WithPrefix(prefix string) Option { return etcdsync.WithPrefix(prefix) }
 // WithMaxHold is [etcdsync.WithMaxHold].
 func WithMaxHold(d time.Duration) Option { return etcdsync.WithMaxHold(d) }
 
+// WithYieldOnAsk is [etcdsync.WithYieldOnAsk].
+func WithYieldOnAsk() Option { return etcdsync.WithYieldOnAsk() }
+
 // WithLockDelay is [etcdsync.WithLockDelay].
 func WithLockDelay(d time.Duration) Option { return etcdsync.WithLockDelay(d) }
 

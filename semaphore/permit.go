@@ -113,6 +113,12 @@ func (p *Permit) Err() error {
 	return p.hold().Err()
 }
 
+// Asked is closed once the permit is asked to let go (see Asking a holder to let go in
+// package etcdsync); nil for a Permit not acquired.
+func (p *Permit) Asked() <-chan struct{} {
+	return p.hold().Asked()
+}
+
 // IsOwner is a Txn compare that succeeds only while this permit's key exists with its
 // create revision: put it in the If of every write the permit guards. After Release it
 // never succeeds, and compares a key among the name's permit keys, so that a role granted

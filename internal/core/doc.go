@@ -54,9 +54,10 @@
 //     last period done, written only by its hold (ReadRecord, PutRecordIf).
 //   - hold.go: Hold, a granted key at its create revision (its fencing token), its state and
 //     its end; how its loss is watched (on the client's keyWatch, or by a monitor of its own
-//     on a client whose KV or Watcher is wrapped).
+//     on a client whose KV or Watcher is wrapped); Asked, closed once it is asked to let go.
 //   - handle.go: a handle's one-at-a-time turn, handed over in order (Turn), and work scoped
-//     to a hold or a Group (Do), whose release frees that hold and no later one.
+//     to a hold or a Group (Do), whose release frees that hold and no later one, and whose
+//     fn's ctx ends when the hold is asked to let go (WithYieldOnAsk).
 //   - watchers.go: the hub's subscribers: the view they share, queueWaiter (an acquisition
 //     that waits), Sentry (WatchBehind), ReleaseWatch (WatchRelease, for one name or
 //     several) and Observer (WatchHead, for elections).
@@ -67,8 +68,9 @@
 //   - life.go: a hold's life beyond its lease: its maximum (WithMaxHold, a timer per hold)
 //     and the lock-delay a waiter keeps after a predecessor whose lease went
 //     (WithLockDelay); an operator's release (admin.Release), the record it leaves and how a
-//     holder or waiter whose key went reads it (ErrReleasedByOperator); the metrics of a
-//     hold's life and the cause of its end.
+//     holder or waiter whose key went reads it (ErrReleasedByOperator); an ask that a hold
+//     let go (admin.Ask), its record, followed from the hold's first Asked (follow); the
+//     metrics of a hold's life and the cause of its end.
 //   - keywatch.go: the client's one watch stream for the keys of its holds: each create
 //     under a fresh ID, a watch cancelled or refused has its key read first, the holds of
 //     a lease that ended told at once.

@@ -414,3 +414,7 @@ func clientUnusable(cli *clientv3.Client) error {
 
 // errKeyDeleted is why a hold whose key is no longer the one it created was lost.
 var errKeyDeleted = errors.New("deleted, or gone with its lease")
+
+// ErrAsked: someone asked the hold to let go (admin.Ask, etcdsync ask). It is no loss: the
+// hold lasts until it is released.
+var ErrAsked = errors.New("etcdsync: asked to let go")

@@ -103,7 +103,9 @@ var ErrReleasedEarly = fmt.Errorf("%w: the hold was released before fn returned"
 type Scoper interface {
 	OnEnd(f func(error))
 	Err() error
+	Asked() <-chan struct{}
 	client() *clientv3.Client
+	heeds() *asking // what asks it to let go, when its queue heeds asks (WithYieldOnAsk); else nil
 }
 
 func (h *Hold) client() *clientv3.Client { return h.cli }
@@ -121,6 +123,9 @@ func (h *Hold) client() *clientv3.Client { return h.cli }
 // calls release again until etcd answers: the hold's owner has let it go, and nobody else
 // would release it (its key would sit on a lease the shared session keeps renewing).
 //
+// With WithYieldOnAsk, fn's ctx also ends when the hold is asked to let go (Asked), with
+// an AskedError as its cause; an error of fn's is then joined with it.
+//
 // It returns an error matching ErrLost if the hold was lost before the release ended it
 // (joined with fn's error, if any), else fn's error joined with the release's: never nil
 // when the hold was lost while fn ran.
@@ -133,6 +138,15 @@ func Scoped(ctx context.Context, h Scoper, fn func(context.Context) error, relea
 		}
 		cancel(end)
 	})
+	if a := h.heeds(); a != nil {
+		go func() {
+			select {
+			case <-a.ch:
+				cancel(a.err)
+			case <-fctx.Done():
+			}
+		}()
+	}
 	returned := false
 	defer func() {
 		if !returned { // fn panicked or called runtime.Goexit: release all the same
@@ -141,6 +155,9 @@ func Scoped(ctx context.Context, h Scoper, fn func(context.Context) error, relea
 	}()
 	ferr := fn(fctx)
 	returned = true
+	if cause := context.Cause(fctx); ferr != nil && !errors.Is(ferr, ErrAsked) && errors.Is(cause, ErrAsked) {
+		ferr = errors.Join(ferr, cause)
+	}
 	lost := h.Err() // ErrLost once lost; nil while held
 	rerr := releaseScoped(ctx, h, release)
 	switch {

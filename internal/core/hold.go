@@ -59,6 +59,8 @@ type Hold struct {
 	// capacity is the capacity it was served under when a change of it was heard while it
 	// waited (a semaphore's SetLimit); 0: its spec's. Set before the Hold is handed out.
 	capacity int
+	asking   *asking // what asks it to let go, once Asked was called (handle.go)
+	yield    bool    // its queue heeds asks (WithYieldOnAsk): a Do's fn's ctx ends at one
 }
 
 func newHold(cli *clientv3.Client, sess *Session, slot *slot, rev int64) *Hold {
@@ -504,3 +506,55 @@ var (
 	ownKV      = reflect.TypeOf(clientv3.NewKVFromKVClient(nil, nil))
 	ownWatcher = reflect.TypeOf(clientv3.NewWatchFromWatchClient(nil, nil))
 )
+
+// asking is what follows the asks of a hold, or of every member of a Group: ch closes at
+// the first ask, err (an *AskedError) set before.
+type asking struct {
+	once sync.Once
+	ch   chan struct{}
+	err  error
+}
+
+func newAsking() *asking { return &asking{ch: make(chan struct{})} }
+
+func (a *asking) ask(err error) { a.once.Do(func() { a.err = err; close(a.ch) }) }
+
+// Asked returns a channel that is closed once the hold is asked to let go: a record at its
+// AskRecordKey that names its token. The first call reads the record and follows it until
+// the hold ends (follow's watch-then-read); nil for no hold.
+func (h *Hold) Asked() <-chan struct{} {
+	if h == nil {
+		return nil
+	}
+	return h.asks(nil).ch
+}
+
+// asks is h's asking, shared (a Group's) if h has none yet, following its record from the
+// first call on. A hold that has ended, or has no name, is never asked.
+func (h *Hold) asks(shared *asking) *asking {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.asking != nil {
+		return h.asking
+	}
+	if h.asking = shared; shared == nil {
+		h.asking = newAsking()
+	}
+	if h.state == held && h.slot != nil && h.slot.name > 0 {
+		ctx, cancel := context.WithCancel(h.cli.Ctx())
+		h.addOnEnd(func(error) { cancel() })
+		go func(a *asking) {
+			defer cancel()
+			h.followAsks(ctx, a)
+		}(h.asking)
+	}
+	return h.asking
+}
+
+// heeds is h's asking if its queue heeds asks (WithYieldOnAsk), following them; else nil.
+func (h *Hold) heeds() *asking {
+	if h == nil || !h.yield {
+		return nil
+	}
+	return h.asks(nil)
+}

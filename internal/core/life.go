@@ -33,29 +33,34 @@ var ErrMaxHold = errors.New("etcdsync: the maximum hold passed")
 type life struct {
 	maxHold   time.Duration // 0: no maximum
 	lockDelay time.Duration
+	yield     bool // a Do's fn's ctx ends when its hold is asked to let go (WithYieldOnAsk)
 }
 
-func lifeOf(c Config) life { return life{maxHold: c.MaxHold, lockDelay: c.LockDelay} }
+func lifeOf(c Config) life {
+	return life{maxHold: c.MaxHold, lockDelay: c.LockDelay, yield: c.YieldOnAsk}
+}
 
-// bound arms the maximum hold of what an acquisition of the queues granted: a Hold, or
-// each member of a Group.
+// bound arms the maximum hold of what an acquisition of the queues granted, a Hold or each
+// member of a Group, and marks it as heeding asks if its queues do. Before it is handed out.
 func bound[T any](qs []*Queue, t T) {
-	d := qs[0].life.maxHold
-	if d <= 0 {
-		return
-	}
+	l := qs[0].life
 	switch t := any(t).(type) {
 	case *Hold:
-		t.bound(d)
+		t.yield = l.yield
+		t.bound(l.maxHold)
 	case *Group:
+		t.yield = l.yield
 		for _, h := range t.members {
-			h.bound(d)
+			h.bound(l.maxHold)
 		}
 	}
 }
 
 // bound has the hold end by itself d from now (see expire).
 func (h *Hold) bound(d time.Duration) {
+	if d <= 0 {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.state == held {
@@ -190,6 +195,56 @@ type ReleaseRecord struct {
 // is under the same WithPrefix, so a prefix grant covers it.
 func ReleaseRecordKey(namePrefix, key string) string {
 	return strings.TrimSuffix(namePrefix, "/") + "\x00released/" + strings.TrimPrefix(key, namePrefix)
+}
+
+// AskRecordKey is where an ask that the holder of key let go lies: laid out as
+// ReleaseRecordKey, with "\x00asked/".
+func AskRecordKey(namePrefix, key string) string {
+	return strings.TrimSuffix(namePrefix, "/") + "\x00asked/" + strings.TrimPrefix(key, namePrefix)
+}
+
+// AskedError is the ask that a hold let go (its Asked closed): the key asked, and the
+// record of the ask (why, who, when). It matches ErrAsked.
+type AskedError struct {
+	Key    string
+	Record ReleaseRecord
+}
+
+func (e *AskedError) Error() string {
+	return fmt.Sprintf("%v: key %s: %s (by %s at %s)", ErrAsked, e.Key, quoteReason(e.Record.Reason),
+		e.Record.By, e.Record.At.Format(time.RFC3339))
+}
+
+// Unwrap makes errors.Is(err, ErrAsked) hold.
+func (e *AskedError) Unwrap() error { return ErrAsked }
+
+// followAsks follows h's AskRecordKey until a record names h's token (a is asked), ctx
+// ends (the hold ended, or the client closed), or the record cannot be read (a grant of the
+// name's keys alone does not cover it): then h is never asked.
+func (h *Hold) followAsks(ctx context.Context, a *asking) {
+	key := AskRecordKey(h.key[:h.slot.name], h.key)
+	judge := func(kvs []*mvccpb.KeyValue) verdict {
+		var rec ReleaseRecord
+		if len(kvs) == 0 || json.Unmarshal(kvs[0].Value, &rec) != nil || rec.Token != h.rev {
+			return stillWaiting
+		}
+		a.ask(&AskedError{Key: h.key, Record: rec})
+		return waitOver
+	}
+	_, _ = follow(ctx, h.cli, key, nil,
+		func() (int64, verdict, error) {
+			resp, err := readState(ctx, h.cli, clientv3.OpGet(key))
+			if err != nil {
+				return 0, stillWaiting, err
+			}
+			return resp.Header.Revision, judge(resp.Responses[0].GetResponseRange().Kvs), nil
+		},
+		func(ev *clientv3.Event) (verdict, error) {
+			if ev.Type != clientv3.EventTypePut {
+				return stillWaiting, nil
+			}
+			return judge([]*mvccpb.KeyValue{ev.Kv}), nil
+		})
 }
 
 // recordWait bounds the read of a release record: a holder whose key went is told within

@@ -35,6 +35,7 @@ type Config struct {
 	NameAttribute bool
 	MaxHold       time.Duration // WithMaxHold's: a hold ends by itself after it; 0: never
 	LockDelay     time.Duration // WithLockDelay's
+	YieldOnAsk    bool          // WithYieldOnAsk: a Do's fn's ctx ends when its hold is asked to let go
 	Preference    int           // an election candidate's WithPreference; 0 for none
 	Settle        time.Duration // an election's WithSettle: DefaultSettle without it
 	// EtcdLayout: a name's keys are under the name as it is, not escaped (WithEtcdLayout).
@@ -60,21 +61,22 @@ const (
 	optPreference
 	optSettle
 	optEtcdLayout
+	optYieldOnAsk
 )
 
 // optionNames name the options, in the order of their bits.
 var optionNames = []string{"WithTTL", "WithSession", "WithPrefix", "WithMeterProvider", "WithNameAttribute",
-	"WithoutTelemetry", "WithMaxHold", "WithLockDelay", "WithPreference", "WithSettle", "WithEtcdLayout"}
+	"WithoutTelemetry", "WithMaxHold", "WithLockDelay", "WithPreference", "WithSettle", "WithEtcdLayout", "WithYieldOnAsk"}
 
 // The options each kind of primitive takes: a latch holds nothing and has no lease; a
 // barrier's participants are on a lease, but hold nothing for long; a lock (mutex,
-// reentrant, rwmutex, semaphore, Multi) holds; an election's candidates also have a
-// preference and a settle time.
+// reentrant, rwmutex, semaphore, Multi) holds, and may be asked to let go; an election's
+// candidates also have a preference and a settle time, and an election heeds its own asks.
 const (
 	ForLatch    = optPrefix | optMeter | optNameAttribute | optNoTelemetry | optEtcdLayout
 	ForBarrier  = ForLatch | optTTL | optSession
-	ForLock     = ForBarrier | optMaxHold | optLockDelay
-	ForElection = ForLock | optPreference | optSettle
+	ForLock     = ForBarrier | optMaxHold | optLockDelay | optYieldOnAsk
+	ForElection = ForLock&^optYieldOnAsk | optPreference | optSettle
 )
 
 // option is an Option that records that it was given.
@@ -136,6 +138,11 @@ func WithMaxHold(d time.Duration) Option {
 		}
 		c.MaxHold = d
 	})
+}
+
+// WithYieldOnAsk makes a Do's fn's ctx end when its hold is asked to let go (Scoped).
+func WithYieldOnAsk() Option {
+	return option(optYieldOnAsk, func(c *Config) { c.YieldOnAsk = true })
 }
 
 // MaxLockDelay is the longest lock-delay WithLockDelay takes.

@@ -30,6 +30,8 @@ type Group struct {
 	over      bool         // released: every member has ended
 	ending                 // err: the first loss of a member; nil while every member holds
 	metrics   *holdMetrics // nil unless counted: see Telemetry.HeldGroup
+	asking    *asking      // what asks any member to let go, once Asked was called
+	yield     bool         // its queues heed asks (WithYieldOnAsk)
 }
 
 func newGroup(cli *clientv3.Client, sess *Session, slots []*slot, rev int64) *Group {
@@ -101,6 +103,36 @@ func (g *Group) OnEnd(f func(error)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.addOnEnd(f)
+}
+
+// Asked returns a channel that is closed once any member is asked to let go (Hold.Asked);
+// nil for no hold.
+func (g *Group) Asked() <-chan struct{} {
+	if g == nil {
+		return nil
+	}
+	return g.asks().ch
+}
+
+func (g *Group) asks() *asking {
+	g.mu.Lock()
+	if g.asking == nil {
+		g.asking = newAsking()
+	}
+	a := g.asking
+	g.mu.Unlock()
+	for _, h := range g.members {
+		h.asks(a)
+	}
+	return a
+}
+
+// heeds is the Group's asking if its queues heed asks (WithYieldOnAsk); else nil.
+func (g *Group) heeds() *asking {
+	if g == nil || !g.yield {
+		return nil
+	}
+	return g.asks()
 }
 
 // watch has every member report its end to the Group, and reports a session known to have

@@ -93,7 +93,7 @@ func TestTheLongestTTLIsGranted(t *testing.T) {
 
 // TestNewRefusesAnOptionThatMeansNothingThere: every option has one type, so an election's
 // WithPreference compiles in mutex.New; New refuses it, naming it, instead of ignoring it.
-// And each takes what it should.
+// And each takes what it should (an election heeds its asks without WithYieldOnAsk).
 func TestNewRefusesAnOptionThatMeansNothingThere(t *testing.T) {
 	cli := cluster.Client(t)
 	news := map[string]func(opts ...core.Option) error{
@@ -112,9 +112,10 @@ func TestNewRefusesAnOptionThatMeansNothingThere(t *testing.T) {
 		"WithMaxHold": etcdsync.WithMaxHold(time.Minute), "WithLockDelay": etcdsync.WithLockDelay(time.Second),
 		"WithPreference": election.WithPreference(3), "WithSettle": election.WithSettle(time.Second),
 		"WithEtcdLayout": etcdsync.WithEtcdLayout(), "WithNameAttribute": etcdsync.WithNameAttribute(),
+		"WithYieldOnAsk": etcdsync.WithYieldOnAsk(),
 	}
 	takes := map[string][]string{
-		"mutex": {"WithTTL", "WithPrefix", "WithMaxHold", "WithLockDelay", "WithEtcdLayout", "WithNameAttribute"},
+		"mutex": {"WithTTL", "WithPrefix", "WithMaxHold", "WithLockDelay", "WithEtcdLayout", "WithNameAttribute", "WithYieldOnAsk"},
 		"election": {"WithTTL", "WithPrefix", "WithMaxHold", "WithLockDelay", "WithEtcdLayout", "WithNameAttribute",
 			"WithPreference", "WithSettle"},
 		"barrier": {"WithTTL", "WithPrefix", "WithEtcdLayout", "WithNameAttribute"},

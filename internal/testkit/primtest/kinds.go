@@ -340,11 +340,12 @@ func (l *Permits) Do(ctx context.Context, fn func(context.Context) error) error 
 		return fn(ctx)
 	})
 }
-func (l *Permits) Token() int64          { return l.permit().Token() }
-func (l *Permits) Key() string           { return l.permit().Key() }
-func (l *Permits) Err() error            { return l.permit().Err() }
-func (l *Permits) Done() <-chan struct{} { return l.permit().Done() }
-func (l *Permits) IsOwner() clientv3.Cmp { return l.permit().IsOwner() }
+func (l *Permits) Token() int64           { return l.permit().Token() }
+func (l *Permits) Key() string            { return l.permit().Key() }
+func (l *Permits) Err() error             { return l.permit().Err() }
+func (l *Permits) Done() <-chan struct{}  { return l.permit().Done() }
+func (l *Permits) Asked() <-chan struct{} { return l.permit().Asked() }
+func (l *Permits) IsOwner() clientv3.Cmp  { return l.permit().IsOwner() }
 
 // openCandidate opens an election.Election as a Candidate.
 func openCandidate(cli *clientv3.Client, name string, opts ...core.Option) (Locker, error) {
