@@ -50,6 +50,7 @@ func TestCommand(t *testing.T) {
 		{"ALossStopsTheCommand", testLossStopsTheCommand},
 		{"MaxHoldStopsTheCommand", testMaxHoldStopsTheCommand},
 		{"MaxHoldReleasesOnceTheGroupIsGone", testMaxHoldReleasesOnceTheGroupIsGone},
+		{"AskStopsACommandThatYields", testAskStopsACommandThatYields},
 		{"ElectTakesAProposalAsEtcdctlElect", testElectProposal},
 		{"OnceRunsOncePerPeriod", testOnceRunsOncePerPeriod},
 		{"LockDelayAfterAKilledHolder", testLockDelayAfterAKilledHolder},

@@ -16,6 +16,7 @@
 //	etcdsync latch    [flags] NAME (--set N|--down|--wait|--count|--delete)
 //	etcdsync status   [--json] [--watch | --check] [flags] [NAME...]
 //	etcdsync release  --token T [--reason R] [flags] NAME... | --ticket TICKET
+//	etcdsync ask      --token T [--reason R] [flags] NAME
 //	etcdsync renew    [flags] TICKET
 //	etcdsync delete   [flags] NAME...
 //	etcdsync help     [COMMAND]

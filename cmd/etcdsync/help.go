@@ -23,6 +23,7 @@ var usages = []struct{ verb, synopsis string }{
 	{"latch", "[flags] NAME (--set N|--down|--wait|--count|--delete)"},
 	{"status", "[--json] [--watch | --check] [flags] [NAME...]"},
 	{"release", "--token T [--reason R] [flags] NAME... | --ticket TICKET"},
+	{"ask", "--token T [--reason R] [flags] NAME"},
 	{"renew", "[flags] TICKET"},
 	{"delete", "[flags] NAME..."},
 	{"help", "[COMMAND]"},
@@ -75,7 +76,8 @@ runs CMD as lock does, but at most once per period D across every host: a period
 run exited 0 is recorded done, and a later once finds it so and exits 0 at once.
 
 release ends the hold whose token is T (fenced: a NAME taken again since is never
-touched), with a reason its holder reads. lock --detach takes the lock, prints a ticket
+touched), with a reason its holder reads; ask asks that hold to let go, and a command
+run with --yield-on-ask then stops its CMD and releases. lock --detach takes the lock, prints a ticket
 and exits, leaving the hold for its --ttl: renew TICKET renews it once, release --ticket
 TICKET releases it, and Go's mutex.Resume takes it over. transfer asks an election's
 leader to hand its leadership to another candidate, or to step down. status shows what
@@ -102,8 +104,8 @@ const helpExitStatus = `Exit status: the command's own (128+N if it died of sign
 
 // exitStatuses are etcdsync's own exit statuses, as its help lists them.
 var exitStatuses = []struct{ code, text string }{
-	{"0", "without CMD: released after SIGINT, SIGTERM or SIGHUP; elect: the leadership was handed over (transfer, --prefer), its CMD stopped; barrier without CMD: every participant of the round has left"},
-	{"1", "status --check: a NAME is free (0: every one is held); release: no key of a NAME has that token, nothing changed; transfer: nobody leads, or no candidate has that value, or it did not take over, nothing changed; latch: set already (--set), not set (--down, --count), nothing changed, or deleted while awaited; delete: a NAME is held or waited for, nothing deleted"},
+	{"0", "without CMD: released after SIGINT, SIGTERM or SIGHUP, or when asked (--yield-on-ask); elect: the leadership was handed over (transfer, --prefer), its CMD stopped; barrier without CMD: every participant of the round has left"},
+	{"1", "status --check: a NAME is free (0: every one is held); release, ask: no key of a NAME has that token, nothing changed; transfer: nobody leads, or no candidate has that value, or it did not take over, nothing changed; latch: set already (--set), not set (--down, --count), nothing changed, or deleted while awaited; delete: a NAME is held or waited for, nothing deleted"},
 	{"64", "usage: a bad flag, argument or name; a NAME that holds another kind of primitive's keys or records (etcdsync delete removes records), nothing written"},
 	{"69", "etcd could not be reached, or refused (TLS, login, permission), or the wait failed; not for a waiter whose key or lease was removed: it waits again"},
 	{"75", "--try: the name is busy; transfer: another transfer is asked already"},

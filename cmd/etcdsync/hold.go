@@ -142,6 +142,7 @@ func (h *readHold) Key() string                       { return h.rw.Key() }
 func (h *readHold) Token() int64                      { return h.token }
 func (h *readHold) Done() <-chan struct{}             { return h.rw.Done() }
 func (h *readHold) Err() error                        { return h.rw.Err() }
+func (h *readHold) Asked() <-chan struct{}            { return h.rw.Asked() }
 func (h *readHold) release(ctx context.Context) error { return h.rw.RUnlock(ctx) }
 
 // permits is `etcdsync sem`: a semaphore.
@@ -211,13 +212,13 @@ func (h leaderHold) release(ctx context.Context) error {
 var errLeadsOn = errors.New("the handover failed")
 
 // asker is a hold that may be asked to let go: an election's leadership (transfer, a more
-// preferred candidate).
+// preferred candidate), every other hold by etcdsync ask.
 type asker interface{ Asked() <-chan struct{} }
 
-// askedOf is the channel closed once h is asked to let go; nil (never) for a hold that
-// cannot be.
-func askedOf(h hold) <-chan struct{} {
-	if a, ok := h.(asker); ok {
+// askedOf is the channel closed once h is asked to let go and the command heeds it: an
+// election always, another hold with --yield-on-ask; nil (never) otherwise.
+func (c *holdCommand) askedOf(h hold) <-chan struct{} {
+	if a, ok := h.(asker); ok && (c.verb == "elect" || c.yieldOnAsk) {
 		return a.Asked()
 	}
 	return nil

@@ -130,6 +130,9 @@ func (c *holdCommand) define() *subcommand {
 		fs.BoolVar(&c.detach, "detach", false, "take the lock, print its ticket and exit, leaving the hold for its TTL (see renew, release --ticket)")
 	}
 	fs.DurationVar(&c.maxHold, "max-hold", 0, "end the hold after this long even if the command still runs: its process group is stopped (SIGTERM, SIGKILL after --grace), and the hold released once the group is gone (exit 123); 0 for no bound")
+	if c.verb != "elect" {
+		fs.BoolVar(&c.yieldOnAsk, "yield-on-ask", false, "when the hold is asked to let go (etcdsync ask), stop the command's process group (SIGTERM, SIGKILL after --grace) and release once it is gone; exit with the command's status (without CMD: release, exit 0)")
+	}
 	fs.DurationVar(&c.lockDelay, "lock-delay", 0, "when the holder before this one did not release (its lease ended: it crashed or was cut off), wait this much more, up to 60s")
 	if c.verb == "elect" {
 		fs.BoolVar(&c.try, "try", false, "") // not in the help: refused with a message of its own
@@ -213,6 +216,8 @@ func (c *holdCommand) parse(sub *subcommand, args []string, a *app) error {
 		return usagef("--detach holds one NAME and runs no command: it prints a ticket and exits")
 	case c.detach && c.maxHold != 0:
 		return usagef("--max-hold does not bound a detached hold: its --ttl does, unless renewed")
+	case c.detach && c.yieldOnAsk:
+		return usagef("--yield-on-ask: a detached hold has nobody to heed an ask")
 	}
 	for _, name := range operands {
 		if err := core.ValidateName(name); err != nil {

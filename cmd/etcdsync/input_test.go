@@ -74,6 +74,13 @@ func testBadInput(t *testing.T, h *harness) {
 		{[]string{"status", "--check"}, nil, "etcdsync status: --check without a NAME"},
 		{[]string{"release", "--token", "5"}, nil, "etcdsync release: NAME missing"},
 		{[]string{"release", "--token", "-5", name}, nil, "etcdsync release: --token -5 is negative"},
+		{[]string{"ask", "--token", "5"}, nil, "etcdsync ask: NAME missing"},
+		{[]string{"ask", "--token", "5", name, "other"}, nil, "etcdsync ask: 2 names: ask asks the hold of one NAME"},
+		{[]string{"ask", "--token", "-5", name}, nil, "etcdsync ask: --token -5 is negative"},
+		{[]string{"ask", "--token", "5", "--reason", "", name}, nil, "etcdsync ask: --reason is empty"},
+		{[]string{"ask", "--token", "5", "--reason", strings.Repeat("r", 1025), name}, nil, "etcdsync ask: invalid option: a reason of 1025 bytes, more than 1024"},
+		{[]string{"lock", "--detach", "--yield-on-ask", name}, nil, "etcdsync lock: --yield-on-ask: a detached hold has nobody to heed an ask"},
+		{[]string{"elect", "--yield-on-ask", name}, nil, "etcdsync elect: unknown flag --yield-on-ask"},
 		{[]string{"status", "--check", "--watch", name}, nil, "etcdsync status: --check and --watch exclude each other"},
 	}
 	cli := cluster.Client(t)

@@ -4,6 +4,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
@@ -180,5 +183,72 @@ func testDetachRenewRelease(t *testing.T, h *harness) {
 	assert.Equal(t, exitUsage, h.run(t, environ(), "renew", "not-a-ticket").code)
 	assert.Equal(t, exitUsage, h.run(t, environ(), "release", "--ticket", ticket, name).code)
 	assert.Equal(t, exitUsage, h.run(t, environ(), "lock", "--detach", name, "--", "true").code)
+	nothingLeft(t, cli, "", name)
+}
+
+// testAskStopsACommandThatYields: etcdsync ask with a token no key of the name has is exit
+// 1 and writes nothing; with the hold's token, a command run with --yield-on-ask gets
+// SIGTERM, etcdsync exits with its status once it is gone, and releases; without
+// --yield-on-ask the same ask leaves the command running to its own end. Every kind of hold
+// but elect, whose asks are transfers; without a command, --yield-on-ask releases, exit 0.
+func testAskStopsACommandThatYields(t *testing.T, h *harness) {
+	cli := cluster.Client(t)
+	ev := newEvents(t)
+	stop := filepath.Join(t.TempDir(), "stop")
+	body := `trap 'echo term >"$EV"; exit 7' TERM; echo "start $$" >"$EV"; ` +
+		`while [ ! -e "$STOP" ]; do sleep 0.1; done; echo done >"$EV"`
+	for _, tc := range []struct {
+		kind  string
+		yield bool
+	}{{"lock", true}, {"rlock", true}, {"sem", true}, {"once", true}, {"lock", false}} {
+		name := fmt.Sprintf("cmd-ask-%s-%t", tc.kind, tc.yield)
+		var flags []string
+		if tc.yield {
+			flags = append(flags, "--yield-on-ask")
+		}
+		if tc.kind == "once" {
+			flags = append(flags, "--every", "1h")
+		}
+		first := h.start(t, environ("EV="+ev.path, "STOP="+stop), append(holdArgs(tc.kind, name, flags...), script(body)...)...)
+		_, ok := strings.CutPrefix(ev.next(t, 30*time.Second), "start ")
+		require.True(t, ok)
+		keys := keysOf(t, cli, "", name)
+		require.NotEmpty(t, keys)
+		token := keys[len(keys)-1].rev // a semaphore's limit record is older than its permit
+
+		wrong := h.run(t, environ(), "ask", name, "--token", strconv.FormatInt(token+1, 10))
+		assert.Equal(t, exitFree, wrong.code, "%s", wrong.stderr.text())
+		assert.Contains(t, wrong.stderr.text(), "nothing changed")
+		resp, err := cli.Get(etcdtest.Context(t), strings.TrimSuffix(core.NamePrefix(name), "/")+"\x00asked/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		require.NoError(t, err)
+		assert.Zero(t, resp.Count, "a wrong token writes nothing")
+
+		asked := h.run(t, environ(), "ask", name, "--token", strconv.FormatInt(token, 10), "--reason", "deploy")
+		require.Equal(t, 0, asked.code, "%s", asked.stderr.text())
+		if tc.yield {
+			assert.Equal(t, "term", ev.next(t, 30*time.Second), tc.kind)
+			assert.Equal(t, 7, first.wait(30*time.Second), "%s: %s", tc.kind, first.stderr.text())
+			assert.Contains(t, first.stderr.text(), "asked to let go", tc.kind)
+		} else {
+			// The ask reaches the holder within milliseconds; the command polls every 100 ms:
+			// had the ask stopped it, "term" would come before "done".
+			require.NoError(t, os.WriteFile(stop, nil, 0o600))
+			assert.Equal(t, "done", ev.next(t, 30*time.Second), "an ask without --yield-on-ask stops nothing")
+			assert.Equal(t, 0, first.wait(30*time.Second), "%s", first.stderr.text())
+			require.NoError(t, os.Remove(stop))
+		}
+		ev.none(t, tc.kind)
+		nothingLeft(t, cli, "", name)
+	}
+
+	// Without a command: the hold is released at the ask, exit 0.
+	name := "cmd-ask-nocmd"
+	holder := h.start(t, environ(), "lock", "--yield-on-ask", name)
+	etcdtest.AwaitKeys(t, cli, core.NamePrefix(name), 1)
+	keys := keysOf(t, cli, "", name)
+	require.Len(t, keys, 1)
+	asked := h.run(t, environ(), "ask", name, "--token", strconv.FormatInt(keys[0].rev, 10))
+	require.Equal(t, 0, asked.code, "%s", asked.stderr.text())
+	assert.Equal(t, 0, holder.wait(30*time.Second), "%s", holder.stderr.text())
 	nothingLeft(t, cli, "", name)
 }

@@ -62,6 +62,8 @@ func newCommand(verb string) command {
 		return &statusCommand{}
 	case "release":
 		return &releaseCommand{}
+	case "ask":
+		return &askCommand{}
 	case "delete":
 		return &deleteCommand{}
 	case "renew":
@@ -123,7 +125,7 @@ func run(args []string, a *app) int {
 }
 
 // verbList lists the commands, for the messages that name none or an unknown one.
-const verbList = "lock, rlock, sem, elect, transfer, barrier, latch, status, release, renew or delete"
+const verbList = "lock, rlock, sem, elect, transfer, barrier, latch, status, release, ask, renew or delete"
 
 // help is `etcdsync help [TOPIC]`: etcdsync's help, or a command's. A topic that is no
 // command, or more than one, is a usage error.

@@ -54,6 +54,7 @@ type holdCommand struct {
 	maxHold       time.Duration // --max-hold: 0 for none
 	lockDelay     time.Duration // --lock-delay
 	detach        bool          // lock --detach: print a ticket and leave the hold for its TTL
+	yieldOnAsk    bool          // --yield-on-ask: etcdsync ask stops the command and releases
 
 	stopSignal os.Signal // the first signal that asked the command to stop: never loop again
 	yielded    bool      // the last term's command was stopped (or the hold let go) for a handover
@@ -370,7 +371,11 @@ func (c *holdCommand) holdUntilSignalled(a *app, h hold, sigc <-chan os.Signal, 
 	case sig := <-sigc:
 		a.logf("%s: releasing on %s", c.what(), signame(sig))
 		return exitOK, nil
-	case <-askedOf(h):
+	case <-c.askedOf(h):
+		if c.verb != "elect" {
+			a.logf("%s: asked to let go (etcdsync ask): releasing", c.what())
+			return exitOK, nil
+		}
 		a.logf("%s: asked to hand the leadership over", c.what())
 		c.yielded = true
 		return exitOK, nil

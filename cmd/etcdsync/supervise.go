@@ -46,7 +46,7 @@ func (c *holdCommand) runCommand(a *app, h hold, sigc <-chan os.Signal, maxHeld 
 	a.logf("%s: command started: pid and process group %d", c.what(), g.pid)
 	end := c.supervise(a, h, g, sigc, maxHeld)
 	switch {
-	case end.asked && !end.lost && !end.maxHeld && c.stopSignal == nil:
+	case c.verb == "elect" && end.asked && !end.lost && !end.maxHeld && c.stopSignal == nil:
 		a.logf("%s: the command was stopped to hand the leadership over", c.what())
 		c.yielded = true
 		return exitOK, nil
@@ -94,7 +94,7 @@ func (c *holdCommand) commandStatus(a *app, status int) int {
 type ending struct {
 	lost    bool   // the hold was lost while the group lived
 	maxHeld bool   // --max-hold passed while the group lived: the group was stopped for it
-	asked   bool   // the leadership was asked to move (elect): the group was stopped for it
+	asked   bool   // the leadership was asked to move (elect), or the hold to let go (--yield-on-ask): the group was stopped for it
 	ended   bool   // the group is gone (g.status says how the command ended); not if it outlived SIGKILL by killWait
 	killed  string // why the group got SIGKILL, if it did
 }
@@ -116,7 +116,7 @@ const (
 // processes behind.
 func (c *holdCommand) supervise(a *app, h hold, g *group, sigc <-chan os.Signal, maxHeld <-chan time.Time) ending {
 	var end ending
-	done, exited, asked := h.Done(), g.exited, askedOf(h)
+	done, exited, asked := h.Done(), g.exited, c.askedOf(h)
 	phase := notStopping
 	var kill, giveUp *time.Timer
 	defer func() {
@@ -164,6 +164,11 @@ func (c *holdCommand) supervise(a *app, h hold, g *group, sigc <-chan os.Signal,
 		case <-asked:
 			asked = nil
 			end.asked = true
+			if c.verb != "elect" {
+				a.warnf("%s: asked to let go (etcdsync ask): stopping the command", c.what())
+				terminate(syscall.SIGTERM, "asked to let go")
+				break
+			}
 			a.logf("%s: asked to hand the leadership over", c.what())
 			terminate(syscall.SIGTERM, "leadership asked to move")
 		case sig := <-sigc:
