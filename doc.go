@@ -89,7 +89,7 @@
 // a hold reads the record and then follows it, a watch on the client's stream, until the
 // hold ends; a hold never asked for its channel costs nothing. The record lies on a lease
 // of its own for ten minutes, so a hold whose Asked is first called later than that after
-// the ask is not told of it.
+// the ask is not told of it; the release of a hold that was told deletes it (one Txn more).
 //
 // # Errors
 //

@@ -2,14 +2,17 @@ package admin_test
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcdsync/etcdsync"
 	"github.com/etcdsync/etcdsync/admin"
 	"github.com/etcdsync/etcdsync/mutex"
 )
@@ -46,6 +49,45 @@ func ExampleStatus() {
 		fmt.Printf("%d: %s %s (ours: %v)\n", e.Position, e.Kind, e.State, ours)
 	}
 	// Output: 1: lock holds (ours: true)
+}
+
+// A deploy asks the nightly reindex to let go at the end of its current step, rather than
+// cut it off: the job runs under a Do that heeds asks.
+func ExampleAsk() {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: exampleEndpoints()})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer cli.Close()
+	ctx := context.Background()
+
+	m, err := mutex.New(cli, "nightly-reindex", mutex.WithYieldOnAsk())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = m.Do(ctx, func(ctx context.Context) error {
+		// The operator's side, here for the example: etcdsync status shows the token.
+		if err := admin.Ask(ctx, cli, "nightly-reindex", m.Token(), "deploy at 02:00"); err != nil {
+			return err
+		}
+		for {
+			select {
+			case <-ctx.Done(): // asked: stop between steps; Do releases
+				var asked *etcdsync.AskedError
+				if errors.As(context.Cause(ctx), &asked) {
+					fmt.Println("asked to let go:", asked.Record.Reason)
+				}
+				return nil
+			case <-time.After(10 * time.Millisecond): // a step of the reindex
+			}
+		}
+	})
+	fmt.Println("released:", err == nil && m.Err() != nil)
+	// Output:
+	// asked to let go: deploy at 02:00
+	// released: true
 }
 
 // exampleEndpoints are the etcd members the examples run on, from ETCDSYNC_EXAMPLE_ENDPOINTS

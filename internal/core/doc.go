@@ -68,14 +68,15 @@
 //   - life.go: a hold's life beyond its lease: its maximum (WithMaxHold, a timer per hold)
 //     and the lock-delay a waiter keeps after a predecessor whose lease went
 //     (WithLockDelay); an operator's release (admin.Release), the record it leaves and how a
-//     holder or waiter whose key went reads it (ErrReleasedByOperator); an ask that a hold
-//     let go (admin.Ask), its record, followed from the hold's first Asked (follow); the
-//     metrics of a hold's life and the cause of its end.
+//     holder or waiter whose key went reads it (ErrReleasedByOperator); the metrics of a
+//     hold's life and the cause of its end.
 //   - keywatch.go: the client's one watch stream for the keys of its holds: each create
 //     under a fresh ID, a watch cancelled or refused has its key read first, the holds of
 //     a lease that ended told at once.
 //   - release.go: Group, the Holds of one acquisition of several names, which end as one;
-//     the release of a hold or a Group, one fenced delete (release, deleteFenced).
+//     the release of a hold or a Group, one fenced delete (release, deleteFenced); an ask
+//     that a hold let go (admin.Ask): its record, followed from the hold's first Asked
+//     (follow), and deleted by the release of a hold that was told of it.
 //   - acquire.go: the acquisition path, once for one name and for several: claim a slot per
 //     name, write every key in one Txn that reads what is ahead (acquisition.write: every
 //     write of an acquisition, and what each answer means), wait, grant or abandon; a key

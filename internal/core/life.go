@@ -197,56 +197,6 @@ func ReleaseRecordKey(namePrefix, key string) string {
 	return strings.TrimSuffix(namePrefix, "/") + "\x00released/" + strings.TrimPrefix(key, namePrefix)
 }
 
-// AskRecordKey is where an ask that the holder of key let go lies: laid out as
-// ReleaseRecordKey, with "\x00asked/".
-func AskRecordKey(namePrefix, key string) string {
-	return strings.TrimSuffix(namePrefix, "/") + "\x00asked/" + strings.TrimPrefix(key, namePrefix)
-}
-
-// AskedError is the ask that a hold let go (its Asked closed): the key asked, and the
-// record of the ask (why, who, when). It matches ErrAsked.
-type AskedError struct {
-	Key    string
-	Record ReleaseRecord
-}
-
-func (e *AskedError) Error() string {
-	return fmt.Sprintf("%v: key %s: %s (by %s at %s)", ErrAsked, e.Key, quoteReason(e.Record.Reason),
-		e.Record.By, e.Record.At.Format(time.RFC3339))
-}
-
-// Unwrap makes errors.Is(err, ErrAsked) hold.
-func (e *AskedError) Unwrap() error { return ErrAsked }
-
-// followAsks follows h's AskRecordKey until a record names h's token (a is asked), ctx
-// ends (the hold ended, or the client closed), or the record cannot be read (a grant of the
-// name's keys alone does not cover it): then h is never asked.
-func (h *Hold) followAsks(ctx context.Context, a *asking) {
-	key := AskRecordKey(h.key[:h.slot.name], h.key)
-	judge := func(kvs []*mvccpb.KeyValue) verdict {
-		var rec ReleaseRecord
-		if len(kvs) == 0 || json.Unmarshal(kvs[0].Value, &rec) != nil || rec.Token != h.rev {
-			return stillWaiting
-		}
-		a.ask(&AskedError{Key: h.key, Record: rec})
-		return waitOver
-	}
-	_, _ = follow(ctx, h.cli, key, nil,
-		func() (int64, verdict, error) {
-			resp, err := readState(ctx, h.cli, clientv3.OpGet(key))
-			if err != nil {
-				return 0, stillWaiting, err
-			}
-			return resp.Header.Revision, judge(resp.Responses[0].GetResponseRange().Kvs), nil
-		},
-		func(ev *clientv3.Event) (verdict, error) {
-			if ev.Type != clientv3.EventTypePut {
-				return stillWaiting, nil
-			}
-			return judge([]*mvccpb.KeyValue{ev.Kv}), nil
-		})
-}
-
 // recordWait bounds the read of a release record: a holder whose key went is told within
 // it, with the record's reason or without.
 const recordWait = time.Second

@@ -2,11 +2,15 @@ package core
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
+	"time"
 
 	"errors"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -387,6 +391,7 @@ func release(ctx context.Context, cli *clientv3.Client, sess *Session, members [
 	for _, h := range members {
 		h.waitMonitor()
 	}
+	clearAsk(ctx, cli, members)
 	return true, final, nil
 }
 
@@ -470,3 +475,80 @@ func (h *Hold) Abandon(ctx context.Context) {
 
 // holdRelease is the chore of releasing an abandoned hold.
 type holdRelease struct{ h *Hold }
+
+// AskRecordKey is where an ask that the holder of key let go lies: laid out as
+// ReleaseRecordKey, with "\x00asked/".
+func AskRecordKey(namePrefix, key string) string {
+	return strings.TrimSuffix(namePrefix, "/") + "\x00asked/" + strings.TrimPrefix(key, namePrefix)
+}
+
+// AskedError is the ask that a hold let go (its Asked closed): the key asked, and the
+// record of the ask (why, who, when). It matches ErrAsked.
+type AskedError struct {
+	Key    string
+	Record ReleaseRecord
+	rec    *mvccpb.KeyValue // where the record lies, and its create revision
+}
+
+func (e *AskedError) Error() string {
+	return fmt.Sprintf("%v: key %s: %s (by %s at %s)", ErrAsked, e.Key, quoteReason(e.Record.Reason),
+		e.Record.By, e.Record.At.Format(time.RFC3339))
+}
+
+// Unwrap makes errors.Is(err, ErrAsked) hold.
+func (e *AskedError) Unwrap() error { return ErrAsked }
+
+// followAsks follows h's AskRecordKey until a record names h's token (a is asked), ctx
+// ends (the hold ended, or the client closed), or the record cannot be read (a grant of the
+// name's keys alone does not cover it): then h is never asked.
+func (h *Hold) followAsks(ctx context.Context, a *asking) {
+	key := AskRecordKey(h.key[:h.slot.name], h.key)
+	judge := func(kvs []*mvccpb.KeyValue) verdict {
+		var rec ReleaseRecord
+		if len(kvs) == 0 || json.Unmarshal(kvs[0].Value, &rec) != nil || rec.Token != h.rev {
+			return stillWaiting
+		}
+		a.ask(&AskedError{Key: h.key, Record: rec, rec: &mvccpb.KeyValue{Key: kvs[0].Key, CreateRevision: kvs[0].CreateRevision}})
+		return waitOver
+	}
+	_, _ = follow(ctx, h.cli, key, nil,
+		func() (int64, verdict, error) {
+			resp, err := readState(ctx, h.cli, clientv3.OpGet(key))
+			if err != nil {
+				return 0, stillWaiting, err
+			}
+			return resp.Header.Revision, judge(resp.Responses[0].GetResponseRange().Kvs), nil
+		},
+		func(ev *clientv3.Event) (verdict, error) {
+			if ev.Type != clientv3.EventTypePut {
+				return stillWaiting, nil
+			}
+			return judge([]*mvccpb.KeyValue{ev.Kv}), nil
+		})
+}
+
+// clearAsk deletes the record of the ask that members, released now, were told of (they
+// share one asking): its purpose is served. Best effort, one Txn fenced on the record's
+// create revision, only for a hold that was told of an ask.
+func clearAsk(ctx context.Context, cli *clientv3.Client, members []*Hold) {
+	h := members[0]
+	h.mu.Lock()
+	a := h.asking
+	h.mu.Unlock()
+	if a == nil {
+		return
+	}
+	select {
+	case <-a.ch:
+	default:
+		return // not asked
+	}
+	if e, ok := a.err.(*AskedError); ok && e.rec != nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWait)
+		defer cancel()
+		_, _ = cli.Txn(clientv3.WithRequireLeader(ctx)).
+			If(clientv3.Compare(clientv3.CreateRevision(string(e.rec.Key)), "=", e.rec.CreateRevision)).
+			Then(clientv3.OpDelete(string(e.rec.Key))).
+			Commit()
+	}
+}

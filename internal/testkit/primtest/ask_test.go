@@ -56,7 +56,8 @@ func askRecords(t *testing.T, cli *clientv3.Client, name string) int64 {
 // TestAskReachesTheHolderAndAWrongTokenNothing: an ask by a token that no key of the name
 // has (one off, or the token of a hold released since) is ErrNoHold and writes nothing; an
 // ask by the hold's token closes its Asked, on a client of another member, and the hold
-// goes on until it is released; without a hold Asked is nil.
+// goes on until it is released, whose release deletes the record; without a hold Asked is
+// nil.
 func TestAskReachesTheHolderAndAWrongTokenNothing(t *testing.T) {
 	forEachAskable(t, "ask", func(t *testing.T, k primtest.Kind, name string, holder, adm *clientv3.Client) {
 		ctx := etcdtest.Context(t)
@@ -87,7 +88,9 @@ func TestAskReachesTheHolderAndAWrongTokenNothing(t *testing.T) {
 		if k.Busy != nil {
 			assert.ErrorIs(t, k.Second.Make(t, adm, name).TryLock(ctx), k.Busy, "the hold goes on")
 		}
+		assert.Equal(t, int64(1), askRecords(t, adm, name))
 		require.NoError(t, l.Unlock(ctx))
+		assert.Zero(t, askRecords(t, adm, name), "the release of a hold told of an ask deletes its record")
 
 		// The next hold of the handle is not the one asked, even on the same key.
 		require.NoError(t, l.Lock(ctx))
@@ -133,6 +136,7 @@ func TestADoThatYieldsOnAskEndsFnsCtxAndReleases(t *testing.T) {
 		assert.ErrorIs(t, err, context.Canceled)
 		assert.NotErrorIs(t, err, etcdsync.ErrLost)
 		assert.Zero(t, etcdtest.CountKeys(t, adm, k.Keys(name)), "released")
+		assert.Zero(t, askRecords(t, adm, name), "the records went with the releases")
 	})
 }
 
