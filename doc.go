@@ -84,8 +84,9 @@
 // beside the hold's key, fenced by the token (a name taken again since is never asked), and
 // the hold's Asked channel (mutex.Mutex.Asked, and each primitive's) closes. Nothing else
 // happens by itself: the holder finishes its step and releases, or goes on. A Do heeds it
-// only with [WithYieldOnAsk], which ends fn's ctx with an [AskedError] as its cause; an
-// election heeds its own asks (election.Election.Asked, Yield). The first call to Asked on
+// only with [WithYieldOnAsk], which ends fn's ctx with an [AskedError] as its cause. An
+// election's leader takes an ask as a request to step down (election.Election.Asked, Yield;
+// Run heeds it by itself). The first call to Asked on
 // a hold reads the record and then follows it, a watch on the client's stream, until the
 // hold ends; a hold never asked for its channel costs nothing. The record lies on a lease
 // of its own for ten minutes, so a hold whose Asked is first called later than that after

@@ -89,7 +89,8 @@ func (e *Election) heed(ctx context.Context, h *core.Hold, k *asker, kv *mvccpb.
 }
 
 // Asked returns a channel that is closed once this handle's leadership is asked to move: by
-// a request ([Election.RequestTransfer], `etcdsync transfer`), or, with [WithPreference], by
+// a request ([Election.RequestTransfer], `etcdsync transfer`), by an ask of its token
+// (admin.Ask, `etcdsync ask`: a request to step down), or, with [WithPreference], by
 // a candidate of a higher preference that has waited a settle time while the leadership
 // lasted as long; for a transfer, only once the candidate named has answered that it takes
 // the leadership over (see [Election.Transfer]), so a request to a candidate that is gone
@@ -98,8 +99,8 @@ func (e *Election) heed(ctx context.Context, h *core.Hold, k *asker, kv *mvccpb.
 // (it never closes). After a Yield that failed, the leadership is asked anew: call Asked
 // again for the channel.
 //
-// Cost: the first call on a leadership watches the request and the candidates with a
-// preference, then reads them (a Range and one Txn), and follows both while it lasts; a
+// Cost: the first call on a leadership watches the request, the ask and the candidates
+// with a preference, then reads them (a Range and one Txn), and follows both while it lasts; a
 // proposal to a candidate costs what [Election.Transfer]'s does before lead is ended.
 func (e *Election) Asked() <-chan struct{} {
 	if e.queue() == nil {

@@ -32,7 +32,8 @@ program finishes its step and releases (a Do with WithYieldOnAsk has its work's 
 end), an etcdsync command with --yield-on-ask stops its command's group (SIGTERM, SIGKILL
 after --grace) and releases once it is gone, another goes on. The record goes after ten
 minutes. Without --token, shows who holds NAME and exits 64. A token that no key of NAME
-has changes nothing: exit 1. An election's leader is asked with transfer instead.`,
+has changes nothing: exit 1. An election's leader steps down, as transfer without --to
+asks it to.`,
 		`# who holds it, and its token
 etcdsync status nightly-report
 # ask that hold to let go at its next step, saying why

@@ -294,13 +294,15 @@ func (q *Queue) AnswerTransfer(ctx context.Context, kv *mvccpb.KeyValue) {
 
 // FollowAsks follows, for the leadership h, what asks it to move, until something has (or
 // ctx ends, or nothing can ask it): a request at TransferRequestKey, which request judges
-// (true: it asks, and FollowAsks returns); and the candidates with a preference above pref,
+// (true: it asks, and FollowAsks returns), and an ask of h's key (admin.Ask), which it
+// judges as a request to step down (its kv the ask's record, so that the answer deletes
+// it); and the candidates with a preference above pref,
 // of which, once one has waited settle and the leadership has lasted as long, the most
 // preferred (the oldest of them on a tie) is offered to preferred, which reports whether it
 // asked, or whether that candidate is gone. It reads the request and the candidates, then
 // follows both (follow's watch-then-read, after any gap a read again). A request out of this
 // client's reach (a grant of the name's keys alone) is not followed; preferences still are.
-// Cost: a Range of the request's key, one Txn, two watches while it lasts, and a read again
+// Cost: a Range of the request's key, one Txn, three watches while it lasts, and a read again
 // after a gap or when a candidate has waited long enough.
 func (q *Queue) FollowAsks(ctx context.Context, h *Hold, pref int, settle time.Duration,
 	request func(*mvccpb.KeyValue) bool, preferred func(key string) (asked, gone bool)) {
@@ -310,6 +312,17 @@ func (q *Queue) FollowAsks(ctx context.Context, h *Hold, pref int, settle time.D
 		rev  int64     // its key's create revision
 	}
 	reqKey, prefRange := TransferRequestKey(q.prefix), PreferenceRange(q.prefix)
+	// An ask of the leadership's own key (admin.Ask) is a request to step down: request
+	// judges it as one, and the answer deletes its record.
+	askKey := AskRecordKey(q.prefix, h.Key())
+	stepDown := func(kv *mvccpb.KeyValue) bool {
+		var rec ReleaseRecord
+		if json.Unmarshal(kv.Value, &rec) != nil || rec.Token != h.Token() {
+			return false
+		}
+		val, _ := json.Marshal(TransferRequest{Key: h.Key(), Token: h.Token(), By: rec.By})
+		return request(&mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, Value: val})
+	}
 	start := time.Now()
 	cands := map[string]*candidate{}
 	// wake closes when a candidate may have waited long enough (or the leadership lasted a
@@ -382,12 +395,12 @@ func (q *Queue) FollowAsks(ctx context.Context, h *Hold, pref int, settle time.D
 		}
 		ws := []watched{{prefRange, []clientv3.OpOption{clientv3.WithPrefix()}}}
 		if requests {
-			ws = append(ws, watched{key: reqKey})
+			ws = append(ws, watched{key: reqKey}, watched{key: askKey})
 		}
 		check := func() (int64, verdict, error) {
 			reads := []clientv3.Op{clientv3.OpGet(prefRange, clientv3.WithPrefix())}
 			if requests {
-				reads = append(reads, clientv3.OpGet(reqKey))
+				reads = append(reads, clientv3.OpGet(reqKey), clientv3.OpGet(askKey))
 			}
 			resp, err := readState(ctx, q.cli, reads...)
 			if err != nil {
@@ -407,6 +420,9 @@ func (q *Queue) FollowAsks(ctx context.Context, h *Hold, pref int, settle time.D
 				if reqs := resp.Responses[1].GetResponseRange().Kvs; len(reqs) == 1 && request(reqs[0]) {
 					return resp.Header.Revision, waitOver, nil
 				}
+				if asks := resp.Responses[2].GetResponseRange().Kvs; len(asks) == 1 && stepDown(asks[0]) {
+					return resp.Header.Revision, waitOver, nil
+				}
 			}
 			return resp.Header.Revision, stillWaiting, nil
 		}
@@ -414,6 +430,10 @@ func (q *Queue) FollowAsks(ctx context.Context, h *Hold, pref int, settle time.D
 			switch key := string(ev.Kv.Key); {
 			case key == reqKey:
 				if ev.Type == mvccpb.PUT && request(ev.Kv) {
+					return waitOver, nil
+				}
+			case key == askKey:
+				if ev.Type == mvccpb.PUT && stepDown(ev.Kv) {
 					return waitOver, nil
 				}
 			case ev.Type == mvccpb.DELETE:

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/etcdsync/etcdsync/admin"
 	"github.com/etcdsync/etcdsync/election"
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
@@ -459,4 +460,59 @@ func TestARunWhoseHandoverFailsLeadsOn(t *testing.T) {
 	stopRun()
 	assert.ErrorIs(t, etcdtest.Within(t, ran, 10*time.Second, "Run"), context.Canceled)
 	primtest.AwaitKeys(t, admin, name, 0)
+}
+
+// TestAnAskOfTheLeaderIsAStepDown: admin.Ask of a leader's token (etcdsync ask) asks it to
+// step down, as a request without a candidate does: a leader by Campaign sees Asked close,
+// Yield resigns and the next candidate leads; a Run's leader ends lead and steps down by
+// itself. A wrong token writes nothing and asks nothing; the answer deletes the record.
+func TestAnAskOfTheLeaderIsAStepDown(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	const name = "ask-leader"
+	adm := cluster.Client(t)
+	records := strings.TrimSuffix(core.NamePrefix(name), "/") + "\x00asked/"
+
+	a := newElection(t, cluster.Client(t), name)
+	require.NoError(t, a.Campaign(ctx, "a"))
+	b := newElection(t, cluster.Client(t), name)
+	bwon := campaignAsync(ctx, b, "b")
+	primtest.AwaitKeys(t, adm, name, 2)
+	asked := a.Asked()
+	require.NotNil(t, asked)
+
+	assert.ErrorIs(t, admin.Ask(ctx, adm, name, a.Token()-1, "wrong"), admin.ErrNoHold)
+	assert.Zero(t, etcdtest.CountKeys(t, adm, records), "a wrong token writes nothing")
+	require.NoError(t, a.Yield(ctx), "nothing asked: nothing done")
+	require.NoError(t, a.Err())
+
+	require.NoError(t, admin.Ask(ctx, adm, name, a.Token(), "maintenance"))
+	etcdtest.Within(t, asked, 10*time.Second, "a is asked")
+	require.NoError(t, a.Yield(ctx))
+	require.NoError(t, etcdtest.Within(t, bwon, 10*time.Second, "b's Campaign"))
+	assert.ErrorIs(t, a.Err(), election.ErrNotLeader)
+	etcdtest.AwaitKeys(t, adm, records, 0) // answered: deleted
+
+	// A Run heeds it by itself: its lead ends, it steps down and campaigns again.
+	rctx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	leading := make(chan int64, 4)
+	ran := etcdtest.Async(func() error {
+		return a.Run(rctx, "a", func(lctx context.Context) error {
+			leading <- a.Token()
+			<-lctx.Done()
+			return nil
+		})
+	})
+	primtest.AwaitKeys(t, adm, name, 2)
+	require.NoError(t, b.Resign(ctx))
+	token := etcdtest.Within(t, leading, 10*time.Second, "the Run leads")
+	bwon = campaignAsync(ctx, b, "b")
+	primtest.AwaitKeys(t, adm, name, 2)
+	require.NoError(t, admin.Ask(ctx, adm, name, token, "maintenance"))
+	require.NoError(t, etcdtest.Within(t, bwon, 10*time.Second, "b leads after the Run stepped down"))
+	stopRun()
+	assert.ErrorIs(t, etcdtest.Within(t, ran, 10*time.Second, "Run"), context.Canceled)
+	require.NoError(t, b.Resign(ctx))
+	primtest.AwaitKeys(t, adm, name, 0)
+	etcdtest.AwaitKeys(t, adm, records, 0)
 }
