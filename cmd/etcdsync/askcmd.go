@@ -3,22 +3,11 @@
 package main
 
 import (
-	"errors"
-	"strings"
-
 	"github.com/etcdsync/etcdsync/admin"
-	"github.com/etcdsync/etcdsync/internal/core"
 )
 
 // askCommand is `etcdsync ask`, parsed.
-type askCommand struct {
-	name   string
-	token  int64
-	reason string
-	prefix string
-	etcd   bool // --etcd-layout
-	conn   connection
-}
+type askCommand struct{ byToken }
 
 // defaultAskReason is the reason of an ask without --reason: the record says who asked.
 const defaultAskReason = "asked with etcdsync ask"
@@ -38,12 +27,7 @@ asks it to.`,
 etcdsync status nightly-report
 # ask that hold to let go at its next step, saying why
 etcdsync ask nightly-report --token 812 --reason "deploy at 02:00"`)
-	fs := sub.flags
-	fs.Int64Var(&c.token, "token", 0, "the hold's token `T` (status shows it): only the key created at T is asked")
-	fs.StringVar(&c.reason, "reason", defaultAskReason, "why (`R`), recorded for the holder to read (up to 1 KiB)")
-	fs.StringVar(&c.prefix, "prefix", "", "the name's keys are under this `prefix` (ends with '/')")
-	fs.BoolVar(&c.etcd, "etcd-layout", false, "the name's keys are where etcd's own primitives put them (see lock)")
-	c.conn.register(fs)
+	c.register(sub.flags, "asked", defaultAskReason)
 	return sub
 }
 
@@ -52,20 +36,14 @@ func (c *askCommand) parse(sub *subcommand, args []string, a *app) error {
 	if err != nil {
 		return err
 	}
+	c.names = names
 	switch {
-	case len(names) == 0:
-		return usagef("NAME missing")
 	case len(names) > 1:
 		return usagef("%d names: ask asks the hold of one NAME (a lock of several is asked through any of them)", len(names))
-	case c.prefix != "" && !strings.HasSuffix(c.prefix, "/"):
-		return usagef("--prefix %q does not end with '/'", c.prefix)
-	case c.token < 0:
-		return usagef("--token %d is negative", c.token)
 	case c.reason == "":
 		return usagef("--reason is empty: the holder is told why it is asked")
 	}
-	c.name = names[0]
-	return validNames(names)
+	return c.check()
 }
 
 // run asks the hold, or without --token shows who holds and exits 64.
@@ -75,27 +53,8 @@ func (c *askCommand) run(a *app) (int, error) {
 		return 0, err
 	}
 	defer done()
-	opts := (&releaseCommand{prefix: c.prefix, etcd: c.etcd}).options()
 	if c.token == 0 {
-		snap, err := admin.Status(ctx, cli, []string{c.name}, opts...)
-		if err != nil {
-			return 0, failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
-		}
-		show := &statusCommand{prefix: c.prefix, etcd: c.etcd}
-		if err := show.print(a.stderr, snap); err != nil {
-			return 0, err
-		}
-		return 0, usagef("--token missing: the token of the hold to ask (above)")
+		return c.showHolders(a, ctx, cli, "ask")
 	}
-	err = admin.Ask(ctx, cli, c.name, c.token, c.reason, opts...)
-	switch {
-	case errors.Is(err, admin.ErrNoHold):
-		a.errorf("%v: nothing changed", err)
-		return exitFree, nil
-	case errors.Is(err, core.ErrInvalidOption):
-		return 0, usagef("%v", err)
-	case err != nil:
-		return 0, failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
-	}
-	return exitOK, nil
+	return c.result(a, admin.Ask(ctx, cli, c.names[0], c.token, c.reason, c.options()...))
 }

@@ -3,24 +3,92 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/etcdsync/etcdsync/admin"
 	"github.com/etcdsync/etcdsync/internal/core"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// releaseCommand is `etcdsync release`, parsed.
-type releaseCommand struct {
+// byToken is what release and ask share: the NAMEs, the token of the hold, the reason,
+// where the names' keys are, and the connection.
+type byToken struct {
 	names  []string
 	token  int64
-	ticket string // --ticket: a detached hold's, instead of NAME and --token
 	reason string
 	prefix string
 	etcd   bool // --etcd-layout
 	conn   connection
+}
+
+// register defines the flags of byToken, for a command that does verb to the key.
+func (b *byToken) register(fs *flag.FlagSet, verb, reason string) {
+	fs.Int64Var(&b.token, "token", 0, "the hold's token `T` (status shows it): only the key created at T is "+verb)
+	fs.StringVar(&b.reason, "reason", reason, "why (`R`), recorded for the holder to read (up to 1 KiB)")
+	fs.StringVar(&b.prefix, "prefix", "", "the names' keys are under this `prefix` (ends with '/')")
+	fs.BoolVar(&b.etcd, "etcd-layout", false, "the names' keys are where etcd's own primitives put them (see lock)")
+	b.conn.register(fs)
+}
+
+// check checks the NAMEs, --prefix and --token, without etcd.
+func (b *byToken) check() error {
+	switch {
+	case len(b.names) == 0:
+		return usagef("NAME missing")
+	case b.prefix != "" && !strings.HasSuffix(b.prefix, "/"):
+		return usagef("--prefix %q does not end with '/'", b.prefix)
+	case b.token < 0:
+		return usagef("--token %d is negative", b.token)
+	}
+	return validNames(b.names)
+}
+
+// showHolders shows who holds and waits for the names, on stderr, and is exit 64: the
+// token to give is among them.
+func (b *byToken) showHolders(a *app, ctx context.Context, cli *clientv3.Client, what string) (int, error) {
+	snap, err := admin.Status(ctx, cli, b.names, b.options()...)
+	if err != nil {
+		return 0, failf(exitEtcd, "etcd at %s: %v", b.conn.endpoints, err)
+	}
+	show := &statusCommand{prefix: b.prefix, etcd: b.etcd}
+	if err := show.print(a.stderr, snap); err != nil {
+		return 0, err
+	}
+	return 0, usagef("--token missing: the token of the hold to %s (above)", what)
+}
+
+// result is the exit status of admin's Release or Ask, which returned err.
+func (b *byToken) result(a *app, err error) (int, error) {
+	switch {
+	case errors.Is(err, admin.ErrNoHold):
+		a.errorf("%v: nothing changed", err)
+		return exitFree, nil
+	case errors.Is(err, core.ErrInvalidOption):
+		return 0, usagef("%v", err)
+	case err != nil:
+		return 0, failf(exitEtcd, "etcd at %s: %v", b.conn.endpoints, err)
+	}
+	return exitOK, nil
+}
+
+// options are the admin options of the flags.
+func (b *byToken) options() []admin.Option {
+	opts := []admin.Option{admin.Prefix(b.prefix)}
+	if b.etcd {
+		opts = append(opts, admin.EtcdLayout())
+	}
+	return opts
+}
+
+// releaseCommand is `etcdsync release`, parsed.
+type releaseCommand struct {
+	byToken
+	ticket string // --ticket: a detached hold's, instead of NAME and --token
 }
 
 func (c *releaseCommand) define() *subcommand {
@@ -36,13 +104,8 @@ lock --detach printed that ticket for (exit 1 if it is gone, resumed or taken ag
 etcdsync status nightly-report
 # end that hold, saying why
 etcdsync release nightly-report --token 812 --reason "stuck since 02:00"`)
-	fs := sub.flags
-	fs.Int64Var(&c.token, "token", 0, "the hold's token `T` (status shows it): only the key created at T is deleted")
-	fs.StringVar(&c.ticket, "ticket", "", "release the detached hold of this `TICKET` (lock --detach printed it) instead")
-	fs.StringVar(&c.reason, "reason", "", "why (`R`), recorded for the holder to read (up to 1 KiB)")
-	fs.StringVar(&c.prefix, "prefix", "", "the names' keys are under this `prefix` (ends with '/')")
-	fs.BoolVar(&c.etcd, "etcd-layout", false, "the names' keys are where etcd's own primitives put them (see lock)")
-	c.conn.register(fs)
+	sub.flags.StringVar(&c.ticket, "ticket", "", "release the detached hold of this `TICKET` (lock --detach printed it) instead")
+	c.register(sub.flags, "deleted", "")
 	return sub
 }
 
@@ -60,14 +123,8 @@ func (c *releaseCommand) parse(sub *subcommand, args []string, a *app) error {
 			return usagef("%v", err)
 		}
 		return nil
-	case len(names) == 0:
-		return usagef("NAME missing")
-	case c.prefix != "" && !strings.HasSuffix(c.prefix, "/"):
-		return usagef("--prefix %q does not end with '/'", c.prefix)
-	case c.token < 0:
-		return usagef("--token %d is negative", c.token)
 	}
-	return validNames(names)
+	return c.check()
 }
 
 // run releases the hold, or without --token shows who holds and exits 64.
@@ -84,36 +141,9 @@ func (c *releaseCommand) run(a *app) (int, error) {
 		})
 	}
 	if c.token == 0 {
-		snap, err := admin.Status(ctx, cli, c.names, c.options()...)
-		if err != nil {
-			return 0, failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
-		}
-		show := &statusCommand{prefix: c.prefix, etcd: c.etcd}
-		if err := show.print(a.stderr, snap); err != nil {
-			return 0, err
-		}
-		return 0, usagef("--token missing: the token of the hold to release (above)")
+		return c.showHolders(a, ctx, cli, "release")
 	}
-	err = admin.Release(ctx, cli, c.names, c.token, c.reason, c.options()...)
-	switch {
-	case errors.Is(err, admin.ErrNoHold):
-		a.errorf("%v: nothing changed", err)
-		return exitFree, nil
-	case errors.Is(err, core.ErrInvalidOption):
-		return 0, usagef("%v", err)
-	case err != nil:
-		return 0, failf(exitEtcd, "etcd at %s: %v", c.conn.endpoints, err)
-	}
-	return exitOK, nil
-}
-
-// options are the admin options of the command's flags.
-func (c *releaseCommand) options() []admin.Option {
-	opts := []admin.Option{admin.Prefix(c.prefix)}
-	if c.etcd {
-		opts = append(opts, admin.EtcdLayout())
-	}
-	return opts
+	return c.result(a, admin.Release(ctx, cli, c.names, c.token, c.reason, c.options()...))
 }
 
 // ticketCommand runs do, the renewal or release of a detached hold, and maps its error to
