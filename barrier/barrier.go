@@ -20,7 +20,7 @@ const MaxParticipants = core.MaxParticipants
 // Only [New] makes a usable Barrier: every method of the zero Barrier and of a nil
 // *Barrier returns [ErrInvalidOption] at once, as does every call through a closed client.
 type Barrier struct {
-	name string
+	s    core.Shell
 	b    *core.Barrier
 	turn core.Turn
 
@@ -46,20 +46,27 @@ func New(cli *clientv3.Client, name string, n int, opts ...Option) (*Barrier, er
 	if err != nil {
 		return nil, fmt.Errorf("barrier %q: %w", name, err)
 	}
-	return &Barrier{name: name, b: core.NewBarrier(cli, cfg, name, n)}, nil
+	b := core.NewBarrier(cli, cfg, name, n)
+	return &Barrier{s: core.NewShell(fmt.Sprintf("barrier %q", name), b.Queue(), nil), b: b}, nil
 }
 
-func (b *Barrier) errorf(op string, err error) error {
-	return fmt.Errorf("barrier %q: %s: %w", b.name, op, err)
+// unmade is the Shell of a Barrier that New did not make.
+var unmade = core.Unmade("barrier")
+
+// shell is the Barrier's Shell, or unmade.
+func (b *Barrier) shell() *core.Shell {
+	if b == nil {
+		return unmade
+	}
+	return b.s.Or(unmade)
 }
+
+func (b *Barrier) errorf(op string, err error) error { return b.shell().Errorf(op, err) }
 
 // begin takes b's turn for op, once b can serve it.
 func (b *Barrier) begin(ctx context.Context, op string) error {
-	if b == nil || b.b == nil {
-		return fmt.Errorf("barrier: %s: %w", op, (*core.Queue)(nil).Unusable())
-	}
-	if err := b.b.Queue().Unusable(); err != nil {
-		return b.errorf(op, err)
+	if err := b.shell().Check(op); err != nil {
+		return err
 	}
 	if err := b.turn.Take(ctx); err != nil {
 		return b.errorf(op, err)
@@ -110,8 +117,8 @@ func (b *Barrier) Enter(ctx context.Context) error {
 // goes: for each participant but the first of the round, about once; the first hears each
 // of the others.
 func (b *Barrier) Leave(ctx context.Context) error {
-	if b == nil || b.b == nil {
-		return fmt.Errorf("barrier: leave: %w (%w)", (*core.Queue)(nil).Unusable(), ErrNotEntered)
+	if s := b.shell(); s == unmade {
+		return s.UnheldAs("leave", ErrNotEntered)
 	}
 	if err := b.turn.Take(ctx); err != nil {
 		return b.errorf("leave", err)

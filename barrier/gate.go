@@ -18,8 +18,8 @@ import (
 // Only [NewGate] makes a usable Gate: every method of the zero Gate and of a nil *Gate
 // returns [ErrInvalidOption] at once, as does every call through a closed client.
 type Gate struct {
-	name string
-	g    *core.Gate
+	s core.Shell
+	g *core.Gate
 }
 
 // NewGate returns the Gate on name over cli. It does no I/O. Errors, wrapped with the
@@ -36,19 +36,24 @@ func NewGate(cli *clientv3.Client, name string, opts ...Option) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gate %q: %w", name, err)
 	}
-	return &Gate{name: name, g: core.NewGate(cli, cfg, name)}, nil
+	g := core.NewGate(cli, cfg, name)
+	return &Gate{s: core.NewShell(fmt.Sprintf("gate %q", name), g.Queue(), nil), g: g}, nil
 }
+
+// unmadeGate is the Shell of a Gate that NewGate did not make.
+var unmadeGate = core.Unmade("gate")
 
 // do runs op's f once g can serve it.
 func (g *Gate) do(op string, f func(*core.Gate) error) error {
-	if g == nil || g.g == nil {
-		return fmt.Errorf("gate: %s: %w", op, (*core.Queue)(nil).Unusable())
+	s := unmadeGate
+	if g != nil {
+		s = g.s.Or(unmadeGate)
 	}
-	if err := g.g.Queue().Unusable(); err != nil {
-		return fmt.Errorf("gate %q: %s: %w", g.name, op, err)
+	if err := s.Check(op); err != nil {
+		return err
 	}
 	if err := f(g.g); err != nil {
-		return fmt.Errorf("gate %q: %s: %w", g.name, op, err)
+		return s.Errorf(op, err)
 	}
 	return nil
 }

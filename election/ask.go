@@ -32,7 +32,7 @@ func (e *Election) asking(h *core.Hold) *asker {
 		return nil
 	}
 	if e.asker == nil || e.asker.h != h {
-		ctx, cancel := context.WithCancel(e.q.Client().Ctx())
+		ctx, cancel := context.WithCancel(e.s.Q.Client().Ctx())
 		k := &asker{h: h, asked: make(chan struct{})}
 		e.asker = k
 		h.OnEnd(func(error) { cancel() })
@@ -44,11 +44,11 @@ func (e *Election) asking(h *core.Hold) *asker {
 // follow is the asker's goroutine (see asker): core's FollowAsks, which asks heed of a
 // request, and proposes the transfer to a preferred candidate that has waited.
 func (e *Election) follow(ctx context.Context, h *core.Hold, k *asker) {
-	e.q.FollowAsks(ctx, h, e.pref, e.settle,
+	e.s.Q.FollowAsks(ctx, h, e.pref, e.settle,
 		func(kv *mvccpb.KeyValue) bool { return e.heed(ctx, h, k, kv) },
 		func(key string) (asked, gone bool) {
 			to := core.Match{Key: key}
-			p, err := e.q.Propose(ctx, h, to)
+			p, err := e.s.Q.Propose(ctx, h, to)
 			switch {
 			case err == nil:
 				k.ask = transferRequest{to: to, proposal: p}
@@ -70,15 +70,15 @@ func (e *Election) heed(ctx context.Context, h *core.Hold, k *asker, kv *mvccpb.
 	if !ok || r.Key != h.Key() || r.Token != h.Token() {
 		// Of another leadership: the leader it asked is gone, or handed this one its key
 		// (and answers it itself); it asks nothing of this one.
-		e.q.AnswerTransfer(ctx, kv)
+		e.s.Q.AnswerTransfer(ctx, kv)
 		return false
 	}
 	ask := transferRequest{stepDown: true}
 	if r.To != nil {
 		to := core.Match{Value: *r.To}
-		p, err := e.q.Propose(ctx, h, to)
+		p, err := e.s.Q.Propose(ctx, h, to)
 		if err != nil {
-			e.q.AnswerTransfer(ctx, kv)
+			e.s.Q.AnswerTransfer(ctx, kv)
 			return false
 		}
 		ask = transferRequest{to: to, proposal: p}
@@ -103,7 +103,7 @@ func (e *Election) heed(ctx context.Context, h *core.Hold, k *asker, kv *mvccpb.
 // with a preference, then reads them (a Range and one Txn), and follows both while it lasts; a
 // proposal to a candidate costs what [Election.Transfer]'s does before lead is ended.
 func (e *Election) Asked() <-chan struct{} {
-	if e.queue() == nil {
+	if e.shell() == unmade {
 		return nil
 	}
 	if k := e.asking(e.current()); k != nil {
@@ -118,8 +118,8 @@ func (e *Election) Asked() <-chan struct{} {
 //
 // Errors: those of Transfer, or of Resign; [ErrNotLeader] without leadership.
 func (e *Election) Yield(ctx context.Context) error {
-	if e.queue() == nil {
-		return e.errorf("yield", fmt.Errorf("%w (%w)", e.queue().Unusable(), errNoLeadership))
+	if s := e.shell(); s == unmade {
+		return s.UnheldAs("yield", errNoLeadership)
 	}
 	h := e.current()
 	k := e.asking(h)
@@ -137,7 +137,7 @@ func (e *Election) Yield(ctx context.Context) error {
 // yield does what k, the asker of h, was asked. If that fails, a leadership that leads on
 // is asked anew: the next Asked follows it afresh.
 func (e *Election) yield(ctx context.Context, h *core.Hold, k *asker) error {
-	defer e.q.AnswerTransfer(ctx, k.req)
+	defer e.s.Q.AnswerTransfer(ctx, k.req)
 	err := e.transfer(ctx, h, k.ask)
 	if err != nil {
 		e.mu.Lock()
@@ -164,10 +164,10 @@ func (e *Election) yield(ctx context.Context, h *core.Hold, k *asker) error {
 //
 // Cost: one Range, one Txn, a watch until the leader answers, and one Range.
 func (e *Election) RequestTransfer(ctx context.Context, to string) (Leader, error) {
-	if err := e.queue().Unusable(); err != nil {
-		return Leader{}, e.errorf("request transfer", err)
+	if err := e.shell().Check("request transfer"); err != nil {
+		return Leader{}, err
 	}
-	before, err := e.q.Head(ctx)
+	before, err := e.s.Q.Head(ctx)
 	switch {
 	case err != nil:
 		return Leader{}, e.errorf("request transfer", err)
@@ -178,7 +178,7 @@ func (e *Election) RequestTransfer(ctx context.Context, to string) (Leader, erro
 	if to != "" {
 		r.To = &to
 	}
-	if err := e.q.AskTransfer(ctx, r); err != nil {
+	if err := e.s.Q.AskTransfer(ctx, r); err != nil {
 		return Leader{}, e.errorf("request transfer", err)
 	}
 	after, err := e.Leader(ctx)

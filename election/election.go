@@ -22,11 +22,9 @@ import (
 // [ErrNotLeader], Observe a closed channel, and the others report no leadership (Token 0,
 // Done closed, Err ErrNotLeader, IsOwner never true, Key "").
 type Election struct {
-	name      string
-	q         *core.Queue
-	turn      core.Turn // taken from Campaign until the leadership ends, by Resign or loss
-	resigning core.Turn // one Resign at a time: taken while one runs
-	tel       *core.Telemetry
+	s         core.Shell
+	turn      core.Turn     // taken from Campaign until the leadership ends, by Resign or loss
+	resigning core.Turn     // one Resign at a time: taken while one runs
 	pref      int           // WithPreference's
 	settle    time.Duration // WithSettle's
 
@@ -79,22 +77,24 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 	if err != nil {
 		return nil, fmt.Errorf("election %q: %w", name, err)
 	}
+	q, tel := core.NewQueue(cli, cfg, name), core.NewTelemetry(cfg, core.PrimitiveElection, name)
 	return &Election{
-		name:    name,
-		q:       core.NewQueue(cli, cfg, name),
+		s:       core.NewShell(fmt.Sprintf("election %q", name), q, tel),
 		changed: make(chan struct{}),
-		tel:     core.NewTelemetry(cfg, core.PrimitiveElection, name),
 		pref:    cfg.Preference,
 		settle:  cfg.Settle,
 	}, nil
 }
 
-// queue is the Election's queue; nil for an Election that New did not make.
-func (e *Election) queue() *core.Queue {
+// unmade is the Shell of an Election that New did not make.
+var unmade = core.Unmade("election")
+
+// shell is the Election's Shell, or unmade.
+func (e *Election) shell() *core.Shell {
 	if e == nil {
-		return nil
+		return unmade
 	}
-	return e.q
+	return e.s.Or(unmade)
 }
 
 // Campaign enters value as a candidate and returns once this handle leads, in FIFO order
@@ -119,20 +119,20 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 // campaign is Campaign, returning the leadership it won; for a Run's term if stop, which
 // ends its lead's ctx, is not nil.
 func (e *Election) campaign(ctx context.Context, value string, stop context.CancelCauseFunc) (_ *core.Hold, err error) {
-	if err := e.queue().Unusable(); err != nil {
-		return nil, e.errorf("campaign", err)
+	ctx, a, err := e.shell().Begin(ctx, core.Wait, "campaign", "etcdsync.election.Campaign")
+	if err != nil {
+		return nil, err
 	}
-	ctx, a := e.tel.BeginWait(ctx, "etcdsync.election.Campaign")
 	defer func() { a.End(err) }()
 	if err := e.takeTurn(ctx); err != nil {
 		return nil, e.errorf("campaign", err)
 	}
 	spec := core.CandidateSpec(value)
-	spec.Tel = e.tel
+	spec.Tel = e.s.Tel
 	if e.pref > 0 {
 		spec.Kind = core.PreferenceKind(e.pref)
 	}
-	h, err := e.q.Acquire(ctx, spec, nil)
+	h, err := e.s.Q.Acquire(ctx, spec, nil)
 	if err == nil {
 		h.Done() // start the watch now: a loss from here on closes Done at once
 		if !h.Live() {
@@ -305,8 +305,8 @@ func (e *Election) resume(h *core.Hold, stop context.CancelCauseFunc) bool {
 //
 // Cost: one Txn.
 func (e *Election) Proclaim(ctx context.Context, value string) error {
-	if e.queue() == nil {
-		return e.errorf("proclaim", fmt.Errorf("%w (%w)", e.queue().Unusable(), errNoLeadership))
+	if s := e.shell(); s == unmade {
+		return s.UnheldAs("proclaim", errNoLeadership)
 	}
 	h := e.current()
 	_ = h.EndIfClientClosed()
@@ -336,15 +336,15 @@ func (e *Election) Proclaim(ctx context.Context, value string) error {
 //
 // Cost: one Txn.
 func (e *Election) Resign(ctx context.Context) error {
-	if e.queue() == nil {
-		return e.errorf("resign", fmt.Errorf("%w (%w)", e.queue().Unusable(), errNoLeadership))
+	if s := e.shell(); s == unmade {
+		return s.UnheldAs("resign", errNoLeadership)
 	}
 	return e.resign(ctx, e.current())
 }
 
 // resign ends h if it is still the handle's leadership; ErrNotLeader if it is not.
 func (e *Election) resign(ctx context.Context, h *core.Hold) (err error) {
-	ctx, a := e.tel.BeginRelease(ctx, "etcdsync.election.Resign")
+	ctx, a := e.shell().Start(ctx, core.Release, "etcdsync.election.Resign")
 	defer func() { a.End(err) }()
 	if h == nil {
 		return e.errorf("resign", errNoLeadership)
@@ -404,18 +404,13 @@ func (e *Election) Err() error {
 // create revision: put it in the If of every write the leader makes. Without leadership it
 // never succeeds.
 func (e *Election) IsOwner() clientv3.Cmp {
-	if e.queue() == nil {
+	if e.shell() == unmade {
 		return core.UnmadeOwner()
 	}
-	return e.q.IsOwner(e.current())
+	return e.s.Q.IsOwner(e.current())
 }
 
-func (e *Election) errorf(op string, err error) error {
-	if e.queue() == nil {
-		return fmt.Errorf("election: %s: %w", op, err)
-	}
-	return fmt.Errorf("election %q: %s: %w", e.name, op, err)
-}
+func (e *Election) errorf(op string, err error) error { return e.shell().Errorf(op, err) }
 
 // Key is the etcd key of this handle's leadership, the one IsOwner compares; "" without
 // leadership.

@@ -71,11 +71,11 @@ func (h *leaderHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // observe follows the leader until the client is closed.
 func (h *leaderHandler) observe() {
 	h.heard = make(chan struct{})
-	if h.e.queue().Unusable() != nil {
+	if h.e.shell().Check("serve") != nil {
 		close(h.heard) // nothing to follow: no leader is ever named
 		return
 	}
-	leaders := h.e.Observe(h.e.q.Client().Ctx())
+	leaders := h.e.Observe(h.e.s.Q.Client().Ctx())
 	go func() {
 		var heard sync.Once
 		defer heard.Do(func() { close(h.heard) })

@@ -22,10 +22,10 @@ type Leader struct {
 //
 // Cost: one Range.
 func (e *Election) Leader(ctx context.Context) (Leader, error) {
-	if err := e.queue().Unusable(); err != nil {
-		return Leader{}, e.errorf("leader", err)
+	if err := e.shell().Check("leader"); err != nil {
+		return Leader{}, err
 	}
-	hd, err := e.q.Head(ctx)
+	hd, err := e.s.Q.Head(ctx)
 	switch {
 	case err != nil:
 		return Leader{}, e.errorf("leader", err)
@@ -55,11 +55,11 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // observes notices the cluster going back in time.
 func (e *Election) Observe(ctx context.Context) <-chan Leader {
 	ch := make(chan Leader)
-	if e.queue().Unusable() != nil {
+	if e.shell().Check("observe") != nil {
 		close(ch)
 		return ch
 	}
-	o := e.q.WatchHead()
+	o := e.s.Q.WatchHead()
 	go func() {
 		defer close(ch)
 		defer func() { o.Stop() }()
@@ -68,7 +68,7 @@ func (e *Election) Observe(ctx context.Context) <-chan Leader {
 			if errors.Is(err, core.ErrRewound) && ctx.Err() == nil {
 				// What it followed is void: start over from the election as it is now.
 				o.Stop()
-				o = e.q.WatchHead()
+				o = e.s.Q.WatchHead()
 				continue
 			}
 			if err != nil {

@@ -115,7 +115,7 @@ func (e *Election) Run(ctx context.Context, value string, lead func(ctx context.
 			cancel()
 		}
 		why := stepDownOf(ctx, err, leadErr, unhealthy, resigned, transferred)
-		e.tel.SteppedDown(context.WithoutCancel(ctx), why)
+		e.s.Tel.SteppedDown(context.WithoutCancel(ctx), why)
 		switch why {
 		case core.StepDownCanceled:
 			return e.errorf("run", ctx.Err())

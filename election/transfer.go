@@ -29,10 +29,10 @@ import (
 // Cost: one Range to find the candidate, two Txns and a watch until it answers, one Txn to
 // hand over, and a watch until the candidate has accepted.
 func (e *Election) Transfer(ctx context.Context, to string) (err error) {
-	if e.queue() == nil {
-		return e.errorf("transfer", fmt.Errorf("%w (%w)", e.queue().Unusable(), errNoLeadership))
+	if s := e.shell(); s == unmade {
+		return s.UnheldAs("transfer", errNoLeadership)
 	}
-	ctx, a := e.tel.BeginRelease(ctx, "etcdsync.election.Transfer")
+	ctx, a := e.shell().Start(ctx, core.Release, "etcdsync.election.Transfer")
 	defer func() { a.End(err) }()
 	return e.transfer(ctx, e.current(), transferRequest{to: core.Match{Value: to}})
 }
@@ -55,7 +55,7 @@ func (e *Election) transfer(ctx context.Context, h *core.Hold, r transferRequest
 		return e.errorf("transfer", errTransferUnderWay)
 	}
 	if !r.stepDown && r.proposal == nil {
-		p, err := e.q.Propose(ctx, h, r.to)
+		p, err := e.s.Q.Propose(ctx, h, r.to)
 		if err != nil {
 			return e.errorf("transfer", err)
 		}
@@ -110,7 +110,7 @@ func (e *Election) handOver(ctx context.Context, h *core.Hold, p *core.Proposal)
 		p.Withdraw(ctx)
 		return e.errorf("transfer", errNoLeadership)
 	}
-	if err := e.q.HandOver(ctx, p); err != nil {
+	if err := e.s.Q.HandOver(ctx, p); err != nil {
 		return e.errorf("transfer", err)
 	}
 	e.forget(h)

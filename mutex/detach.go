@@ -21,8 +21,8 @@ import (
 //
 // Cost: a LeaseTimeToLive, a LeaseGrant and one Txn.
 func (m *Mutex) Detach(ctx context.Context) (ticket string, err error) {
-	if m.queue() == nil {
-		return "", m.errorf("detach", core.Unheld(m.queue().Unusable()))
+	if s := m.shell(); s == unmade {
+		return "", s.Unheld("detach")
 	}
 	h := m.current()
 	if h == nil {
@@ -79,12 +79,12 @@ func Resume(ctx context.Context, cli *clientv3.Client, ticket string, opts ...Op
 	if err := m.turn.Take(ctx); err != nil {
 		return nil, m.errorf("resume", err)
 	}
-	h, err := m.q.Resume(ctx, t, core.Spec{})
+	h, err := m.s.Q.Resume(ctx, t, core.Spec{})
 	if err != nil {
 		m.turn.Give()
 		return nil, m.errorf("resume", err)
 	}
-	m.tel.Held(h)
+	m.s.Tel.Held(h)
 	m.mu.Lock()
 	m.hold = h
 	m.mu.Unlock()

@@ -25,11 +25,11 @@ const MaxNames = core.MaxNames
 //
 // The zero Multi and a nil *Multi behave as the zero [Mutex] does.
 type Multi struct {
+	s         core.Shell // its Q is the first name's
 	names     []string
 	qs        []*core.Queue
 	turn      core.Turn
 	unlocking core.Turn
-	tel       *core.Telemetry
 
 	mu      sync.Mutex
 	group   *core.Group
@@ -62,29 +62,27 @@ func NewMulti(cli *clientv3.Client, names []string, opts ...Option) (*Multi, err
 	if err := core.FitOneTxn(qs, core.OwnerValue("")); err != nil {
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
-	return &Multi{
-		names: sorted,
-		qs:    qs,
-		tel:   core.NewTelemetry(cfg, core.PrimitiveMulti, strings.Join(sorted, ",")),
-	}, nil
+	tel := core.NewTelemetry(cfg, core.PrimitiveMulti, strings.Join(sorted, ","))
+	return &Multi{s: core.NewShell(label, qs[0], tel), names: sorted, qs: qs}, nil
+}
+
+// unmadeMulti is the Shell of a Multi that NewMulti did not make.
+var unmadeMulti = core.Unmade("mutex multi")
+
+// shell is the Multi's Shell, or unmadeMulti.
+func (m *Multi) shell() *core.Shell {
+	if m == nil {
+		return unmadeMulti
+	}
+	return m.s.Or(unmadeMulti)
 }
 
 // queues are the Multi's queues; nil for a Multi that NewMulti did not make.
 func (m *Multi) queues() []*core.Queue {
-	if m == nil {
+	if m.shell() == unmadeMulti {
 		return nil
 	}
 	return m.qs
-}
-
-// unusable is why m cannot acquire, or nil.
-func (m *Multi) unusable() error {
-	qs := m.queues()
-	if len(qs) == 0 {
-		var q *core.Queue
-		return q.Unusable()
-	}
-	return qs[0].Unusable()
 }
 
 // Lock waits until m holds every one of its names. Each name is served in FIFO order with
@@ -103,10 +101,10 @@ func (m *Multi) Lock(ctx context.Context) error {
 
 // lock is Lock, returning the hold it took.
 func (m *Multi) lock(ctx context.Context) (_ *core.Group, err error) {
-	if err := m.unusable(); err != nil {
-		return nil, m.errorf("lock", err)
+	ctx, a, err := m.shell().Begin(ctx, core.Wait, "lock", "etcdsync.mutex.Multi.Lock")
+	if err != nil {
+		return nil, err
 	}
-	ctx, a := m.tel.BeginWait(ctx, "etcdsync.mutex.Multi.Lock")
 	defer func() { a.End(err) }()
 	if err := m.turn.Take(ctx); err != nil {
 		return nil, m.errorf("lock", err)
@@ -131,10 +129,10 @@ func (m *Multi) lock(ctx context.Context) (_ *core.Group, err error) {
 //
 // Cost: one Txn.
 func (m *Multi) TryLock(ctx context.Context) (err error) {
-	if err := m.unusable(); err != nil {
-		return m.errorf("try lock", err)
+	ctx, a, err := m.shell().Begin(ctx, core.Try, "try lock", "etcdsync.mutex.Multi.TryLock")
+	if err != nil {
+		return err
 	}
-	ctx, a := m.tel.BeginTry(ctx, "etcdsync.mutex.Multi.TryLock")
 	defer func() { a.End(err) }()
 	if !m.turn.TryTake() {
 		return m.errorf("try lock", ErrLocked)
@@ -158,15 +156,15 @@ func (m *Multi) TryLock(ctx context.Context) (err error) {
 //
 // Cost: one Txn.
 func (m *Multi) Unlock(ctx context.Context) error {
-	if len(m.queues()) == 0 {
-		return m.errorf("unlock", core.Unheld(m.unusable()))
+	if s := m.shell(); s == unmadeMulti {
+		return s.Unheld("unlock")
 	}
 	return m.release(ctx, m.current())
 }
 
 // release releases g if it is still the handle's hold, as [Mutex] does its own.
 func (m *Multi) release(ctx context.Context, g *core.Group) (err error) {
-	ctx, a := m.tel.BeginRelease(ctx, "etcdsync.mutex.Multi.Unlock")
+	ctx, a := m.shell().Start(ctx, core.Release, "etcdsync.mutex.Multi.Unlock")
 	defer func() { a.End(err) }()
 	if g == nil {
 		return m.errorf("unlock", ErrNotLocked)
@@ -266,12 +264,7 @@ func (m *Multi) Names() []string {
 	return slices.Clone(m.names)
 }
 
-func (m *Multi) errorf(op string, err error) error {
-	if len(m.queues()) == 0 {
-		return fmt.Errorf("mutex multi: %s: %w", op, err)
-	}
-	return fmt.Errorf("mutex multi %s: %s: %w", quoteNames(m.names), op, err)
-}
+func (m *Multi) errorf(op string, err error) error { return m.shell().Errorf(op, err) }
 
 // quoteNames is names in a message: all of them up to four, else the first three and how
 // many more.
@@ -319,6 +312,6 @@ func (m *Multi) Do(ctx context.Context, fn func(ctx context.Context) error) erro
 // spec is the spec of a blocking acquisition by this handle, counted in its telemetry.
 func (m *Multi) spec() core.Spec {
 	spec := core.LockSpec(core.OwnerValue(""))
-	spec.Tel = m.tel
+	spec.Tel = m.s.Tel
 	return spec
 }

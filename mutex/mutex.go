@@ -20,11 +20,9 @@ import (
 // the others report no hold (Token 0, Done closed, Err ErrNotLocked, IsOwner never true,
 // Key "").
 type Mutex struct {
-	name      string
-	q         *core.Queue
+	s         core.Shell
 	turn      core.Turn // the handle's own one-at-a-time: taken while it waits or holds
 	unlocking core.Turn // one Unlock at a time: taken while one runs
-	tel       *core.Telemetry
 
 	mu      sync.Mutex
 	hold    *core.Hold
@@ -44,19 +42,19 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mutex %q: %w", name, err)
 	}
-	return &Mutex{
-		name: name,
-		q:    core.NewQueue(cli, cfg, name),
-		tel:  core.NewTelemetry(cfg, core.PrimitiveMutex, name),
-	}, nil
+	q, tel := core.NewQueue(cli, cfg, name), core.NewTelemetry(cfg, core.PrimitiveMutex, name)
+	return &Mutex{s: core.NewShell(fmt.Sprintf("mutex %q", name), q, tel)}, nil
 }
 
-// queue is the Mutex's queue; nil for a Mutex that New did not make.
-func (m *Mutex) queue() *core.Queue {
+// unmade is the Shell of a Mutex that New did not make.
+var unmade = core.Unmade("mutex")
+
+// shell is the Mutex's Shell, or unmade.
+func (m *Mutex) shell() *core.Shell {
 	if m == nil {
-		return nil
+		return unmade
 	}
-	return m.q
+	return m.s.Or(unmade)
 }
 
 // Lock waits until m holds the lock, in FIFO order with every other waiter on the name. The
@@ -75,15 +73,15 @@ func (m *Mutex) Lock(ctx context.Context) error {
 
 // lock is Lock, returning the hold it took.
 func (m *Mutex) lock(ctx context.Context) (_ *core.Hold, err error) {
-	if err := m.queue().Unusable(); err != nil {
-		return nil, m.errorf("lock", err)
+	ctx, a, err := m.shell().Begin(ctx, core.Wait, "lock", "etcdsync.mutex.Lock")
+	if err != nil {
+		return nil, err
 	}
-	ctx, a := m.tel.BeginWait(ctx, "etcdsync.mutex.Lock")
 	defer func() { a.End(err) }()
 	if err := m.turn.Take(ctx); err != nil {
 		return nil, m.errorf("lock", err)
 	}
-	h, err := m.q.Acquire(ctx, m.spec(), m.setWaiting)
+	h, err := m.s.Q.Acquire(ctx, m.spec(), m.setWaiting)
 	a.Held(h)
 	m.mu.Lock()
 	m.waiting, m.hold = "", h
@@ -103,15 +101,15 @@ func (m *Mutex) lock(ctx context.Context) (_ *core.Hold, err error) {
 //
 // Cost: one Txn.
 func (m *Mutex) TryLock(ctx context.Context) (err error) {
-	if err := m.queue().Unusable(); err != nil {
-		return m.errorf("try lock", err)
+	ctx, a, err := m.shell().Begin(ctx, core.Try, "try lock", "etcdsync.mutex.TryLock")
+	if err != nil {
+		return err
 	}
-	ctx, a := m.tel.BeginTry(ctx, "etcdsync.mutex.TryLock")
 	defer func() { a.End(err) }()
 	if !m.turn.TryTake() {
 		return m.errorf("try lock", ErrLocked)
 	}
-	h, err := m.q.TryAcquire(ctx, core.LockSpec(core.OwnerValue("")))
+	h, err := m.s.Q.TryAcquire(ctx, core.LockSpec(core.OwnerValue("")))
 	a.Held(h)
 	if err != nil {
 		m.turn.Give()
@@ -135,8 +133,8 @@ func (m *Mutex) TryLock(ctx context.Context) (err error) {
 //
 // Cost: one Txn.
 func (m *Mutex) Unlock(ctx context.Context) error {
-	if m.queue() == nil {
-		return m.errorf("unlock", core.Unheld(m.queue().Unusable()))
+	if s := m.shell(); s == unmade {
+		return s.Unheld("unlock")
 	}
 	return m.release(ctx, m.current())
 }
@@ -144,7 +142,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // release releases h if it is still the handle's hold; ErrNotLocked if it is not (nil, or
 // released already), so that Do never frees a later hold of the handle.
 func (m *Mutex) release(ctx context.Context, h *core.Hold) (err error) {
-	ctx, a := m.tel.BeginRelease(ctx, "etcdsync.mutex.Unlock")
+	ctx, a := m.shell().Start(ctx, core.Release, "etcdsync.mutex.Unlock")
 	defer func() { a.End(err) }()
 	if h == nil {
 		return m.errorf("unlock", ErrNotLocked)
@@ -219,10 +217,10 @@ func (m *Mutex) Asked() <-chan struct{} {
 // revision: put it in the If of every write the lock guards. Without a hold it never
 // succeeds.
 func (m *Mutex) IsOwner() clientv3.Cmp {
-	if m.queue() == nil {
+	if m.shell() == unmade {
 		return core.UnmadeOwner()
 	}
-	return m.q.IsOwner(m.current())
+	return m.s.Q.IsOwner(m.current())
 }
 
 // Key is this handle's key in etcd while it holds the lock or waits for it, else "".
@@ -238,12 +236,7 @@ func (m *Mutex) Key() string {
 	return m.waiting
 }
 
-func (m *Mutex) errorf(op string, err error) error {
-	if m.queue() == nil {
-		return fmt.Errorf("mutex: %s: %w", op, err)
-	}
-	return fmt.Errorf("mutex %q: %s: %w", m.name, op, err)
-}
+func (m *Mutex) errorf(op string, err error) error { return m.shell().Errorf(op, err) }
 
 // WatchRelease lets a caller that retries a failed TryLock wake when the lock may have come
 // free instead of sleeping blindly; trylock's Retry and Timeout use it. Call arm before each
@@ -255,15 +248,15 @@ func (m *Mutex) errorf(op string, err error) error {
 // Cost: none of its own. It shares the client's one watch of the name with every waiter
 // there (the first registration on a client opens it); neither it nor arm ever blocks.
 func (m *Mutex) WatchRelease() (arm func() <-chan struct{}, stop func()) {
-	if m.queue() == nil {
+	if m.shell() == unmade {
 		return core.NoReleases()
 	}
-	return m.q.WatchRelease("")
+	return m.s.Q.WatchRelease("")
 }
 
 // spec is the spec of a blocking acquisition by this handle, counted in its telemetry.
 func (m *Mutex) spec() core.Spec {
 	spec := core.LockSpec(core.OwnerValue(""))
-	spec.Tel = m.tel
+	spec.Tel = m.s.Tel
 	return spec
 }

@@ -20,9 +20,7 @@ import (
 // [ErrNotLocked], and the others report no hold (Count 0, Token 0, Done closed, Err
 // ErrNotLocked, IsOwner never true).
 type Mutex struct {
-	name string
-	q    *core.Queue
-	tel  *core.Telemetry
+	s core.Shell
 
 	mu      sync.Mutex
 	holders []*owner // owners on this handle whose hold is not released, oldest first
@@ -41,16 +39,19 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reentrant %q: %w", name, err)
 	}
-	return &Mutex{name: name, q: core.NewQueue(cli, cfg, name),
-		tel: core.NewTelemetry(cfg, core.PrimitiveReentrant, name)}, nil
+	q, tel := core.NewQueue(cli, cfg, name), core.NewTelemetry(cfg, core.PrimitiveReentrant, name)
+	return &Mutex{s: core.NewShell(fmt.Sprintf("reentrant %q", name), q, tel)}, nil
 }
 
-// queue is the Mutex's queue; nil for a Mutex that New did not make.
-func (m *Mutex) queue() *core.Queue {
+// unmade is the Shell of a Mutex that New did not make.
+var unmade = core.Unmade("reentrant")
+
+// shell is the Mutex's Shell, or unmade.
+func (m *Mutex) shell() *core.Shell {
 	if m == nil {
-		return nil
+		return unmade
 	}
-	return m.q
+	return m.s.Or(unmade)
 }
 
 // Lock takes the lock for the owner of ctx and returns the context that carries the hold;
@@ -77,8 +78,8 @@ func (m *Mutex) queue() *core.Queue {
 // Cost: re-entry, no RPC. A new owner, one Txn uncontended (and one lease grant on the
 // client's first use), and a watch of its key.
 func (m *Mutex) Lock(ctx context.Context) (_ context.Context, err error) {
-	if m.queue() == nil {
-		return ctx, m.errorf("lock", m.queue().Unusable())
+	if s := m.shell(); s == unmade {
+		return ctx, s.Check("lock")
 	}
 	if o := m.ownerOf(ctx); o != nil {
 		if err := o.enter(ctx); err != nil {
@@ -86,14 +87,14 @@ func (m *Mutex) Lock(ctx context.Context) (_ context.Context, err error) {
 		}
 		return core.Outliving(ctx), nil
 	}
-	if err := m.q.Unusable(); err != nil {
-		return ctx, m.errorf("lock", err)
-	}
 	// Only the outermost Lock is an acquisition; the owning context is made from ctx,
 	// not from the span's.
-	actx, a := m.tel.BeginWait(ctx, "etcdsync.reentrant.Lock")
+	actx, a, err := m.shell().Begin(ctx, core.Wait, "lock", "etcdsync.reentrant.Lock")
+	if err != nil {
+		return ctx, err
+	}
 	defer func() { a.End(err) }()
-	h, err := m.q.Acquire(actx, m.spec(), nil)
+	h, err := m.s.Q.Acquire(actx, m.spec(), nil)
 	a.Held(h)
 	if err != nil {
 		return ctx, m.errorf("lock", err)
@@ -110,8 +111,8 @@ func (m *Mutex) Lock(ctx context.Context) (_ context.Context, err error) {
 //
 // Cost: one Txn; none on re-entry.
 func (m *Mutex) TryLock(ctx context.Context) (_ context.Context, err error) {
-	if m.queue() == nil {
-		return ctx, m.errorf("try lock", m.queue().Unusable())
+	if s := m.shell(); s == unmade {
+		return ctx, s.Check("try lock")
 	}
 	if o := m.ownerOf(ctx); o != nil {
 		if err := o.enter(ctx); err != nil {
@@ -119,12 +120,12 @@ func (m *Mutex) TryLock(ctx context.Context) (_ context.Context, err error) {
 		}
 		return core.Outliving(ctx), nil
 	}
-	if err := m.q.Unusable(); err != nil {
-		return ctx, m.errorf("try lock", err)
+	actx, a, err := m.shell().Begin(ctx, core.Try, "try lock", "etcdsync.reentrant.TryLock")
+	if err != nil {
+		return ctx, err
 	}
-	actx, a := m.tel.BeginTry(ctx, "etcdsync.reentrant.TryLock")
 	defer func() { a.End(err) }()
-	h, err := m.q.TryAcquire(actx, core.LockSpec(ownerValue()))
+	h, err := m.s.Q.TryAcquire(actx, core.LockSpec(ownerValue()))
 	a.Held(h)
 	if err != nil {
 		return ctx, m.errorf("try lock", err)
@@ -165,8 +166,8 @@ func (m *Mutex) own(ctx context.Context, h *core.Hold) context.Context {
 //
 // Cost: none but the last, which is one Txn.
 func (m *Mutex) Unlock(ctx context.Context) error {
-	if m.queue() == nil {
-		return m.errorf("unlock", core.Unheld(m.queue().Unusable()))
+	if s := m.shell(); s == unmade {
+		return s.Unheld("unlock")
 	}
 	o := m.ownerOf(ctx)
 	if o == nil {
@@ -179,7 +180,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		}
 		return nil
 	}
-	rctx, a := m.tel.BeginRelease(ctx, "etcdsync.reentrant.Unlock") // the last one only
+	rctx, a := m.shell().Start(ctx, core.Release, "etcdsync.reentrant.Unlock") // the last one only
 	ended, err := o.release(rctx)
 	if ended {
 		m.forget(o)
@@ -263,18 +264,13 @@ func (m *Mutex) Asked() <-chan struct{} {
 // exists with its key's create revision: put it in the If of every write the lock guards.
 // Without a hold it never succeeds.
 func (m *Mutex) IsOwner() clientv3.Cmp {
-	if m.queue() == nil {
+	if m.shell() == unmade {
 		return core.UnmadeOwner()
 	}
-	return m.q.IsOwner(m.current())
+	return m.s.Q.IsOwner(m.current())
 }
 
-func (m *Mutex) errorf(op string, err error) error {
-	if m.queue() == nil {
-		return fmt.Errorf("reentrant: %s: %w", op, err)
-	}
-	return fmt.Errorf("reentrant %q: %s: %w", m.name, op, err)
-}
+func (m *Mutex) errorf(op string, err error) error { return m.shell().Errorf(op, err) }
 
 // WatchRelease lets a caller that retries a failed TryLock wake when the lock may have come
 // free instead of sleeping blindly; trylock's Retry and Timeout use it. Call arm before each
@@ -286,15 +282,15 @@ func (m *Mutex) errorf(op string, err error) error {
 // Cost: none of its own. It shares the client's one watch of the name with every waiter
 // there (the first registration on a client opens it); neither it nor arm ever blocks.
 func (m *Mutex) WatchRelease() (arm func() <-chan struct{}, stop func()) {
-	if m.queue() == nil {
+	if m.shell() == unmade {
 		return core.NoReleases()
 	}
-	return m.q.WatchRelease("")
+	return m.s.Q.WatchRelease("")
 }
 
 // spec is the spec of a blocking acquisition by this handle, counted in its telemetry.
 func (m *Mutex) spec() core.Spec {
 	spec := core.LockSpec(ownerValue())
-	spec.Tel = m.tel
+	spec.Tel = m.s.Tel
 	return spec
 }

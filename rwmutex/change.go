@@ -39,8 +39,8 @@ import (
 // Cost: a read of the name's keys, and one Txn, which reads them again (one more for every
 // key that came between the two).
 func (rw *RWMutex) Downgrade(ctx context.Context) error {
-	if rw.queue() == nil {
-		return rw.errorf("downgrade", core.Unheld(rw.queue().Unusable()))
+	if s := rw.wshell(); s == unmade {
+		return s.Unheld("downgrade")
 	}
 	if err := rw.unlocking.Take(ctx); err != nil {
 		return rw.errorf("downgrade", err)
@@ -64,7 +64,7 @@ func (rw *RWMutex) Downgrade(ctx context.Context) error {
 	if !h.Live() {
 		return rw.errorf("downgrade", h.Err())
 	}
-	_, _, _, err := rw.q.ChangeMode(ctx, h, core.WithMode(core.OwnerValue(""), core.ModeRead))
+	_, _, _, err := rw.w.Q.ChangeMode(ctx, h, core.WithMode(core.OwnerValue(""), core.ModeRead))
 	if errors.Is(err, ErrLost) || errors.Is(err, core.ErrRecipeBehind) {
 		return rw.errorf("downgrade", err) // lost; or nothing written, the hold as it was
 	}
@@ -103,17 +103,17 @@ func (rw *RWMutex) Downgrade(ctx context.Context) error {
 //
 // Cost: one Txn uncontended (which reads the write keys with their values).
 func (rw *RWMutex) ULock(ctx context.Context) (err error) {
-	if err := rw.queue().Unusable(); err != nil {
-		return rw.errorf("ulock", err)
+	ctx, a, err := rw.wshell().Begin(ctx, core.Wait, "ulock", "etcdsync.rwmutex.ULock")
+	if err != nil {
+		return err
 	}
-	ctx, a := rw.wtel.BeginWait(ctx, "etcdsync.rwmutex.ULock")
 	defer func() { a.End(err) }()
 	if err := rw.uturn.Take(ctx); err != nil {
 		return rw.errorf("ulock", err)
 	}
 	spec := upgradableSpec()
-	spec.Tel = rw.wtel
-	h, err := rw.q.Acquire(ctx, spec, nil)
+	spec.Tel = rw.w.Tel
+	h, err := rw.w.Q.Acquire(ctx, spec, nil)
 	a.Held(h)
 	if err != nil {
 		rw.uturn.Give()
@@ -134,10 +134,10 @@ func (rw *RWMutex) ULock(ctx context.Context) (err error) {
 // Cost: one Txn when no write key is there; else a read, and a Txn if only holds that are
 // reads now are.
 func (rw *RWMutex) TryULock(ctx context.Context) (err error) {
-	if err := rw.queue().Unusable(); err != nil {
-		return rw.errorf("try ulock", err)
+	ctx, a, err := rw.wshell().Begin(ctx, core.Try, "try ulock", "etcdsync.rwmutex.TryULock")
+	if err != nil {
+		return err
 	}
-	ctx, a := rw.wtel.BeginTry(ctx, "etcdsync.rwmutex.TryULock")
 	defer func() { a.End(err) }()
 	if !rw.uturn.TryTake() {
 		return rw.errorf("try ulock", ErrLocked)
@@ -149,7 +149,7 @@ func (rw *RWMutex) TryULock(ctx context.Context) (err error) {
 		rw.uturn.Give()
 		return rw.errorf("try ulock", ErrLocked)
 	}
-	h, err := rw.q.TryAcquire(ctx, upgradableSpec())
+	h, err := rw.w.Q.TryAcquire(ctx, upgradableSpec())
 	a.Held(h)
 	if err != nil {
 		rw.uturn.Give()
@@ -164,8 +164,8 @@ func (rw *RWMutex) TryULock(ctx context.Context) (err error) {
 // UUnlock releases the upgradable read, upgraded or not, as [RWMutex.Unlock] releases the
 // write lock, with its errors and cost: [ErrNotLocked] without an upgradable read.
 func (rw *RWMutex) UUnlock(ctx context.Context) error {
-	if rw.queue() == nil {
-		return rw.errorf("uunlock", core.Unheld(rw.queue().Unusable()))
+	if s := rw.wshell(); s == unmade {
+		return s.Unheld("uunlock")
 	}
 	rw.mu.Lock()
 	h := rw.up
@@ -201,10 +201,10 @@ func (rw *RWMutex) uunlock(ctx context.Context, op string, h *core.Hold) error {
 // the client's watch of the name until the readers have left, and one Txn (again if a
 // writer that kept readers out left, or a key came, meanwhile).
 func (rw *RWMutex) Upgrade(ctx context.Context) (err error) {
-	if rw.queue() == nil {
-		return rw.errorf("upgrade", core.Unheld(rw.queue().Unusable()))
+	if s := rw.wshell(); s == unmade {
+		return s.Unheld("upgrade")
 	}
-	ctx, a := rw.wtel.BeginWait(ctx, "etcdsync.rwmutex.Upgrade")
+	ctx, a := rw.wshell().Start(ctx, core.Wait, "etcdsync.rwmutex.Upgrade")
 	defer func() { a.End(err) }()
 	if err := rw.unlocking.Take(ctx); err != nil {
 		return rw.errorf("upgrade", err)
@@ -225,7 +225,7 @@ func (rw *RWMutex) Upgrade(ctx context.Context) (err error) {
 	if !h.Live() {
 		return rw.errorf("upgrade", h.Err())
 	}
-	if err := rw.q.Upgrade(ctx, h); err != nil {
+	if err := rw.w.Q.Upgrade(ctx, h); err != nil {
 		return rw.errorf("upgrade", err)
 	}
 	a.Held(h)

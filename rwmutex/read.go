@@ -80,10 +80,10 @@ func (rw *RWMutex) RLock(ctx context.Context) error {
 
 // rlock is RLock, returning the group it holds through.
 func (rw *RWMutex) rlock(ctx context.Context) (_ *group, err error) {
-	if err := rw.queue().Unusable(); err != nil {
-		return nil, rw.errorf("rlock", err)
+	ctx, a, err := rw.rshell().Begin(ctx, core.Wait, "rlock", "etcdsync.rwmutex.RLock")
+	if err != nil {
+		return nil, err
 	}
-	ctx, a := rw.rtel.BeginWait(ctx, "etcdsync.rwmutex.RLock")
 	defer func() { a.End(err) }()
 	for {
 		rw.mu.Lock()
@@ -151,7 +151,7 @@ func (rw *RWMutex) joinable() *group {
 	}
 	if g.hold != nil {
 		if g.sentry == nil {
-			g.sentry = rw.q.WatchBehind(g.hold, writeKind)
+			g.sentry = rw.w.Q.WatchBehind(g.hold, writeKind)
 		}
 		switch {
 		case !g.hold.Live() || g.sentry.Lost():
@@ -185,10 +185,10 @@ func (rw *RWMutex) acquire(ctx context.Context, g *group) {
 	markQueued := func() { queued.Do(func() { close(g.queued) }) }
 	defer markQueued()
 	spec := readSpec()
-	spec.Tel = rw.rtel
-	h, err := rw.q.AcquireNotify(ctx, spec, nil, markQueued)
+	spec.Tel = rw.r.Tel
+	h, err := rw.w.Q.AcquireNotify(ctx, spec, nil, markQueued)
 	if err == nil {
-		rw.rtel.Held(h)
+		rw.r.Tel.Held(h)
 	}
 	rw.mu.Lock()
 	if err == nil && g.waiting > 0 {
@@ -246,10 +246,10 @@ func (rw *RWMutex) dropGroup(g *group) {
 //
 // Cost: one Txn; none when it joins.
 func (rw *RWMutex) TryRLock(ctx context.Context) (err error) {
-	if err := rw.queue().Unusable(); err != nil {
-		return rw.errorf("try rlock", err)
+	ctx, a, err := rw.rshell().Begin(ctx, core.Try, "try rlock", "etcdsync.rwmutex.TryRLock")
+	if err != nil {
+		return err
 	}
-	ctx, a := rw.rtel.BeginTry(ctx, "etcdsync.rwmutex.TryRLock")
 	defer func() { a.End(err) }()
 	rw.mu.Lock()
 	if rw.wpending != nil || rw.write != nil {
@@ -270,7 +270,7 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (err error) {
 		return nil
 	}
 	rw.mu.Unlock()
-	h, err := rw.q.TryAcquire(ctx, readSpec())
+	h, err := rw.w.Q.TryAcquire(ctx, readSpec())
 	a.Held(h)
 	if err != nil {
 		return rw.errorf("try rlock", err)
@@ -299,8 +299,8 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (err error) {
 // Cost: one Txn for the last reader; one read, shared by the readers leaving at once, for
 // the others.
 func (rw *RWMutex) RUnlock(ctx context.Context) error {
-	if rw.queue() == nil {
-		return rw.errorf("runlock", core.Unheld(rw.queue().Unusable()))
+	if s := rw.wshell(); s == unmade {
+		return s.Unheld("runlock")
 	}
 	return rw.runlock(ctx, nil)
 }
@@ -308,7 +308,7 @@ func (rw *RWMutex) RUnlock(ctx context.Context) error {
 // runlock is RUnlock of any reader (r nil), or of RDo's reader r, which leaves its own group
 // unless it has left already (ErrNotLocked).
 func (rw *RWMutex) runlock(ctx context.Context, r *scopedReader) (err error) {
-	ctx, a := rw.rtel.BeginRelease(ctx, "etcdsync.rwmutex.RUnlock")
+	ctx, a := rw.rshell().Start(ctx, core.Release, "etcdsync.rwmutex.RUnlock")
 	defer func() { a.End(err) }()
 	rw.mu.Lock()
 	i := slices.IndexFunc(rw.groups, func(g *group) bool { return g.members > 0 })

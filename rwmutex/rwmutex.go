@@ -47,13 +47,10 @@ func writeSpec() core.Spec      { return core.WriteSpec(core.OwnerValue("")) }
 // Downgrade and Upgrade an error matching both ErrInvalidOption and [ErrNotLocked], and the
 // others report no hold (Token 0, Done closed, Err ErrNotLocked, IsOwner never true, Key "").
 type RWMutex struct {
-	name      string
-	q         *core.Queue
-	turn      core.Turn       // the writers' one-at-a-time: taken while a Lock waits or holds
-	uturn     core.Turn       // the upgradable reads' one-at-a-time: taken while a ULock waits or holds
-	unlocking core.Turn       // one Unlock, UUnlock, Downgrade or Upgrade at a time: taken while one runs
-	rtel      *core.Telemetry // of the read side
-	wtel      *core.Telemetry // of the write side
+	w, r      core.Shell // of the write side and of the read side: one queue, a telemetry each
+	turn      core.Turn  // the writers' one-at-a-time: taken while a Lock waits or holds
+	uturn     core.Turn  // the upgradable reads' one-at-a-time: taken while a ULock waits or holds
+	unlocking core.Turn  // one Unlock, UUnlock, Downgrade or Upgrade at a time: taken while one runs
 
 	mu       sync.Mutex
 	write    *core.Hold    // the write hold
@@ -77,20 +74,29 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*RWMutex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rwmutex %q: %w", name, err)
 	}
+	q, label := core.NewQueue(cli, cfg, name).WatchArrivals(), fmt.Sprintf("rwmutex %q", name)
 	return &RWMutex{
-		name: name,
-		q:    core.NewQueue(cli, cfg, name).WatchArrivals(),
-		rtel: core.NewTelemetry(cfg, core.PrimitiveRead, name),
-		wtel: core.NewTelemetry(cfg, core.PrimitiveWrite, name),
+		w: core.NewShell(label, q, core.NewTelemetry(cfg, core.PrimitiveWrite, name)),
+		r: core.NewShell(label, q, core.NewTelemetry(cfg, core.PrimitiveRead, name)),
 	}, nil
 }
 
-// queue is the RWMutex's queue; nil for an RWMutex that New did not make.
-func (rw *RWMutex) queue() *core.Queue {
+// unmade is the Shell of an RWMutex that New did not make.
+var unmade = core.Unmade("rwmutex")
+
+// wshell is the Shell of the write side, or unmade; rshell the read side's.
+func (rw *RWMutex) wshell() *core.Shell {
 	if rw == nil {
-		return nil
+		return unmade
 	}
-	return rw.q
+	return rw.w.Or(unmade)
+}
+
+func (rw *RWMutex) rshell() *core.Shell {
+	if rw == nil {
+		return unmade
+	}
+	return rw.r.Or(unmade)
 }
 
 // current is the write hold, else the upgradable read, else the newest read hold, else nil.
@@ -164,24 +170,19 @@ func (rw *RWMutex) Asked() <-chan struct{} {
 // readers). Without a write hold it never succeeds, and compares a key among the name's
 // write keys, so that a role granted only the read and write keys may evaluate it.
 func (rw *RWMutex) IsOwner() clientv3.Cmp {
-	if rw.queue() == nil {
+	if rw.wshell() == unmade {
 		return core.UnmadeOwner()
 	}
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	w := rw.exclusive()
 	if w == nil {
-		return core.NeverOwner(rw.q.Prefix() + writeKind)
+		return core.NeverOwner(rw.w.Q.Prefix() + writeKind)
 	}
 	return w.IsOwner()
 }
 
-func (rw *RWMutex) errorf(op string, err error) error {
-	if rw.queue() == nil {
-		return fmt.Errorf("rwmutex: %s: %w", op, err)
-	}
-	return fmt.Errorf("rwmutex %q: %s: %w", rw.name, op, err)
-}
+func (rw *RWMutex) errorf(op string, err error) error { return rw.wshell().Errorf(op, err) }
 
 // Key is the etcd key of this handle's current hold, the one Done follows (see
 // [RWMutex.Done]); "" without a hold.
@@ -202,17 +203,17 @@ func (rw *RWMutex) Key() string {
 // Cost: none of its own. It shares the client's one watch of the name with every waiter
 // there (the first registration on a client opens it); neither it nor arm ever blocks.
 func (rw *RWMutex) WatchRelease() (arm func() <-chan struct{}, stop func()) {
-	if rw.queue() == nil {
+	if rw.wshell() == unmade {
 		return core.NoReleases()
 	}
-	return rw.q.WatchRelease("")
+	return rw.w.Q.WatchRelease("")
 }
 
 // WatchWriteRelease is [RWMutex.WatchRelease] for a caller that retries a failed TryRLock:
 // only the delete of a write key wakes it, since a read lock waits for writers alone.
 func (rw *RWMutex) WatchWriteRelease() (arm func() <-chan struct{}, stop func()) {
-	if rw.queue() == nil {
+	if rw.wshell() == unmade {
 		return core.NoReleases()
 	}
-	return rw.q.WatchRelease(writeKind)
+	return rw.w.Q.WatchRelease(writeKind)
 }

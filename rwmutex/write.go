@@ -32,10 +32,10 @@ func (rw *RWMutex) Lock(ctx context.Context) error {
 
 // lock is Lock, returning the write hold it took.
 func (rw *RWMutex) lock(ctx context.Context) (_ *core.Hold, err error) {
-	if err := rw.queue().Unusable(); err != nil {
-		return nil, rw.errorf("lock", err)
+	ctx, a, err := rw.wshell().Begin(ctx, core.Wait, "lock", "etcdsync.rwmutex.Lock")
+	if err != nil {
+		return nil, err
 	}
-	ctx, a := rw.wtel.BeginWait(ctx, "etcdsync.rwmutex.Lock")
 	defer func() { a.End(err) }()
 	if err := rw.turn.Take(ctx); err != nil {
 		return nil, rw.errorf("lock", err)
@@ -60,8 +60,8 @@ func (rw *RWMutex) lock(ctx context.Context) (_ *core.Hold, err error) {
 	err = ctx.Err()
 	if err == nil {
 		spec := writeSpec()
-		spec.Tel = rw.wtel
-		h, err = rw.q.Acquire(ctx, spec, nil)
+		spec.Tel = rw.w.Tel
+		h, err = rw.w.Q.Acquire(ctx, spec, nil)
 		a.Held(h)
 	}
 	rw.mu.Lock()
@@ -87,10 +87,10 @@ func (rw *RWMutex) lock(ctx context.Context) (_ *core.Hold, err error) {
 //
 // Cost: one Txn; none when this handle's own readers are in the way.
 func (rw *RWMutex) TryLock(ctx context.Context) (err error) {
-	if err := rw.queue().Unusable(); err != nil {
-		return rw.errorf("try lock", err)
+	ctx, a, err := rw.wshell().Begin(ctx, core.Try, "try lock", "etcdsync.rwmutex.TryLock")
+	if err != nil {
+		return err
 	}
-	ctx, a := rw.wtel.BeginTry(ctx, "etcdsync.rwmutex.TryLock")
 	defer func() { a.End(err) }()
 	if !rw.turn.TryTake() {
 		return rw.errorf("try lock", ErrLocked)
@@ -102,7 +102,7 @@ func (rw *RWMutex) TryLock(ctx context.Context) (err error) {
 		rw.turn.Give()
 		return rw.errorf("try lock", ErrLocked)
 	}
-	h, err := rw.q.TryAcquire(ctx, writeSpec())
+	h, err := rw.w.Q.TryAcquire(ctx, writeSpec())
 	a.Held(h)
 	if err != nil {
 		rw.turn.Give()
@@ -128,8 +128,8 @@ func (rw *RWMutex) TryLock(ctx context.Context) (err error) {
 //
 // Cost: one Txn.
 func (rw *RWMutex) Unlock(ctx context.Context) error {
-	if rw.queue() == nil {
-		return rw.errorf("unlock", core.Unheld(rw.queue().Unusable()))
+	if s := rw.wshell(); s == unmade {
+		return s.Unheld("unlock")
 	}
 	rw.mu.Lock()
 	w, up := rw.write, rw.up
@@ -151,7 +151,7 @@ func (rw *RWMutex) unlock(ctx context.Context, h *core.Hold) error {
 // or the upgradable read), and then gives the turn of that side back; ErrNotLocked if it
 // is not (nil, or released already). One release of the handle at a time (unlocking).
 func (rw *RWMutex) release(ctx context.Context, op, span string, h *core.Hold, held **core.Hold, turn *core.Turn) (err error) {
-	ctx, a := rw.wtel.BeginRelease(ctx, span)
+	ctx, a := rw.wshell().Start(ctx, core.Release, span)
 	defer func() { a.End(err) }()
 	if h == nil {
 		return rw.errorf(op, ErrNotLocked)

@@ -58,7 +58,7 @@ func (p *Permit) Release(ctx context.Context) (err error) {
 	if !p.made() {
 		return fmt.Errorf("semaphore: release: %w", core.Unheld(fmt.Errorf("%w: no permit (a nil or zero Permit)", ErrInvalidOption)))
 	}
-	ctx, a := p.s.tel.BeginRelease(ctx, "etcdsync.semaphore.Release")
+	ctx, a := p.s.sh.Start(ctx, core.Release, "etcdsync.semaphore.Release")
 	defer func() { a.End(err) }()
 	if p.ended.Load() {
 		return p.s.errorf("release", ErrNotLocked)
@@ -130,7 +130,7 @@ func (p *Permit) IsOwner() clientv3.Cmp {
 	if h := p.hold(); h != nil {
 		return h.IsOwner()
 	}
-	return core.NeverOwner(p.s.q.Prefix() + permitKind)
+	return core.NeverOwner(p.s.sh.Q.Prefix() + permitKind)
 }
 
 // Key is the permit's key in etcd, "<name>/permit/<lease hex>_<n>" under the name's prefix

@@ -38,12 +38,10 @@ const guardTries = 5
 // AcquireN, TryAcquire, TryAcquireN and InUse return [ErrInvalidOption] at once, Limit is 0,
 // and WatchRelease never yields.
 type Semaphore struct {
-	name     string
+	sh       core.Shell
 	limit    atomic.Int64 // as etcd last recorded it, to this handle's knowledge; New's until then
-	q        *core.Queue
 	limitKey string
 	recorded atomic.Bool // etcd's limit record was found, or written: limit is etcd's
-	tel      *core.Telemetry
 }
 
 // New returns a Semaphore on name over cli, with limit the units to record for a name
@@ -64,12 +62,8 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 	if err != nil {
 		return nil, fmt.Errorf("semaphore %q: %w", name, err)
 	}
-	s := &Semaphore{
-		name:     name,
-		q:        core.NewQueue(cli, cfg, name),
-		limitKey: cfg.KeyPrefix(name) + limitName,
-		tel:      core.NewTelemetry(cfg, core.PrimitiveSemaphore, name),
-	}
+	q, tel := core.NewQueue(cli, cfg, name), core.NewTelemetry(cfg, core.PrimitiveSemaphore, name)
+	s := &Semaphore{sh: core.NewShell(fmt.Sprintf("semaphore %q", name), q, tel), limitKey: cfg.KeyPrefix(name) + limitName}
 	s.limit.Store(int64(limit))
 	return s, nil
 }
@@ -80,7 +74,7 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 // etcd records limit.
 func (s *Semaphore) specFor(n, limit int) core.Spec {
 	spec := core.PermitSpec(core.OwnerValue(""), limit, n)
-	spec.Tel = s.tel
+	spec.Tel = s.sh.Tel
 	spec.Guard = []clientv3.Cmp{clientv3.Compare(clientv3.Value(s.limitKey), "=", strconv.Itoa(limit))}
 	return spec
 }
@@ -95,7 +89,7 @@ func (s *Semaphore) units(ctx context.Context, n int) error {
 	if n <= s.Limit() {
 		return nil
 	}
-	if limit, err := core.ReadLimit(ctx, s.q.Client(), s.q.Prefix()); err != nil {
+	if limit, err := core.ReadLimit(ctx, s.sh.Q.Client(), s.sh.Q.Prefix()); err != nil {
 		return err
 	} else if limit != 0 {
 		s.limit.Store(int64(limit))
@@ -107,19 +101,22 @@ func (s *Semaphore) units(ctx context.Context, n int) error {
 	return nil
 }
 
-// queue is the Semaphore's queue; nil for a Semaphore that New did not make.
-func (s *Semaphore) queue() *core.Queue {
+// unmade is the Shell of a Semaphore that New did not make.
+var unmade = core.Unmade("semaphore")
+
+// shell is the Semaphore's Shell, or unmade.
+func (s *Semaphore) shell() *core.Shell {
 	if s == nil {
-		return nil
+		return unmade
 	}
-	return s.q
+	return s.sh.Or(unmade)
 }
 
 // Limit is the number of units as this handle last saw etcd record it, by an acquisition,
 // [Semaphore.InUse] or [Semaphore.SetLimit]; New's limit until then; 0 for a Semaphore not
 // made by New. It does no I/O.
 func (s *Semaphore) Limit() int {
-	if s.queue() == nil {
+	if s.shell() == unmade {
 		return 0
 	}
 	return int(s.limit.Load())
@@ -138,8 +135,8 @@ func (s *Semaphore) Limit() int {
 //
 // Cost: one read and one Txn; one more Txn for a record written before SetLimit existed.
 func (s *Semaphore) SetLimit(ctx context.Context, n int) error {
-	if err := s.queue().Unusable(); err != nil {
-		return s.errorf("set limit", err)
+	if err := s.shell().Check("set limit"); err != nil {
+		return err
 	}
 	if err := core.CheckLimit(n); err != nil {
 		return s.errorf("set limit", err)
@@ -147,7 +144,7 @@ func (s *Semaphore) SetLimit(ctx context.Context, n int) error {
 	if err := ctx.Err(); err != nil {
 		return s.errorf("set limit", err) // before any I/O
 	}
-	if err := core.ChangeLimit(ctx, s.q.Client(), s.q.Prefix(), n); err != nil {
+	if err := core.ChangeLimit(ctx, s.sh.Q.Client(), s.sh.Q.Prefix(), n); err != nil {
 		return s.errorf("set limit", err)
 	}
 	s.limit.Store(int64(n))
@@ -183,15 +180,15 @@ func (s *Semaphore) AcquireN(ctx context.Context, n int) (*Permit, error) {
 
 // acquire is AcquireN, reporting errors as op and its span as span.
 func (s *Semaphore) acquire(ctx context.Context, op, span string, n int) (_ *Permit, err error) {
-	if err := s.queue().Unusable(); err != nil {
-		return nil, s.errorf(op, err)
+	if err := s.shell().Check(op); err != nil {
+		return nil, err
 	}
 	if err := s.units(ctx, n); err != nil {
 		return nil, s.errorf(op, err)
 	}
-	ctx, a := s.tel.BeginWait(ctx, span)
+	ctx, a := s.sh.Start(ctx, core.Wait, span)
 	defer func() { a.End(err) }()
-	h, err := s.take(ctx, n, func(ctx context.Context, spec core.Spec) (*core.Hold, error) { return s.q.Acquire(ctx, spec, nil) })
+	h, err := s.take(ctx, n, func(ctx context.Context, spec core.Spec) (*core.Hold, error) { return s.sh.Q.Acquire(ctx, spec, nil) })
 	a.Held(h)
 	if err != nil {
 		return nil, s.errorf(op, err)
@@ -220,15 +217,15 @@ func (s *Semaphore) TryAcquireN(ctx context.Context, n int) (*Permit, error) {
 
 // tryAcquire is TryAcquireN, reporting errors as op and its span as span.
 func (s *Semaphore) tryAcquire(ctx context.Context, op, span string, n int) (_ *Permit, err error) {
-	if err := s.queue().Unusable(); err != nil {
-		return nil, s.errorf(op, err)
+	if err := s.shell().Check(op); err != nil {
+		return nil, err
 	}
 	if err := s.units(ctx, n); err != nil {
 		return nil, s.errorf(op, err)
 	}
-	ctx, a := s.tel.BeginTry(ctx, span)
+	ctx, a := s.sh.Start(ctx, core.Try, span)
 	defer func() { a.End(err) }()
-	h, err := s.take(ctx, n, func(ctx context.Context, spec core.Spec) (*core.Hold, error) { return s.q.TryAcquire(ctx, spec) })
+	h, err := s.take(ctx, n, func(ctx context.Context, spec core.Spec) (*core.Hold, error) { return s.sh.Q.TryAcquire(ctx, spec) })
 	a.Held(h)
 	if errors.Is(err, core.ErrLocked) { // n == limit: the core's single-slot try
 		err = ErrNoPermits
@@ -248,7 +245,7 @@ func (s *Semaphore) take(ctx context.Context, n int, acquire func(context.Contex
 	}
 	for range guardTries {
 		if !s.recorded.Load() {
-			limit, err := core.EnsureLimit(ctx, s.q.Client(), s.q.Prefix(), s.Limit())
+			limit, err := core.EnsureLimit(ctx, s.sh.Q.Client(), s.sh.Q.Prefix(), s.Limit())
 			if err != nil {
 				return nil, err
 			}
@@ -280,10 +277,10 @@ func (s *Semaphore) take(ctx context.Context, n int, acquire func(context.Contex
 //
 // Cost: one Range of at most Limit keys, without values.
 func (s *Semaphore) InUse(ctx context.Context) (int, error) {
-	if err := s.queue().Unusable(); err != nil {
-		return 0, s.errorf("in use", err)
+	if err := s.shell().Check("in use"); err != nil {
+		return 0, err
 	}
-	n, limit, err := s.q.HeldUnits(ctx, permitKind, s.Limit())
+	n, limit, err := s.sh.Q.HeldUnits(ctx, permitKind, s.Limit())
 	if err != nil {
 		return 0, s.errorf("in use", err)
 	}
@@ -291,12 +288,7 @@ func (s *Semaphore) InUse(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-func (s *Semaphore) errorf(op string, err error) error {
-	if s.queue() == nil {
-		return fmt.Errorf("semaphore: %s: %w", op, err)
-	}
-	return fmt.Errorf("semaphore %q: %s: %w", s.name, op, err)
-}
+func (s *Semaphore) errorf(op string, err error) error { return s.shell().Errorf(op, err) }
 
 // WatchRelease lets a caller that retries a failed TryAcquire wake when a permit may have
 // come free instead of sleeping blindly; package trylock's Permits adapter uses it. Call
@@ -310,10 +302,10 @@ func (s *Semaphore) errorf(op string, err error) error {
 // Cost: none of its own. It shares the client's one watch of the name with every waiter
 // there (the first registration on a client opens it); neither it nor arm ever blocks.
 func (s *Semaphore) WatchRelease() (arm func() <-chan struct{}, stop func()) {
-	if s.queue() == nil {
+	if s.shell() == unmade {
 		return core.NoReleases()
 	}
-	return s.q.WatchRelease("") // every key of the name but the record: permits and the marker
+	return s.sh.Q.WatchRelease("") // every key of the name but the record: permits and the marker
 }
 
 // Resume takes over the permit a [Permit.Detach] let go of, in this process or another,
@@ -353,8 +345,8 @@ func Resume(ctx context.Context, cli *clientv3.Client, ticket string, opts ...Op
 // Resume is [Resume] on s's name and prefix: a ticket of another name's permit is
 // [ErrInvalidOption]. Its cost and errors are Resume's.
 func (s *Semaphore) Resume(ctx context.Context, ticket string) (*Permit, error) {
-	if err := s.queue().Unusable(); err != nil {
-		return nil, s.errorf("resume", err)
+	if err := s.shell().Check("resume"); err != nil {
+		return nil, err
 	}
 	t, err := core.ParseTicket(ticket)
 	if err != nil {
@@ -364,18 +356,18 @@ func (s *Semaphore) Resume(ctx context.Context, ticket string) (*Permit, error) 
 }
 
 func (s *Semaphore) resume(ctx context.Context, t core.Ticket) (*Permit, error) {
-	if err := s.queue().Unusable(); err != nil {
-		return nil, s.errorf("resume", err)
+	if err := s.shell().Check("resume"); err != nil {
+		return nil, err
 	}
-	shape, ok := core.ParseKey(strings.TrimPrefix(t.Key, s.q.Prefix()))
+	shape, ok := core.ParseKey(strings.TrimPrefix(t.Key, s.sh.Q.Prefix()))
 	units := shape.Units
-	if !ok || shape.Kind != permitKind || !strings.HasPrefix(t.Key, s.q.Prefix()) {
+	if !ok || shape.Kind != permitKind || !strings.HasPrefix(t.Key, s.sh.Q.Prefix()) {
 		return nil, s.errorf("resume", fmt.Errorf("%w: the ticket's key %q is not a permit of this semaphore", ErrInvalidOption, t.Key))
 	}
-	h, err := s.q.Resume(ctx, t, s.specFor(units, s.Limit()))
+	h, err := s.sh.Q.Resume(ctx, t, s.specFor(units, s.Limit()))
 	if err != nil {
 		return nil, s.errorf("resume", err)
 	}
-	s.tel.Held(h)
+	s.sh.Tel.Held(h)
 	return newPermit(s, h, units), nil
 }

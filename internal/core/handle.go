@@ -242,3 +242,90 @@ func Unheld(err error) error { return fmt.Errorf("%w (%w)", err, ErrNotLocked) }
 func NoReleases() (arm func() <-chan struct{}, stop func()) {
 	return func() <-chan struct{} { return nil }, func() {}
 }
+
+// A Shell is what every primitive's handle is built on: its queue and its telemetry, and
+// what each of its calls does with them first (Begin): refuse a handle that New did not
+// make, or whose client is closed; name the handle and the call in every error (Errorf);
+// start the call's span and, for an acquisition, its measurements. A handle keeps its
+// Shell by value and gives its calls a pointer to it, or to an Unmade one when New did not
+// make it (a zero or nil handle), so that no call needs a check of its own.
+type Shell struct {
+	Q     *Queue
+	Tel   *Telemetry
+	label string // what its errors begin with: `mutex "nightly"`; the kind alone if unmade
+}
+
+// NewShell is the Shell of a handle whose errors begin with label (the package and the
+// name: `mutex "nightly"`).
+func NewShell(label string, q *Queue, tel *Telemetry) Shell {
+	return Shell{Q: q, Tel: tel, label: label}
+}
+
+// Unmade is the Shell of a handle of kind (the package: "mutex") that New did not make.
+func Unmade(kind string) *Shell { return &Shell{label: kind} }
+
+// Or is s, or unmade if s is nil or was not made by NewShell (a zero handle's).
+func (s *Shell) Or(unmade *Shell) *Shell {
+	if s == nil || s.Q == nil {
+		return unmade
+	}
+	return s
+}
+
+// Errorf is err as the error of the handle's call op.
+func (s *Shell) Errorf(op string, err error) error {
+	return fmt.Errorf("%s: %s: %w", s.label, op, err)
+}
+
+// Check is why the handle cannot serve the call op (ErrInvalidOption: New did not make it,
+// or its client is closed), as its error; nil when it can. No I/O.
+func (s *Shell) Check(op string) error {
+	if err := s.Q.Unusable(); err != nil {
+		return s.Errorf(op, err)
+	}
+	return nil
+}
+
+// Unheld is the error of the release op of a handle that New did not make, which matches
+// ErrInvalidOption and ErrNotLocked (the answer without a hold).
+func (s *Shell) Unheld(op string) error { return s.UnheldAs(op, ErrNotLocked) }
+
+// UnheldAs is Unheld for a handle whose answer without a hold is none (an election's
+// ErrNotLeader, a barrier's ErrNotEntered): why it cannot serve op, matching none too.
+func (s *Shell) UnheldAs(op string, none error) error {
+	return s.Errorf(op, fmt.Errorf("%w (%w)", s.Q.Unusable(), none))
+}
+
+// A Call is what a call of a handle does, for its telemetry: wait for a hold, try for one,
+// or release one.
+type Call uint8
+
+const (
+	Wait Call = iota
+	Try
+	Release
+)
+
+// Begin starts the acquisition op (Wait or Try), traced as span: Check's error, or Start's
+// context and Attempt.
+func (s *Shell) Begin(ctx context.Context, c Call, op, span string) (context.Context, Attempt, error) {
+	if err := s.Check(op); err != nil {
+		return ctx, Attempt{}, err
+	}
+	ctx, a := s.Start(ctx, c, span)
+	return ctx, a, nil
+}
+
+// Start starts the call, traced as span, without Check (a release is never refused:
+// through a closed client its hold ends as lost, see Hold.EndIfClientClosed): ctx with the
+// span, and the Attempt that the call ends (End) and, for an acquisition, tells what it
+// took (Held).
+func (s *Shell) Start(ctx context.Context, c Call, span string) (context.Context, Attempt) {
+	switch c {
+	case Wait:
+		return s.Tel.BeginWait(ctx, span)
+	case Try:
+		return s.Tel.BeginTry(ctx, span)
+	}
+	return s.Tel.BeginRelease(ctx, span)
+}
