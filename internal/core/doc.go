@@ -55,9 +55,11 @@
 //   - hold.go: Hold, a granted key at its create revision (its fencing token), its state and
 //     its end; how its loss is watched (on the client's keyWatch, or by a monitor of its own
 //     on a client whose KV or Watcher is wrapped); Asked, closed once it is asked to let go.
-//   - handle.go: a handle's one-at-a-time turn, handed over in order (Turn), and work scoped
-//     to a hold or a Group (Do), whose release frees that hold and no later one, and whose
-//     fn's ctx ends when the hold is asked to let go (WithYieldOnAsk).
+//   - handle.go: a handle's one-at-a-time turn, handed over in order (Turn); work scoped to
+//     a hold or a Group (Do), whose release frees that hold and no later one, and whose
+//     fn's ctx ends when the hold is asked to let go (WithYieldOnAsk); the Shell every
+//     primitive's handle is built on: the check of a handle New did not make or a closed
+//     client, the label of its errors, the telemetry of its calls (Begin, Start).
 //   - watchers.go: the hub's subscribers: the view they share, queueWaiter (an acquisition
 //     that waits), Sentry (WatchBehind), ReleaseWatch (WatchRelease, for one name or
 //     several) and Observer (WatchHead, for elections).
