@@ -47,7 +47,7 @@ func New(cli *clientv3.Client, name string, n int, opts ...Option) (*Barrier, er
 		return nil, fmt.Errorf("barrier %q: %w", name, err)
 	}
 	b := core.NewBarrier(cli, cfg, name, n)
-	return &Barrier{s: core.NewShell(fmt.Sprintf("barrier %q", name), b.Queue(), nil), b: b}, nil
+	return &Barrier{s: core.NewShell("barrier", name, b.Queue(), nil), b: b}, nil
 }
 
 // unmade is the Shell of a Barrier that New did not make.

@@ -37,7 +37,7 @@ func NewGate(cli *clientv3.Client, name string, opts ...Option) (*Gate, error) {
 		return nil, fmt.Errorf("gate %q: %w", name, err)
 	}
 	g := core.NewGate(cli, cfg, name)
-	return &Gate{s: core.NewShell(fmt.Sprintf("gate %q", name), g.Queue(), nil), g: g}, nil
+	return &Gate{s: core.NewShell("gate", name, g.Queue(), nil), g: g}, nil
 }
 
 // unmadeGate is the Shell of a Gate that NewGate did not make.

@@ -79,7 +79,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Election, error) {
 	}
 	q, tel := core.NewQueue(cli, cfg, name), core.NewTelemetry(cfg, core.PrimitiveElection, name)
 	return &Election{
-		s:       core.NewShell(fmt.Sprintf("election %q", name), q, tel),
+		s:       core.NewShell("election", name, q, tel),
 		changed: make(chan struct{}),
 		pref:    cfg.Preference,
 		settle:  cfg.Settle,

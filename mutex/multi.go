@@ -63,7 +63,7 @@ func NewMulti(cli *clientv3.Client, names []string, opts ...Option) (*Multi, err
 		return nil, fmt.Errorf("%s: %w", label, err)
 	}
 	tel := core.NewTelemetry(cfg, core.PrimitiveMulti, strings.Join(sorted, ","))
-	return &Multi{s: core.NewShell(label, qs[0], tel), names: sorted, qs: qs}, nil
+	return &Multi{s: core.NewShell(label, "", qs[0], tel), names: sorted, qs: qs}, nil
 }
 
 // unmadeMulti is the Shell of a Multi that NewMulti did not make.

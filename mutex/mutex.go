@@ -43,7 +43,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 		return nil, fmt.Errorf("mutex %q: %w", name, err)
 	}
 	q, tel := core.NewQueue(cli, cfg, name), core.NewTelemetry(cfg, core.PrimitiveMutex, name)
-	return &Mutex{s: core.NewShell(fmt.Sprintf("mutex %q", name), q, tel)}, nil
+	return &Mutex{s: core.NewShell("mutex", name, q, tel)}, nil
 }
 
 // unmade is the Shell of a Mutex that New did not make.

@@ -40,7 +40,7 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*Mutex, error) {
 		return nil, fmt.Errorf("reentrant %q: %w", name, err)
 	}
 	q, tel := core.NewQueue(cli, cfg, name), core.NewTelemetry(cfg, core.PrimitiveReentrant, name)
-	return &Mutex{s: core.NewShell(fmt.Sprintf("reentrant %q", name), q, tel)}, nil
+	return &Mutex{s: core.NewShell("reentrant", name, q, tel)}, nil
 }
 
 // unmade is the Shell of a Mutex that New did not make.

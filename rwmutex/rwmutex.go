@@ -74,10 +74,10 @@ func New(cli *clientv3.Client, name string, opts ...Option) (*RWMutex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rwmutex %q: %w", name, err)
 	}
-	q, label := core.NewQueue(cli, cfg, name).WatchArrivals(), fmt.Sprintf("rwmutex %q", name)
+	q := core.NewQueue(cli, cfg, name).WatchArrivals()
 	return &RWMutex{
-		w: core.NewShell(label, q, core.NewTelemetry(cfg, core.PrimitiveWrite, name)),
-		r: core.NewShell(label, q, core.NewTelemetry(cfg, core.PrimitiveRead, name)),
+		w: core.NewShell("rwmutex", name, q, core.NewTelemetry(cfg, core.PrimitiveWrite, name)),
+		r: core.NewShell("rwmutex", name, q, core.NewTelemetry(cfg, core.PrimitiveRead, name)),
 	}, nil
 }
 

@@ -63,7 +63,7 @@ func New(cli *clientv3.Client, name string, limit int, opts ...Option) (*Semapho
 		return nil, fmt.Errorf("semaphore %q: %w", name, err)
 	}
 	q, tel := core.NewQueue(cli, cfg, name), core.NewTelemetry(cfg, core.PrimitiveSemaphore, name)
-	s := &Semaphore{sh: core.NewShell(fmt.Sprintf("semaphore %q", name), q, tel), limitKey: cfg.KeyPrefix(name) + limitName}
+	s := &Semaphore{sh: core.NewShell("semaphore", name, q, tel), limitKey: cfg.KeyPrefix(name) + limitName}
 	s.limit.Store(int64(limit))
 	return s, nil
 }

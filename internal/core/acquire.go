@@ -288,7 +288,7 @@ func grant[T any](ctx context.Context, a *acquisition, rev int64, err error, mk 
 	}
 	t := mk(a.cli(), a.sess, a.slots, rev)
 	if h, ok := any(t).(*Hold); ok {
-		h.capacity = a.capacity
+		h.capacity = int32(a.capacity)
 	}
 	bound(a.qs, t)
 	return t, nil

@@ -15,11 +15,11 @@ import (
 // passes it straight to the caller that has waited longest, so a caller that gives it back
 // and asks again at once (a Run's next term) queues behind those already waiting, as a
 // goroutine blocked on a full channel of one does. It costs a few words until someone
-// waits for it: a process may keep a handle per name for thousands of names.
+// waits for it (three words: a process may keep a handle per name for thousands of names).
 type Turn struct {
 	mu      sync.Mutex
 	taken   bool
-	waiters []chan struct{} // oldest first; closed when handed the turn
+	waiters *[]chan struct{} // oldest first; closed when handed the turn. nil until one waits
 }
 
 // Take takes the turn: at once if it is free, also with ctx done, so that a done ctx still
@@ -40,7 +40,10 @@ func (t *Turn) TakeOr(ctx context.Context, a, b <-chan struct{}) (taken bool, er
 		return true, nil
 	}
 	w := make(chan struct{})
-	t.waiters = append(t.waiters, w)
+	if t.waiters == nil {
+		t.waiters = new([]chan struct{})
+	}
+	*t.waiters = append(*t.waiters, w)
 	t.mu.Unlock()
 	select {
 	case <-w:
@@ -61,7 +64,7 @@ func (t *Turn) TakeOr(ctx context.Context, a, b <-chan struct{}) (taken bool, er
 		return false, err
 	default:
 	}
-	t.waiters = slices.DeleteFunc(t.waiters, func(x chan struct{}) bool { return x == w })
+	*t.waiters = slices.DeleteFunc(*t.waiters, func(x chan struct{}) bool { return x == w })
 	return false, err
 }
 
@@ -84,12 +87,13 @@ func (t *Turn) Give() {
 }
 
 func (t *Turn) giveLocked() {
-	if len(t.waiters) == 0 {
+	if t.waiters == nil || len(*t.waiters) == 0 {
 		t.taken, t.waiters = false, nil
 		return
 	}
-	close(t.waiters[0])
-	t.waiters = t.waiters[1:]
+	w := *t.waiters
+	close(w[0])
+	*t.waiters = w[1:]
 }
 
 // ErrNilFunc is the detail of the ErrInvalidOption a Do returns for a nil fn.
@@ -250,19 +254,21 @@ func NoReleases() (arm func() <-chan struct{}, stop func()) {
 // Shell by value and gives its calls a pointer to it, or to an Unmade one when New did not
 // make it (a zero or nil handle), so that no call needs a check of its own.
 type Shell struct {
-	Q     *Queue
-	Tel   *Telemetry
-	label string // what its errors begin with: `mutex "nightly"`; the kind alone if unmade
+	Q   *Queue
+	Tel *Telemetry
+	// Its errors begin with the kind and the name, quoted (`mutex "nightly"`), or the kind
+	// alone without a name (unmade, or a kind that names its names: "mutex multi [...]").
+	// Neither is built per handle: a process may keep thousands (TestCostPerHold).
+	kind, name string
 }
 
-// NewShell is the Shell of a handle whose errors begin with label (the package and the
-// name: `mutex "nightly"`).
-func NewShell(label string, q *Queue, tel *Telemetry) Shell {
-	return Shell{Q: q, Tel: tel, label: label}
+// NewShell is the Shell of a handle of kind (the package: "mutex") on name.
+func NewShell(kind, name string, q *Queue, tel *Telemetry) Shell {
+	return Shell{Q: q, Tel: tel, kind: kind, name: name}
 }
 
-// Unmade is the Shell of a handle of kind (the package: "mutex") that New did not make.
-func Unmade(kind string) *Shell { return &Shell{label: kind} }
+// Unmade is the Shell of a handle of kind that New did not make.
+func Unmade(kind string) *Shell { return &Shell{kind: kind} }
 
 // Or is s, or unmade if s is nil or was not made by NewShell (a zero handle's).
 func (s *Shell) Or(unmade *Shell) *Shell {
@@ -274,7 +280,10 @@ func (s *Shell) Or(unmade *Shell) *Shell {
 
 // Errorf is err as the error of the handle's call op.
 func (s *Shell) Errorf(op string, err error) error {
-	return fmt.Errorf("%s: %s: %w", s.label, op, err)
+	if s.name == "" {
+		return fmt.Errorf("%s: %s: %w", s.kind, op, err)
+	}
+	return fmt.Errorf("%s %q: %s: %w", s.kind, s.name, op, err)
 }
 
 // Check is why the handle cannot serve the call op (ErrInvalidOption: New did not make it,

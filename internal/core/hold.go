@@ -44,10 +44,16 @@ type Hold struct {
 	key  string
 	rev  int64
 
-	mu     sync.Mutex
-	state  holdState
-	keyed  bool // its key is watched on the client's keyWatch
-	ending      // its final error: nil after a clean release, ErrLost after a loss
+	mu    sync.Mutex
+	state holdState
+	keyed bool // its key is watched on the client's keyWatch
+	yield bool // its queue heeds asks (WithYieldOnAsk): a Do's fn's ctx ends at one
+	// capacity is the capacity it was served under when a change of it was heard while it
+	// waited (a semaphore's SetLimit); 0: its spec's. Set before the Hold is handed out. An
+	// int32 (MaxUnits fits) beside the flags: a Hold stays in its allocation size class
+	// (TestCostPerHold).
+	capacity int32
+	ending   // its final error: nil after a clean release, ErrLost after a loss
 	// seen is a loss the monitor saw while a release was under way, for that release to
 	// weigh (the key it saw go may be the release's own); cleared by every release.
 	seen    error
@@ -56,11 +62,7 @@ type Hold struct {
 	group   *Group       // the Group it is a member of, which is what is counted; nil for none
 	timer   *time.Timer  // its maximum hold's (life.go); nil for none
 	mod     int64        // the revision of its last change of mode (mode.go); 0 before one
-	// capacity is the capacity it was served under when a change of it was heard while it
-	// waited (a semaphore's SetLimit); 0: its spec's. Set before the Hold is handed out.
-	capacity int
-	asking   *asking // what asks it to let go, once Asked was called (handle.go)
-	yield    bool    // its queue heeds asks (WithYieldOnAsk): a Do's fn's ctx ends at one
+	asking  *asking      // what asks it to let go, once Asked was called
 }
 
 func newHold(cli *clientv3.Client, sess *Session, slot *slot, rev int64) *Hold {
@@ -81,7 +83,7 @@ func (h *Hold) Capacity() int {
 	if h == nil {
 		return 0
 	}
-	return h.capacity
+	return int(h.capacity)
 }
 
 // Token is the hold's create revision: its fencing token; 0 for no hold.

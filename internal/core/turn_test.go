@@ -18,7 +18,10 @@ func TestTurnIsHandedOverInOrder(t *testing.T) {
 	queued := func(n int) {
 		for {
 			turn.mu.Lock()
-			l := len(turn.waiters)
+			l := 0
+			if turn.waiters != nil {
+				l = len(*turn.waiters)
+			}
 			turn.mu.Unlock()
 			if l == n {
 				return
