@@ -9,10 +9,13 @@
 // a read key when no write key is ahead of it, a permit when its units fit within the
 // semaphore's limit beside those of the permits ahead of it; a barrier's participant has
 // entered once its round filled (by the barrier's record of rounds), a gate's key holds,
-// and a latch shows its count (NameStatus.Count).
+// and a latch shows its count (NameStatus.Count). A key asked to let go (Ask) shows the ask
+// while its record is there (Entry.Asked), when the client may read it (a grant of a name's
+// keys alone does not cover it).
 //
 // Cost: Status is one Txn of up to 100 ranges per 100 names (without names, first the keys
-// under the prefix, keys only, 1,000 per Range), and one LeaseTimeToLive per distinct lease.
+// under the prefix, keys only, 1,000 per Range), as many for the asks beside them, and one
+// LeaseTimeToLive per distinct lease.
 package admin
 
 import (

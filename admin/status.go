@@ -3,6 +3,7 @@ package admin
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -52,6 +53,8 @@ type Entry struct {
 	// downgraded write hold), "upgradable" (an upgradable read) or "upgrading" (one whose
 	// Upgrade waits for the readers admitted before it); "" for a writer.
 	Mode string `json:"mode,omitempty"`
+	// Asked is the ask that this key let go (Ask), while its record is there; nil for none.
+	Asked *Record `json:"asked,omitempty"`
 
 	LeaseID clientv3.LeaseID `json:"-"` // the lease, 0 for none
 	modRev  int64            // the revision its value was written at
@@ -91,11 +94,20 @@ func (c config) read(ctx context.Context, cli *clientv3.Client, names []string) 
 			return nil, err
 		}
 	}
-	keyPrefixes := make([]string, len(targets))
+	keyPrefixes, askPrefixes := make([]string, len(targets)), make([]string, len(targets))
 	for i, t := range targets {
-		keyPrefixes[i] = t.keyPrefix
+		keyPrefixes[i], askPrefixes[i] = t.keyPrefix, askPrefix(t.keyPrefix)
 	}
 	kvsOf, rev, err := readRanges(ctx, cli, keyPrefixes, rev)
+	if err != nil {
+		return nil, err
+	}
+	// The asks beside the names, at the same revision; out of reach of a grant of the names'
+	// keys alone, and then not shown.
+	asksOf, _, err := readRanges(ctx, cli, askPrefixes, rev)
+	if errors.Is(err, rpctypes.ErrPermissionDenied) {
+		asksOf, err = make([][]*mvccpb.KeyValue, len(targets)), nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -104,12 +116,34 @@ func (c config) read(ctx context.Context, cli *clientv3.Client, names []string) 
 		if len(names) == 0 && !hasSyncKeys(t.keyPrefix, kvsOf[i]) {
 			continue // found by the shape of its keys, but they are other data
 		}
-		snap.Names = append(snap.Names, queueOf(t.name, t.keyPrefix, kvsOf[i], exclusive))
+		ns := queueOf(t.name, t.keyPrefix, kvsOf[i], exclusive)
+		noteAsks(&ns, asksOf[i])
+		snap.Names = append(snap.Names, ns)
 	}
 	if err := readTTLs(ctx, cli, snap); err != nil {
 		return nil, err
 	}
 	return snap, nil
+}
+
+// askPrefix is where the records of asks of the keys under keyPrefix lie (Ask).
+func askPrefix(keyPrefix string) string { return core.AskRecordKey(keyPrefix, keyPrefix) }
+
+// noteAsks gives each entry of ns the ask among asks, records read beside its name, that
+// names its key and token.
+func noteAsks(ns *NameStatus, asks []*mvccpb.KeyValue) {
+	for _, kv := range asks {
+		var rec Record
+		if json.Unmarshal(kv.Value, &rec) != nil {
+			continue
+		}
+		key := ns.Prefix + strings.TrimPrefix(string(kv.Key), askPrefix(ns.Prefix))
+		for i := range ns.Queue {
+			if e := &ns.Queue[i]; e.Key == key && e.Token == rec.Token {
+				e.Asked = &rec
+			}
+		}
+	}
 }
 
 // nameRange is a name and where its keys are.

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -40,7 +41,11 @@ func (c config) watch(ctx context.Context, cli *clientv3.Client, names []string,
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ranges := c.rangesOf(names)
-	ready := make(chan struct{}, len(ranges))
+	asks := make([]string, len(names)) // the asks beside the names, if the client may read them
+	for i, n := range names {
+		asks[i] = askPrefix(c.keyPrefix(n))
+	}
+	ready := make(chan struct{}, len(ranges)+len(asks))
 	relevant := func(string) bool { return true }
 	if len(names) == 0 { // what else is under the prefix (the whole keyspace at the root) is no change
 		relevant = func(key string) bool {
@@ -49,11 +54,14 @@ func (c config) watch(ctx context.Context, cli *clientv3.Client, names []string,
 		}
 	}
 	for _, r := range ranges {
-		wg.Go(func() { watchRange(ctx, cli, r, relevant, ready, changed) })
+		wg.Go(func() { watchRange(ctx, cli, r, relevant, ready, changed, false) })
+	}
+	for _, r := range asks {
+		wg.Go(func() { watchRange(ctx, cli, r, relevant, ready, changed, true) })
 	}
 	timeout := time.NewTimer(c.timeout)
 	defer timeout.Stop()
-	for range ranges {
+	for range len(ranges) + len(asks) {
 		select {
 		case <-ready:
 		case <-timeout.C:
@@ -87,12 +95,20 @@ func (c config) watch(ctx context.Context, cli *clientv3.Client, names []string,
 }
 
 // watchRange signals changed at every change of a relevant key under prefix until ctx ends,
-// and ready once its first watch is in place.
-func watchRange(ctx context.Context, cli *clientv3.Client, prefix string, relevant func(key string) bool, ready, changed chan<- struct{}) {
+// and ready once its first watch is in place. An optional range that etcd refuses (the asks
+// beside a name, to a grant of its keys alone) is signalled ready and left unwatched.
+func watchRange(ctx context.Context, cli *clientv3.Client, prefix string, relevant func(key string) bool, ready, changed chan<- struct{}, optional bool) {
 	first := true
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		for resp := range cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) {
+			if optional && errors.Is(resp.Err(), rpctypes.ErrPermissionDenied) {
+				if first {
+					ready <- struct{}{}
+				}
+				cancel()
+				return // out of the client's reach: not followed
+			}
 			if resp.Created && first {
 				first = false
 				ready <- struct{}{}

@@ -230,6 +230,11 @@ func testAskStopsACommandThatYields(t *testing.T, h *harness) {
 			assert.Equal(t, 7, first.wait(30*time.Second), "%s: %s", tc.kind, first.stderr.text())
 			assert.Contains(t, first.stderr.text(), "asked to let go", tc.kind)
 		} else {
+			st := h.run(t, environ(), "status", name)
+			require.Equal(t, 0, st.code, "%s", st.stderr.text())
+			assert.Contains(t, st.stdout.text(), "holds(asked)")
+			assert.Contains(t, st.stdout.text(), fmt.Sprintf("token %d asked to let go by ", token))
+			assert.Contains(t, st.stdout.text(), `: "deploy"`)
 			// The ask reaches the holder within milliseconds; the command polls every 100 ms:
 			// had the ask stopped it, "term" would come before "done".
 			require.NoError(t, os.WriteFile(stop, nil, 0o600))

@@ -277,9 +277,18 @@ func writeName(b *strings.Builder, ns admin.NameStatus) {
 		if election {
 			who = valueText(e.Value)
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Position, kind, e.State, printable(e.Key), e.Token, lease, ttlText(e), who)
+		state := e.State
+		if e.Asked != nil {
+			state += "(asked)"
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.Position, kind, state, printable(e.Key), e.Token, lease, ttlText(e), who)
 	}
 	tw.Flush()
+	for _, e := range ns.Queue {
+		if a := e.Asked; a != nil {
+			fmt.Fprintf(b, "  token %d asked to let go by %s at %s: %s\n", e.Token, printable(a.By), a.At.Format(time.RFC3339), strconv.Quote(a.Reason))
+		}
+	}
 }
 
 // leaderText names an election's leader by its value ("leader \"web-7:8080\""), or says

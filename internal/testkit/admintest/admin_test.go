@@ -310,3 +310,53 @@ func TestReleaseOfAWaiterEndsItsWait(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusShowsAnAskUntilTheRelease: Status shows an ask of a hold (Entry.Asked: the
+// reason, who, the token) on that hold alone, not on the waiter behind it; once the hold
+// that was told of it is released, the record is gone and so is the ask. Watch calls back
+// when a hold is asked.
+func TestStatusShowsAnAskUntilTheRelease(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	cli := cluster.Client(t)
+	const name = "admin-ask-status"
+	m := must(mutex.New(cli, name))
+	require.NoError(t, m.Lock(ctx))
+	waiter := must(mutex.New(cluster.Client(t), name))
+	locked := etcdtest.Async(func() error { return waiter.Lock(ctx) })
+	primtest.AwaitKeys(t, cli, name, 2)
+
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	snaps := make(chan *admin.Snapshot, 100)
+	watched := etcdtest.Async(func() error {
+		return admin.Watch(wctx, cli, []string{name}, func(s *admin.Snapshot) error { snaps <- s; return nil })
+	})
+	first := etcdtest.Within(t, snaps, 30*time.Second, "the first snapshot")
+	require.Len(t, first.Names[0].Queue, 2)
+	assert.Nil(t, first.Names[0].Queue[0].Asked)
+
+	require.NoError(t, admin.Ask(ctx, cli, name, m.Token(), "deploy at 02:00"))
+	var asked *admin.Snapshot
+	for asked == nil {
+		s := etcdtest.Within(t, snaps, 30*time.Second, "a snapshot with the ask")
+		if s.Names[0].Queue[0].Asked != nil {
+			asked = s
+		}
+	}
+	q := asked.Names[0].Queue
+	assert.Equal(t, "deploy at 02:00", q[0].Asked.Reason)
+	assert.Equal(t, m.Token(), q[0].Asked.Token)
+	assert.Contains(t, q[0].Asked.By, "@")
+	assert.Nil(t, q[1].Asked, "the waiter is not asked")
+	stop()
+	assert.ErrorIs(t, etcdtest.Within(t, watched, 30*time.Second, "Watch"), context.Canceled)
+
+	etcdtest.Within(t, m.Asked(), 30*time.Second, "the holder is told")
+	require.NoError(t, m.Unlock(ctx))
+	require.NoError(t, etcdtest.Within(t, locked, 30*time.Second, "the waiter's Lock"))
+	snap, err := admin.Status(ctx, cli, []string{name})
+	require.NoError(t, err)
+	require.Len(t, snap.Names[0].Queue, 1)
+	assert.Nil(t, snap.Names[0].Queue[0].Asked, "the record went with the release")
+	require.NoError(t, waiter.Unlock(ctx))
+}
