@@ -22,7 +22,8 @@ var ErrNoAnswer = errors.New("etcdsync/admin: no answer from etcd")
 // or changed returns an error, which Watch then returns. It opens its watches before it
 // reads, so that no change between the read and the watch is missed; a change that arrives
 // while it reads makes it read again. A watch that fails (etcd compacted its history, a
-// member went away) is opened again, from the present. A change of TTLs alone is no change.
+// member went away) is opened again, from the present. A change of TTLs alone is no change;
+// an ask (Ask) is one, with names given, where the client may read it (a Range each first).
 //
 // Errors: as Status's; ctx's error once it ends; ErrNoAnswer when etcd does not place the
 // watches within the timeout (Timeout), which also bounds each read.
@@ -41,9 +42,15 @@ func (c config) watch(ctx context.Context, cli *clientv3.Client, names []string,
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ranges := c.rangesOf(names)
-	asks := make([]string, len(names)) // the asks beside the names, if the client may read them
-	for i, n := range names {
-		asks[i] = askPrefix(c.keyPrefix(n))
+	// The asks beside the names, if the client may read them: a watch that etcd refuses
+	// would end the client's watch stream, and every watch on it with it.
+	var asks []string
+	for _, n := range names {
+		r := askPrefix(c.keyPrefix(n))
+		_, err := cli.Get(clientv3.WithRequireLeader(ctx), r, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			asks = append(asks, r)
+		}
 	}
 	ready := make(chan struct{}, len(ranges)+len(asks))
 	relevant := func(string) bool { return true }
@@ -102,7 +109,9 @@ func watchRange(ctx context.Context, cli *clientv3.Client, prefix string, releva
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		for resp := range cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) {
-			if optional && errors.Is(resp.Err(), rpctypes.ErrPermissionDenied) {
+			// A refused watch ends with the refusal's text (its stream's error, or the
+			// reason it was cancelled).
+			if err := resp.Err(); optional && err != nil && strings.Contains(err.Error()+resp.CancelReason, rpctypes.ErrorDesc(rpctypes.ErrGRPCPermissionDenied)) {
 				if first {
 					ready <- struct{}{}
 				}
