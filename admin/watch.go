@@ -110,8 +110,8 @@ func watchRange(ctx context.Context, cli *clientv3.Client, prefix string, releva
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		for resp := range cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithCreatedNotify()) {
 			// A refused watch ends with the refusal's text (its stream's error, or the
-			// reason it was cancelled).
-			if err := resp.Err(); optional && err != nil && strings.Contains(err.Error()+resp.CancelReason, rpctypes.ErrorDesc(rpctypes.ErrGRPCPermissionDenied)) {
+			// reason it was cancelled, which Err quotes).
+			if err := resp.Err(); optional && err != nil && strings.Contains(err.Error(), rpctypes.ErrorDesc(rpctypes.ErrGRPCPermissionDenied)) {
 				if first {
 					ready <- struct{}{}
 				}
