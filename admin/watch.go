@@ -42,15 +42,9 @@ func (c config) watch(ctx context.Context, cli *clientv3.Client, names []string,
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ranges := c.rangesOf(names)
-	// The asks beside the names, if the client may read them: a watch that etcd refuses
-	// would end the client's watch stream, and every watch on it with it.
-	var asks []string
-	for _, n := range names {
-		r := askPrefix(c.keyPrefix(n))
-		_, err := cli.Get(clientv3.WithRequireLeader(ctx), r, clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if !errors.Is(err, rpctypes.ErrPermissionDenied) {
-			asks = append(asks, r)
-		}
+	asks, err := c.readableAsks(ctx, cli, names)
+	if err != nil {
+		return err
 	}
 	ready := make(chan struct{}, len(ranges)+len(asks))
 	relevant := func(string) bool { return true }
@@ -99,6 +93,30 @@ func (c config) watch(ctx context.Context, cli *clientv3.Client, names []string,
 			return ctx.Err()
 		}
 	}
+}
+
+// readableAsks are the ranges of the asks beside names that the client may read, to be
+// watched: a watch that etcd refuses would end the client's watch stream, and every watch
+// on it. One count-only Range each, within the timeout; ErrNoAnswer when etcd does not
+// answer one.
+func (c config) readableAsks(ctx context.Context, cli *clientv3.Client, names []string) ([]string, error) {
+	var asks []string
+	for _, n := range names {
+		r := askPrefix(c.keyPrefix(n))
+		rctx, cancel := context.WithTimeout(ctx, c.timeout)
+		_, err := cli.Get(clientv3.WithRequireLeader(rctx), r, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cancel()
+		switch {
+		case errors.Is(err, rpctypes.ErrPermissionDenied):
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case err != nil:
+			return nil, fmt.Errorf("%w: read %s: %w", ErrNoAnswer, r, err)
+		default:
+			asks = append(asks, r)
+		}
+	}
+	return asks, nil
 }
 
 // watchRange signals changed at every change of a relevant key under prefix until ctx ends,
