@@ -197,6 +197,15 @@ func ReleaseRecordKey(namePrefix, key string) string {
 	return strings.TrimSuffix(namePrefix, "/") + "\x00released/" + strings.TrimPrefix(key, namePrefix)
 }
 
+// recordOf is the operator's record in kvs (a release's or an ask's) of the key at token.
+func recordOf(kvs []*mvccpb.KeyValue, token int64) (ReleaseRecord, bool) {
+	var rec ReleaseRecord
+	if len(kvs) == 0 || json.Unmarshal(kvs[0].Value, &rec) != nil || rec.Token != token {
+		return ReleaseRecord{}, false
+	}
+	return rec, true
+}
+
 // recordWait bounds the read of a release record: a holder whose key went is told within
 // it, with the record's reason or without.
 const recordWait = time.Second
@@ -229,14 +238,13 @@ func releasedErr(ctx context.Context, cli *clientv3.Client, s *slot, rev int64) 
 	ctx, cancel := context.WithTimeout(ctx, recordWait)
 	defer cancel()
 	resp, err := cli.Get(clientv3.WithRequireLeader(ctx), ReleaseRecordKey(key[:s.name], key))
-	if err != nil || len(resp.Kvs) == 0 {
+	if err != nil {
 		return nil
 	}
-	var rec ReleaseRecord
-	if json.Unmarshal(resp.Kvs[0].Value, &rec) != nil || rec.Token != rev {
-		return nil
+	if rec, ok := recordOf(resp.Kvs, rev); ok {
+		return operatorLoss(key, rec)
 	}
-	return operatorLoss(key, rec)
+	return nil
 }
 
 // recordBatch is how many release records one Txn reads (etcd takes 128 ops by default),
@@ -291,14 +299,10 @@ func (h *Hold) recordKey() string {
 // releasedBy is the loss of h if kvs, a read of its recordKey, holds the record of an
 // operator's release of it; else nil.
 func (h *Hold) releasedBy(kvs []*mvccpb.KeyValue) error {
-	if len(kvs) == 0 {
-		return nil
+	if rec, ok := recordOf(kvs, h.rev); ok {
+		return operatorLoss(h.key, rec)
 	}
-	var rec ReleaseRecord
-	if json.Unmarshal(kvs[0].Value, &rec) != nil || rec.Token != h.rev {
-		return nil
-	}
-	return operatorLoss(h.key, rec)
+	return nil
 }
 
 // operatorLoss is the loss of the key an operator released, as rec says.

@@ -316,8 +316,8 @@ func (q *Queue) FollowAsks(ctx context.Context, h *Hold, pref int, settle time.D
 	// judges it as one, and the answer deletes its record.
 	askKey := AskRecordKey(q.prefix, h.Key())
 	stepDown := func(kv *mvccpb.KeyValue) bool {
-		var rec ReleaseRecord
-		if json.Unmarshal(kv.Value, &rec) != nil || rec.Token != h.Token() {
+		rec, ok := recordOf([]*mvccpb.KeyValue{kv}, h.Token())
+		if !ok {
 			return false
 		}
 		val, _ := json.Marshal(TransferRequest{Key: h.Key(), Token: h.Token(), By: rec.By})

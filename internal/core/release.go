@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -504,8 +503,8 @@ func (e *AskedError) Unwrap() error { return ErrAsked }
 func (h *Hold) followAsks(ctx context.Context, a *asking) {
 	key := AskRecordKey(h.key[:h.slot.name], h.key)
 	judge := func(kvs []*mvccpb.KeyValue) verdict {
-		var rec ReleaseRecord
-		if len(kvs) == 0 || json.Unmarshal(kvs[0].Value, &rec) != nil || rec.Token != h.rev {
+		rec, ok := recordOf(kvs, h.rev)
+		if !ok {
 			return stillWaiting
 		}
 		a.ask(&AskedError{Key: h.key, Record: rec, rec: &mvccpb.KeyValue{Key: kvs[0].Key, CreateRevision: kvs[0].CreateRevision}})
