@@ -508,11 +508,14 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 		if e.ahead[i] < a.spec.slots() {
 			continue
 		}
-		snap, ahead, far := e.snap, e.ahead[i], a.far(q, e.ahead[i])
+		snap, ahead := e.snap, e.ahead[i]
+		done, far := a.far(q, ahead)
 		if far {
 			var err error
 			var linger func()
-			if snap, ahead, linger, err = a.approach(ctx, q, a.slots[i].key(), e.rev); err != nil {
+			snap, ahead, linger, err = a.approach(ctx, q, a.slots[i].key(), e.rev)
+			done()
+			if err != nil {
 				return whyGone(ctx, a.cli(), a.slots[i], e.rev, err)
 			}
 			if linger != nil {

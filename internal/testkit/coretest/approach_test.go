@@ -193,6 +193,32 @@ func drain(ctx context.Context, t *testing.T, hold *core.Hold, waiters []pending
 	require.NoError(t, err)
 }
 
+// TestAClientWithManyWaitersFarBackWatchesTheNameOnce queues many waiters on one client far
+// back in line (a worker pool): a few approach, the others share the client's one watch of
+// the name, and the queue drains in order.
+func TestAClientWithManyWaitersFarBackWatchesTheNameOnce(t *testing.T) {
+	ctx := testContext(t)
+	const name, n = "pool", 20
+	admin := cluster.Client(t)
+	hold, err := queue(t, admin, name).Acquire(ctx, exclusive, nil)
+	require.NoError(t, err)
+	cli, cnt := countedClient(t)
+	ahead := core.NearAhead() + 1 // on another client: each of cli's waiters is far back
+	waiters := make([]pending, ahead+n)
+	for i := range waiters {
+		on := cli
+		if i < ahead {
+			on = admin
+		}
+		waiters[i] = enqueueOn(ctx, t, admin, on, name, exclusive, int64(i+2))
+	}
+	drain(ctx, t, hold, waiters)
+	// Each approach creates a watch and cancels it; the hub creates one (and may cancel it).
+	sent, bound := cnt.Counts()["Watch.send"], int64(2*core.MaxApproaching()+2)
+	t.Logf("%d waiters on one client: %d watch requests", n, sent)
+	assert.LessOrEqual(t, sent, bound, "watch requests of %d waiters far back on one client", n)
+}
+
 // TestAWaiterFarBackPassesAKeyAheadThatWithdrew cancels the waiter whose key the last one
 // watches while it approaches: the last one goes on from there, and is served once every
 // key ahead of it is gone, not before.
