@@ -258,9 +258,9 @@ func awaitGoneKept(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValu
 // watches one waiter places; the bound is a judgment (capacity 4 is what was measured). A
 // waiter of a client that has a hub of the name already (a loop of Lock and Unlock) joins it
 // at once, as that costs etcd nothing more, and so does one whose client has
-// maxApproaching waiters of the name approaching already (a worker pool's many waiters). nearAhead is small because each near waiter
-// hears every release until its turn (docs/performance.md has 2 against 4, measured), and
-// not 1, so that the hub's watch and read are in place before its turn.
+// maxApproaching waiters of the name approaching already (a worker pool's many waiters).
+// nearAhead is small, as a near waiter hears every release until its turn (performance.md:
+// 2 against 4, measured), and not 1, so that the hub's watch and read precede its turn.
 //
 // A waiter that passes some modes (Spec.Passes: a reader) reads the keys ahead with their
 // values, picks among those that count (reading further back when keys that pass took
