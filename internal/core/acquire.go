@@ -138,6 +138,9 @@ func acquire[T any](ctx context.Context, qs []*Queue, spec Spec, onKeys func([]s
 		if onKeys != nil {
 			onKeys(a.keys())
 		}
+		for _, q := range qs {
+			defer inLine(q.hubKey())() // from its write: see pooled
+		}
 		e, err := a.enqueue(ctx)
 		if e.rev == 0 {
 			a.abandon(ctx, 0, e.unknown)
@@ -508,14 +511,11 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 		if e.ahead[i] < a.spec.slots() {
 			continue
 		}
-		snap, ahead := e.snap, e.ahead[i]
-		done, far := a.far(q, ahead)
+		snap, ahead, far := e.snap, e.ahead[i], a.far(q, e.ahead[i])
 		if far {
 			var err error
 			var linger func()
-			snap, ahead, linger, err = a.approach(ctx, q, a.slots[i].key(), e.rev)
-			done()
-			if err != nil {
+			if snap, ahead, linger, err = a.approach(ctx, q, a.slots[i].key(), e.rev); err != nil {
 				return whyGone(ctx, a.cli(), a.slots[i], e.rev, err)
 			}
 			if linger != nil {

@@ -29,10 +29,10 @@ type clientState struct {
 	janitor janitor
 	keys    *keyWatch
 
-	mu          sync.Mutex // guards shared, hubs and approaching; never held while a hub's lock is awaited for long
-	shared      map[int64]*sharedSession
-	hubs        map[hubKey]*hub
-	approaching map[hubKey]int // the waiters of each name that approach (see approach)
+	mu      sync.Mutex // guards shared, hubs and waiting; never held while a hub's lock is awaited for long
+	shared  map[int64]*sharedSession
+	hubs    map[hubKey]*hub
+	waiting map[hubKey]int // the client's waiters in each name's line (see pooled)
 }
 
 // clients holds the state of every client in use, the one registry of core.
@@ -49,7 +49,7 @@ func stateOf(cli *clientv3.Client) *clientState {
 		return st
 	}
 	st := &clientState{cli: cli, janitor: janitor{cli: cli}, keys: newKeyWatch(cli),
-		shared: map[int64]*sharedSession{}, hubs: map[hubKey]*hub{}, approaching: map[hubKey]int{}}
+		shared: map[int64]*sharedSession{}, hubs: map[hubKey]*hub{}, waiting: map[hubKey]int{}}
 	clients[cli] = st
 	context.AfterFunc(cli.Ctx(), func() {
 		clientsMu.Lock()

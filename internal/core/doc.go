@@ -119,9 +119,9 @@
 // Otherwise wait joins the client's hub of each name with something ahead, which reads what
 // it missed and feeds the waiter every delete (with the deleted key's create revision) until
 // little enough is ahead; a read confirms the waiter's view after any gap. A waiter far
-// back with no hub of the name on its client (and few of its client's waiters of the name
-// approaching) approaches first: it watches the keys a few places ahead of it that weigh
-// its threshold and joins the hub once enough are gone. A cancelled or failed acquisition
+// back with no hub of the name on its client (and few other waiters of the name there)
+// approaches first: it watches the keys a few places ahead of it that weigh its threshold
+// and joins the hub once enough are gone. A cancelled or failed acquisition
 // deletes its keys, fenced on their create revision, or leaves that to the janitor. Once
 // held, Done adds the key to the client's keyWatch; Unlock calls Hold.Release, one fenced
 // delete, which ends the hold and takes its key off the keyWatch; the next waiter's hub

@@ -257,8 +257,8 @@ func awaitGoneKept(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValu
 // maxApproachKeys (a semaphore of a large capacity) joins the hub at once, which bounds the
 // watches one waiter places; the bound is a judgment (capacity 4 is what was measured). A
 // waiter of a client that has a hub of the name already (a loop of Lock and Unlock) joins it
-// at once, as that costs etcd nothing more, and so does one whose client has
-// maxApproaching waiters of the name approaching already (a worker pool's many waiters).
+// at once, as that costs etcd nothing more, and so does one whose client has many waiters
+// in the line (a worker pool: see pooled).
 // nearAhead is small, as a near waiter hears every release until its turn (performance.md:
 // 2 against 4, measured), and not 1, so that the hub's watch and read precede its turn.
 //
@@ -282,45 +282,45 @@ func awaitGoneKept(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValu
 // it watches at once.
 const maxApproachKeys = 8
 
-// maxApproaching is how many waiters of one name a client has approach at once. A further
-// waiter far back joins the hub at once: a client with many waiters of a name (a worker
-// pool) hears each release once for all of them, one event, where each approaching waiter
-// costs etcd a read of the keys ahead (a scan of the name's keys, whatever its limit) and a
-// watch created and cancelled.
-const maxApproaching = 2
+// poolShare: a client whose waiters in a name's line are two or more and 1/poolShare of the
+// keys ahead of its newest, or more, waits on its hub: a release is one event for all of
+// them, where each waiter that approached would cost etcd a read of the keys ahead (a scan
+// of the name, whatever its limit), a watch created and cancelled, and the hub's read. A
+// fleet of small pools (a few waiters per client in a long line) approaches as a fleet does.
+const poolShare = 16
 
-// MaxApproaching is maxApproaching, for the tests in internal/testkit.
-func MaxApproaching() int { return maxApproaching }
-
-// startApproach counts a waiter of k's name among its client's approaching ones and
-// returns the call that uncounts it, or reports false when the client has a hub of the name
-// or maxApproaching waiters of it approach already (see approach).
-func startApproach(k hubKey) (done func(), ok bool) {
+// inLine counts an acquisition of k's name among its client's waiters in that line, from
+// its write (so that waiters queued together count one another) until it is served or
+// ends, and returns the call that uncounts it.
+func inLine(k hubKey) (out func()) {
 	st := stateOf(k.cli)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if _, ok := st.hubs[k]; ok || st.approaching[k] >= maxApproaching {
-		return nil, false
-	}
-	st.approaching[k]++
+	st.waiting[k]++
 	return func() {
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		if st.approaching[k]--; st.approaching[k] == 0 {
-			delete(st.approaching, k)
+		if st.waiting[k]--; st.waiting[k] == 0 {
+			delete(st.waiting, k)
 		}
-	}, true
+	}
+}
+
+// pooled reports whether the client has a hub of k's name, or waiters in its line (counted
+// by inLine) numerous enough beside ahead keys that it waits on one (see poolShare).
+func pooled(k hubKey, ahead int) bool {
+	st := stateOf(k.cli)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	_, ok := st.hubs[k]
+	return ok || st.waiting[k] >= 2 && st.waiting[k]*poolShare > ahead
 }
 
 // far reports whether the waiter of q, ahead of which keys weighing ahead are, approaches
-// first (see above), and then counts it among its client's approaching waiters of the name
-// until done is called.
-func (a *acquisition) far(q *Queue, ahead int) (done func(), ok bool) {
+// first (see above). The waiter is counted by inLine already.
+func (a *acquisition) far(q *Queue, ahead int) bool {
 	n := a.spec.slots()
-	if n > maxApproachKeys || ahead < int(nearAhead.Load())+n {
-		return nil, false
-	}
-	return startApproach(q.hubKey())
+	return n <= maxApproachKeys && ahead >= int(nearAhead.Load())+n && !pooled(q.hubKey(), ahead)
 }
 
 // approach waits until the keys of the queue's Ahead range that are ahead of the key

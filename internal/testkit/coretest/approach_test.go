@@ -194,8 +194,8 @@ func drain(ctx context.Context, t *testing.T, hold *core.Hold, waiters []pending
 }
 
 // TestAClientWithManyWaitersFarBackWatchesTheNameOnce queues many waiters on one client far
-// back in line (a worker pool): a few approach, the others share the client's one watch of
-// the name, and the queue drains in order.
+// back in line (a worker pool): the first approaches, the others share the client's one
+// watch of the name, and the queue drains in order.
 func TestAClientWithManyWaitersFarBackWatchesTheNameOnce(t *testing.T) {
 	ctx := testContext(t)
 	const name, n = "pool", 20
@@ -213,10 +213,39 @@ func TestAClientWithManyWaitersFarBackWatchesTheNameOnce(t *testing.T) {
 		waiters[i] = enqueueOn(ctx, t, admin, on, name, exclusive, int64(i+2))
 	}
 	drain(ctx, t, hold, waiters)
-	// Each approach creates a watch and cancels it; the hub creates one (and may cancel it).
-	sent, bound := cnt.Counts()["Watch.send"], int64(2*core.MaxApproaching()+2)
+	// The first approaches (a watch created and cancelled); the hub creates one (and may
+	// cancel it) for the others.
+	sent, bound := cnt.Counts()["Watch.send"], int64(4)
 	t.Logf("%d waiters on one client: %d watch requests", n, sent)
 	assert.LessOrEqual(t, sent, bound, "watch requests of %d waiters far back on one client", n)
+}
+
+// TestAFleetOfSmallPoolsHearsFewReleases queues a few waiters on each of many clients,
+// spread over a long line (each client's waiters far apart): they approach as a fleet's
+// do, and a release reaches few clients, not every client with a waiter left.
+func TestAFleetOfSmallPoolsHearsFewReleases(t *testing.T) {
+	ctx := testContext(t)
+	const name, clients, pool = "small-pools", 32, 3
+	admin := cluster.Client(t)
+	hold, err := queue(t, admin, name).Acquire(ctx, exclusive, nil)
+	require.NoError(t, err)
+	clis, counters := make([]*clientv3.Client, clients), make([]*rpcstat.Counter, clients)
+	for i := range clis {
+		clis[i], counters[i] = countedClient(t)
+	}
+	waiters := make([]pending, clients*pool)
+	for i := range waiters {
+		waiters[i] = enqueueOn(ctx, t, admin, clis[i%clients], name, exclusive, int64(i+2))
+	}
+	drain(ctx, t, hold, waiters)
+	events := int64(0)
+	for _, c := range counters {
+		events += c.Counts()["Watch.events"]
+	}
+	perRelease := float64(events) / float64(len(waiters))
+	bound := float64(core.NearAhead() + core.LingerDeletes() + 3)
+	t.Logf("%d clients with %d waiters each: %.1f watch events heard per release", clients, pool, perRelease)
+	assert.LessOrEqual(t, perRelease, bound, "a release reached about every client with a waiter left")
 }
 
 // TestAWaiterFarBackPassesAKeyAheadThatWithdrew cancels the waiter whose key the last one
