@@ -2,6 +2,7 @@ package mutex_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -110,9 +111,17 @@ func incrementUnderLock(ctx context.Context, cli *clientv3.Client, m *mutex.Mute
 		return false, err
 	}
 	defer func() {
-		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = m.Unlock(uctx) // a lost hold or an unreachable etcd: the lease frees it
+		// An Unlock that could not reach etcd in time leaves the lock held, and the client's
+		// lease keeps the key: try again, as a caller must, until released or lost (the
+		// handle's next Lock would wait for this hold, and every other worker behind its key).
+		for {
+			uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := m.Unlock(uctx)
+			cancel()
+			if err == nil || errors.Is(err, mutex.ErrNotLocked) || errors.Is(err, mutex.ErrLost) || ctx.Err() != nil {
+				return
+			}
+		}
 	}()
 	resp, err := cli.Get(opCtx, counter)
 	if err != nil {
