@@ -96,11 +96,7 @@ func TestAFleetDrainsInOrderAndEachReleaseReachesFewClients(t *testing.T) {
 	_, err = hold.Release(ctx)
 	require.NoError(t, err)
 
-	events := int64(0)
-	for _, c := range counters {
-		events += c.Counts()["Watch.events"]
-	}
-	perRelease := float64(events) / fleet
+	perRelease := float64(eventsHeard(counters)) / fleet
 	bound := float64(core.NearAhead() + core.LingerDeletes() + 3)
 	t.Logf("%d waiting clients: %.1f watch events heard per release", fleet, perRelease)
 	assert.LessOrEqual(t, perRelease, bound, "a release reached about every waiting client")
@@ -238,14 +234,19 @@ func TestAFleetOfSmallPoolsHearsFewReleases(t *testing.T) {
 		waiters[i] = enqueueOn(ctx, t, admin, clis[i%clients], name, exclusive, int64(i+2))
 	}
 	drain(ctx, t, hold, waiters)
+	perRelease := float64(eventsHeard(counters)) / float64(len(waiters))
+	bound := float64(core.NearAhead() + core.LingerDeletes() + 3)
+	t.Logf("%d clients with %d waiters each: %.1f watch events heard per release", clients, pool, perRelease)
+	assert.LessOrEqual(t, perRelease, bound, "a release reached about every client with a waiter left")
+}
+
+// eventsHeard is the watch events the clients counted by counters received.
+func eventsHeard(counters []*rpcstat.Counter) int64 {
 	events := int64(0)
 	for _, c := range counters {
 		events += c.Counts()["Watch.events"]
 	}
-	perRelease := float64(events) / float64(len(waiters))
-	bound := float64(core.NearAhead() + core.LingerDeletes() + 3)
-	t.Logf("%d clients with %d waiters each: %.1f watch events heard per release", clients, pool, perRelease)
-	assert.LessOrEqual(t, perRelease, bound, "a release reached about every client with a waiter left")
+	return events
 }
 
 // TestAWaiterFarBackPassesAKeyAheadThatWithdrew cancels the waiter whose key the last one
