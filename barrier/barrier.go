@@ -21,11 +21,11 @@ const MaxParticipants = core.MaxParticipants
 // *Barrier returns [ErrInvalidOption] at once, as does every call through a closed client.
 type Barrier struct {
 	s    core.Shell
-	b    *core.Barrier
+	b    *double
 	turn core.Turn
 
 	mu sync.Mutex
-	p  *core.Participant // entered, not yet left
+	p  *participant // entered, not yet left
 }
 
 // New returns a Barrier of n participants, from 1 to [MaxParticipants], on name over cli.
@@ -46,8 +46,8 @@ func New(cli *clientv3.Client, name string, n int, opts ...Option) (*Barrier, er
 	if err != nil {
 		return nil, fmt.Errorf("barrier %q: %w", name, err)
 	}
-	b := core.NewBarrier(cli, cfg, name, n)
-	return &Barrier{s: core.NewShell("barrier", name, b.Queue(), nil), b: b}, nil
+	b := newDouble(cli, cfg, name, n)
+	return &Barrier{s: core.NewShell("barrier", name, b.q, nil), b: b}, nil
 }
 
 // unmade is the Shell of a Barrier that New did not make.
@@ -93,7 +93,7 @@ func (b *Barrier) Enter(ctx context.Context) error {
 	if b.entered() != nil {
 		return b.errorf("enter", fmt.Errorf("%w: entered already; Leave first", ErrInvalidOption))
 	}
-	p, err := b.b.Enter(ctx)
+	p, err := b.b.enter(ctx)
 	if err != nil {
 		return b.errorf("enter", err)
 	}
@@ -128,7 +128,7 @@ func (b *Barrier) Leave(ctx context.Context) error {
 	p := b.p
 	b.p = nil
 	b.mu.Unlock()
-	unusable := b.b.Queue().Unusable() // a closed client
+	unusable := b.b.q.Unusable() // a closed client
 	switch {
 	case p == nil && unusable != nil:
 		return b.errorf("leave", fmt.Errorf("%w (%w)", unusable, ErrNotEntered))
@@ -136,16 +136,16 @@ func (b *Barrier) Leave(ctx context.Context) error {
 		return b.errorf("leave", ErrNotEntered)
 	case unusable != nil:
 		// Nothing can delete the key through this client: it goes with its lease.
-		return b.errorf("leave", p.Hold().EndIfClientClosed())
+		return b.errorf("leave", p.h.EndIfClientClosed())
 	}
-	if err := b.b.Leave(ctx, p); err != nil {
+	if err := b.b.leave(ctx, p); err != nil {
 		return b.errorf("leave", err)
 	}
 	return nil
 }
 
 // entered is this participant since it entered; nil when it has not (or b is nil).
-func (b *Barrier) entered() *core.Participant {
+func (b *Barrier) entered() *participant {
 	if b == nil {
 		return nil
 	}
@@ -159,7 +159,7 @@ func (b *Barrier) entered() *core.Participant {
 // returns a closed channel. It starts a watch of the key, as a hold's does.
 func (b *Barrier) Done() <-chan struct{} {
 	if p := b.entered(); p != nil {
-		return p.Hold().Done()
+		return p.h.Done()
 	}
 	return (*core.Hold)(nil).Done()
 }
@@ -168,7 +168,7 @@ func (b *Barrier) Done() <-chan struct{} {
 // first round the name filled, 2 for the next, and so on; 0 when it has not entered.
 func (b *Barrier) Round() int64 {
 	if p := b.entered(); p != nil {
-		return p.Round()
+		return p.round
 	}
 	return 0
 }
@@ -177,7 +177,7 @@ func (b *Barrier) Round() int64 {
 // it has not entered. Not a fencing token: see the package doc.
 func (b *Barrier) Token() int64 {
 	if p := b.entered(); p != nil {
-		return p.Hold().Token()
+		return p.h.Token()
 	}
 	return 0
 }

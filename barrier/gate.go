@@ -17,9 +17,13 @@ import (
 //
 // Only [NewGate] makes a usable Gate: every method of the zero Gate and of a nil *Gate
 // returns [ErrInvalidOption] at once, as does every call through a closed client.
+//
+// It is one key without a lease, "<name>/gate" (core.GateKey): Hold creates it, Release
+// deletes it; a wait reads it, and watches it for its delete (core.Follow).
 type Gate struct {
-	s core.Shell
-	g *core.Gate
+	s   core.Shell
+	q   *core.Queue
+	key string
 }
 
 // NewGate returns the Gate on name over cli. It does no I/O. Errors, wrapped with the
@@ -36,15 +40,15 @@ func NewGate(cli *clientv3.Client, name string, opts ...Option) (*Gate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gate %q: %w", name, err)
 	}
-	g := core.NewGate(cli, cfg, name)
-	return &Gate{s: core.NewShell("gate", name, g.Queue(), nil), g: g}, nil
+	q := core.NewQueue(cli, cfg, name)
+	return &Gate{s: core.NewShell("gate", name, q, nil), q: q, key: q.Prefix() + core.GateKey}, nil
 }
 
 // unmadeGate is the Shell of a Gate that NewGate did not make.
 var unmadeGate = core.Unmade("gate")
 
 // do runs op's f once g can serve it.
-func (g *Gate) do(op string, f func(*core.Gate) error) error {
+func (g *Gate) do(op string, f func() error) error {
 	s := unmadeGate
 	if g != nil {
 		s = g.s.Or(unmadeGate)
@@ -52,7 +56,7 @@ func (g *Gate) do(op string, f func(*core.Gate) error) error {
 	if err := s.Check(op); err != nil {
 		return err
 	}
-	if err := f(g.g); err != nil {
+	if err := f(); err != nil {
 		return s.Errorf(op, err)
 	}
 	return nil
@@ -64,7 +68,12 @@ func (g *Gate) do(op string, f func(*core.Gate) error) error {
 //
 // Cost: one Txn.
 func (g *Gate) Hold(ctx context.Context) error {
-	return g.do("hold", func(c *core.Gate) error { return c.Hold(ctx) })
+	return g.do("hold", func() error {
+		if _, err := core.Record(ctx, g.q.Client(), core.Claim{Prefix: g.q.Prefix(), Use: core.UseGate}, g.key, core.OwnerValue("")); err != nil {
+			return core.WaitErr(ctx, g.q.Client(), err)
+		}
+		return nil
+	})
 }
 
 // Release opens the gate, whoever held it, and lets every waiter through; open already, it
@@ -74,7 +83,14 @@ func (g *Gate) Hold(ctx context.Context) error {
 //
 // Cost: one delete.
 func (g *Gate) Release(ctx context.Context) error {
-	return g.do("release", func(c *core.Gate) error { return c.Release(ctx) })
+	return g.do("release", func() error {
+		if _, err := core.Retry(ctx, func(ctx context.Context) (*clientv3.DeleteResponse, error) {
+			return g.q.Client().Delete(clientv3.WithRequireLeader(ctx), g.key)
+		}); err != nil {
+			return core.WaitErr(ctx, g.q.Client(), err)
+		}
+		return nil
+	})
 }
 
 // Wait returns once the gate is open: at once if it is not held, whatever happened before.
@@ -85,5 +101,23 @@ func (g *Gate) Release(ctx context.Context) error {
 // Cost: one read; while held, a watch of its key until its delete, and a read again after
 // a gap in the watch.
 func (g *Gate) Wait(ctx context.Context) error {
-	return g.do("wait", func(c *core.Gate) error { return c.Wait(ctx) })
+	return g.do("wait", func() error {
+		cli := g.q.Client()
+		_, err := core.Follow(ctx, cli, g.key, nil, func() (int64, core.Verdict, error) {
+			resp, err := core.ReadState(ctx, cli, clientv3.OpGet(g.key, clientv3.WithCountOnly()))
+			switch {
+			case err != nil:
+				return 0, core.StillWaiting, err
+			case resp.Responses[0].GetResponseRange().Count == 0:
+				return resp.Header.Revision, core.WaitOver, nil
+			}
+			return resp.Header.Revision, core.StillWaiting, nil
+		}, func(ev *clientv3.Event) (core.Verdict, error) {
+			if ev.Type == clientv3.EventTypeDelete {
+				return core.WaitOver, nil
+			}
+			return core.StillWaiting, nil
+		})
+		return err
+	})
 }

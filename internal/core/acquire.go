@@ -355,16 +355,16 @@ type answer struct {
 //     (a restore), which are never adopted, because their create revision would be a token
 //     that went back: ErrRewound, and every hold of the client ends (rewind).
 //
-// Without an answer it returns commitWrite's error as it is. A try without an answer
+// Without an answer it returns CommitWrite's error as it is. A try without an answer
 // retires the session (see abandon).
 func (a *acquisition) write(ctx context.Context, build func(clientv3.Txn) clientv3.Txn) (answer, error) {
 	cli := a.cli()
 	before := clockOf(cli).now() // every key this call writes is created after it
-	res, err := commitWrite(ctx, cli, build)
-	if res.unknown {
+	res, err := CommitWrite(ctx, cli, build)
+	if res.Unknown {
 		a.qs[0].sessions.Retire(a.sess)
 	}
-	ans := answer{resp: res.resp, unknown: res.unknown}
+	ans := answer{resp: res.Resp, unknown: res.Unknown}
 	switch {
 	case ans.resp == nil:
 		return ans, err
@@ -397,7 +397,7 @@ func (a *acquisition) takeOver(ctx context.Context, own []*mvccpb.KeyValue) erro
 			continue
 		}
 		key := string(kv.Key)
-		_, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		_, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return a.cli().Txn(clientv3.WithRequireLeader(ctx)).
 				If(clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision)).
 				Then(clientv3.OpPut(key, a.spec.Value, clientv3.WithLease(a.sess.Lease()))).

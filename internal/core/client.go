@@ -446,7 +446,7 @@ func fencedDelete(key string, rev int64) clientv3.Op {
 // the library requires nothing they need) and so cannot use an export_test.go here. None
 // of them is called by the library.
 
-// Transient reports whether err is one that a retry may get past (see retry).
+// Transient reports whether err is one that a retry may get past (see Retry).
 func Transient(err error) bool { return transient(err) }
 
 // StopKeepAlive stops the keep-alive of h's session without ending or revoking anything, as

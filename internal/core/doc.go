@@ -7,7 +7,7 @@
 // internal/testkit/shapetest counts the uses that do not, and bounds them):
 //
 //   - errors.go: the sentinel errors every package re-exports, handles New did not make;
-//     what is transient, retries and backoff, bounded tries, commitWrite (every write of a
+//     what is transient, retries and backoff, bounded tries, CommitWrite (every write of a
 //     record, tried again until its answer is known), and contexts that outlive their
 //     caller's for a bounded time.
 //   - session.go: the shared sessions (a lease per client and TTL, replaced after it
@@ -42,8 +42,9 @@
 //     Record.
 //   - follow.go: the one way to wait for a state of a few keys (a round filled, a count at
 //     zero, a record answered, a key gone): watch them from the present, read the state,
-//     take the events after the read, and watch and read again after any gap (readState,
-//     follow, followAll over several ranges, awaitGone for one key's end); and the approach
+//     take the events after the read, and watch and read again after any gap (ReadState,
+//     Follow, followAll over several ranges, AwaitGone for one key's end: exported, so that
+//     a primitive's own algorithm waits as the core does, as package barrier's); and the approach
 //     of a waiter far back in line, on a client with no hub of the name, which follows the
 //     few keys a few places ahead of it that weigh its threshold and joins the hub once
 //     enough of them are gone. Besides these a wait is the hub's (a name's line) or the
@@ -98,10 +99,9 @@
 //     that the leader transfer (RequestTransfer) and its answer; what asks a leadership to
 //     move, a request or a preferred candidate that has waited its settle time, followed for
 //     the leader (FollowAsks, on followAll).
-//   - barrier.go: a double barrier: participants are keys joined at once (Queue.Join);
-//     rounds are slices of their create revisions, filled by a compare-and-swap of the
-//     record of rounds; a withdrawal rewrites that record; the first of a round leaves last.
-//     And its simple form, a gate: one key without a lease.
+//   - barrier.go: a double barrier's record of rounds (slices of its participants' create
+//     revisions), read by package barrier, whose algorithm joins participants at once
+//     (Queue.Join), and by admin.
 //
 // Process-wide state: the clients' states (client.go), by client; the slots claimed, by
 // lease (keys.go), which is process-wide because one lease can be used through several

@@ -53,7 +53,7 @@ func Busy(err error) bool {
 	return errors.Is(err, ErrLocked) || errors.Is(err, ErrNoPermits)
 }
 
-// tryTimeout bounds one try of every request the core retries (retry, commitWrite): long
+// tryTimeout bounds one try of every request the core retries (Retry, CommitWrite): long
 // enough to ride out a leader election, short enough that a member that never answers, or
 // an answer lost with its connection, is left for another try. A try that times out while
 // the caller still has time is tried again.
@@ -139,13 +139,13 @@ func refused(err error) bool {
 	return false
 }
 
-// retry calls call, each time with a try's context (ctx bounded by tryTimeout), until it
+// Retry calls call, each time with a try's context (ctx bounded by tryTimeout), until it
 // returns an error that is not transient (nil included) or ctx ends, backing off between
 // tries: a try whose bound passed while ctx has time (an answer that never came: a member
 // that hangs, a connection that died silently) is tried again, as a transient error is. It
 // returns the last call's result, or ctx's error if ctx ended during a pause. Every call
 // must be safe to send again after a try whose outcome is unknown.
-func retry[T any](ctx context.Context, call func(ctx context.Context) (T, error)) (T, error) {
+func Retry[T any](ctx context.Context, call func(ctx context.Context) (T, error)) (T, error) {
 	var b backoff
 	for {
 		tctx, cancel := context.WithTimeout(ctx, tryTimeout)
@@ -161,21 +161,21 @@ func retry[T any](ctx context.Context, call func(ctx context.Context) (T, error)
 	}
 }
 
-// A writeResult is what became of a Txn that may write an acquisition's key.
-type writeResult struct {
-	resp *clientv3.TxnResponse // etcd's answer; nil if none came
-	// unknown: some try got no answer, so it may have been applied (resp is then the answer
+// A WriteResult is what became of a Txn that may write an acquisition's key.
+type WriteResult struct {
+	Resp *clientv3.TxnResponse // etcd's answer; nil if none came
+	// Unknown: some try got no answer, so it may have been applied (resp is then the answer
 	// to a later try, or nil).
-	unknown bool
+	Unknown bool
 }
 
-// commitWrite commits the Txn that build makes of a Txn that may write an acquisition's
+// CommitWrite commits the Txn that build makes of a Txn that may write an acquisition's
 // key, retried through transient errors and through tries that time out while ctx has time.
 // Each try runs on tryContext. It returns etcd's answer if one came, also when ctx ended
 // meanwhile (the caller, which may hold a key it no longer wants, removes it); else the
 // error, and whether a write may have been applied all the same.
-func commitWrite(ctx context.Context, cli *clientv3.Client, build func(clientv3.Txn) clientv3.Txn) (writeResult, error) {
-	var res writeResult
+func CommitWrite(ctx context.Context, cli *clientv3.Client, build func(clientv3.Txn) clientv3.Txn) (WriteResult, error) {
+	var res WriteResult
 	var b backoff
 	for {
 		tctx, cancel := tryContext(ctx)
@@ -186,11 +186,11 @@ func commitWrite(ctx context.Context, cli *clientv3.Client, build func(clientv3.
 		stop()
 		cancel()
 		if err == nil {
-			res.resp = resp
+			res.Resp = resp
 			return res, settleLinear(cli, resp.Header, sent)
 		}
 		if !refused(err) {
-			res.unknown = true
+			res.Unknown = true
 		}
 		if ctx.Err() != nil {
 			return res, ctx.Err()

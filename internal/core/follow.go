@@ -29,17 +29,17 @@ import (
 // between. So a wait also reads the cluster's revision every probeEvery (one read per
 // client for all its waits, see clock.confirmEvery), as a hub of observers does.
 
-// readState reads ops in one Txn, a linearizable snapshot, retried through leader changes.
+// ReadState reads ops in one Txn, a linearizable snapshot, retried through leader changes.
 // If the cluster went back in time (see client.go), it rewinds the client and returns
 // ErrLost wrapping why.
-func readState(ctx context.Context, cli *clientv3.Client, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+func ReadState(ctx context.Context, cli *clientv3.Client, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	var sent int64
-	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		sent = clockOf(cli).now()
 		return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
 	})
 	if err != nil {
-		return nil, waitErr(ctx, cli, err)
+		return nil, WaitErr(ctx, cli, err)
 	}
 	if err := settleLinear(cli, resp.Header, sent); err != nil {
 		return nil, err
@@ -47,9 +47,9 @@ func readState(ctx context.Context, cli *clientv3.Client, ops ...clientv3.Op) (*
 	return resp, nil
 }
 
-// waitErr is the error of a wait whose request failed with err: ctx's own error when ctx
+// WaitErr is the error of a wait whose request failed with err: ctx's own error when ctx
 // ended, ErrLost when the client was closed under it, else err.
-func waitErr(ctx context.Context, cli *clientv3.Client, err error) error {
+func WaitErr(ctx context.Context, cli *clientv3.Client, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
@@ -59,24 +59,24 @@ func waitErr(ctx context.Context, cli *clientv3.Client, err error) error {
 	return err
 }
 
-// A verdict is what a wait makes of the state it read, or of an event.
-type verdict int
+// A Verdict is what a wait makes of the state it read, or of an event.
+type Verdict int
 
 const (
-	stillWaiting verdict = iota // not yet: go on watching
-	waitOver                    // the wait is over
-	readAgain                   // the event says too little: read the state again
+	StillWaiting Verdict = iota // not yet: go on watching
+	WaitOver                    // the wait is over
+	ReadAgain                   // the event says too little: read the state again
 )
 
-// follow is a wait on key (a prefix too, with clientv3.WithPrefix in opts), as above: check
-// reads the state and returns the revision it read at and its verdict (stillWaiting or
-// waitOver); each judges an event after that revision (readAgain calls check again, on the
-// same watch). It returns true once a verdict is waitOver, false when stop closed first (the caller reads
+// Follow is a wait on key (a prefix too, with clientv3.WithPrefix in opts), as above: check
+// reads the state and returns the revision it read at and its verdict (StillWaiting or
+// WaitOver); each judges an event after that revision (ReadAgain calls check again, on the
+// same watch). It returns true once a verdict is WaitOver, false when stop closed first (the caller reads
 // what stopped it); ctx's error when ctx ends; ErrLost when the client is closed or the
 // cluster went back in time; the error of check or each.
-func follow(ctx context.Context, cli *clientv3.Client, key string, stop <-chan struct{},
-	check func() (rev int64, v verdict, err error),
-	each func(*clientv3.Event) (verdict, error), opts ...clientv3.OpOption) (bool, error) {
+func Follow(ctx context.Context, cli *clientv3.Client, key string, stop <-chan struct{},
+	check func() (rev int64, v Verdict, err error),
+	each func(*clientv3.Event) (Verdict, error), opts ...clientv3.OpOption) (bool, error) {
 	return followAll(ctx, cli, []watched{{key, opts}}, stop, check, each)
 }
 
@@ -89,16 +89,16 @@ type watched struct {
 // followAll is follow over several keys or ranges at once: every watch is placed before the
 // read, and an event of any of them is judged.
 func followAll(ctx context.Context, cli *clientv3.Client, ws []watched, stop <-chan struct{},
-	check func() (rev int64, v verdict, err error),
-	each func(*clientv3.Event) (verdict, error)) (bool, error) {
+	check func() (rev int64, v Verdict, err error),
+	each func(*clientv3.Event) (Verdict, error)) (bool, error) {
 	return followAllKept(ctx, cli, ws, stop, check, each, false)
 }
 
 // followAllKept is followAll; with keep, the watches of a wait that is over stay on the
 // client's stream until ctx ends (see awaitDeletes), instead of ending with the call.
 func followAllKept(ctx context.Context, cli *clientv3.Client, ws []watched, stop <-chan struct{},
-	check func() (rev int64, v verdict, err error),
-	each func(*clientv3.Event) (verdict, error), keep bool) (bool, error) {
+	check func() (rev int64, v Verdict, err error),
+	each func(*clientv3.Event) (Verdict, error), keep bool) (bool, error) {
 	probe := time.NewTicker(probeEvery)
 	defer probe.Stop()
 	var b backoff
@@ -118,7 +118,7 @@ func followAllKept(ctx context.Context, cli *clientv3.Client, ws []watched, stop
 // followOnce is one watch of each of ws: gap says that it ended with neither a verdict nor
 // an error, and new watches are due.
 func followOnce(ctx context.Context, cli *clientv3.Client, ws []watched, stop <-chan struct{}, probe <-chan time.Time,
-	check func() (int64, verdict, error), each func(*clientv3.Event) (verdict, error), keep bool) (ok, gap bool, err error) {
+	check func() (int64, Verdict, error), each func(*clientv3.Event) (Verdict, error), keep bool) (ok, gap bool, err error) {
 	var forwarders sync.WaitGroup
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer func() {
@@ -167,7 +167,7 @@ func followOnce(ctx context.Context, cli *clientv3.Client, ws []watched, stop <-
 		case a := <-answers:
 			resp := a.resp
 			if !a.open || resp.Canceled || resp.Err() != nil {
-				return false, true, waitErr(ctx, cli, nil)
+				return false, true, WaitErr(ctx, cli, nil)
 			}
 			if resp.Created {
 				unplaced--
@@ -177,8 +177,8 @@ func followOnce(ctx context.Context, cli *clientv3.Client, ws []watched, stop <-
 			}
 			if read < 0 { // placed: their events are those after their creation, and the read follows
 				rev, v, err := check()
-				if v == waitOver || err != nil {
-					return v == waitOver, false, err
+				if v == WaitOver || err != nil {
+					return v == WaitOver, false, err
 				}
 				read = rev
 			}
@@ -187,11 +187,11 @@ func followOnce(ctx context.Context, cli *clientv3.Client, ws []watched, stop <-
 					continue // the read saw it
 				}
 				v, err := each(ev)
-				if v == readAgain && err == nil {
+				if v == ReadAgain && err == nil {
 					read, v, err = check()
 				}
-				if v == waitOver || err != nil {
-					return v == waitOver, false, err
+				if v == WaitOver || err != nil {
+					return v == WaitOver, false, err
 				}
 			}
 		case <-stop:
@@ -202,13 +202,13 @@ func followOnce(ctx context.Context, cli *clientv3.Client, ws []watched, stop <-
 	}
 }
 
-// awaitGone is the one wait for a key to go: it returns true once the key of kv is gone
+// AwaitGone is the one wait for a key to go: it returns true once the key of kv is gone
 // (deleted, or created again since: its create revision is another), or, with changed, also
 // once it was written again (its mod revision is another); false, with nil, when stop closed
-// first. follow's watch-then-read: a gap in the watch is followed by a read, never trusted.
+// first. Follow's watch-then-read: a gap in the watch is followed by a read, never trusted.
 // Errors: ctx's when ctx ends; ErrLost when the client is closed or the cluster went back in
 // time. Cost: a watch of the key and one Range, again after each gap.
-func awaitGone(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, stop <-chan struct{}, changed bool) (bool, error) {
+func AwaitGone(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValue, stop <-chan struct{}, changed bool) (bool, error) {
 	return awaitGoneKept(ctx, cli, kv, stop, changed, false)
 }
 
@@ -220,19 +220,19 @@ func awaitGoneKept(ctx context.Context, cli *clientv3.Client, kv *mvccpb.KeyValu
 	if !changed {
 		opts = append(opts, clientv3.WithFilterPut())
 	}
-	check := func() (int64, verdict, error) {
+	check := func() (int64, Verdict, error) {
 		get := []clientv3.OpOption{clientv3.WithKeysOnly()}
-		resp, err := readState(ctx, cli, clientv3.OpGet(key, get...))
+		resp, err := ReadState(ctx, cli, clientv3.OpGet(key, get...))
 		if err != nil {
-			return 0, stillWaiting, err
+			return 0, StillWaiting, err
 		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 || kvs[0].CreateRevision != kv.CreateRevision || changed && kvs[0].ModRevision != kv.ModRevision {
-			return resp.Header.Revision, waitOver, nil
+			return resp.Header.Revision, WaitOver, nil
 		}
-		return resp.Header.Revision, stillWaiting, nil
+		return resp.Header.Revision, StillWaiting, nil
 	}
-	each := func(*clientv3.Event) (verdict, error) { return waitOver, nil } // a delete, or with changed a put
+	each := func(*clientv3.Event) (Verdict, error) { return WaitOver, nil } // a delete, or with changed a put
 	return followAllKept(ctx, cli, []watched{{key, opts}}, stop, check, each, keep)
 }
 
@@ -351,7 +351,7 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 		if mark != "" {
 			reads = append(reads, clientv3.OpGet(mark, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 		}
-		resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			sent = clockOf(cli).now()
 			return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(reads...).Commit()
 		})

@@ -143,7 +143,7 @@ func (m Match) matches(kv *mvccpb.KeyValue) bool {
 // lease, and x the oldest other key that to matches and that takes a handover. ErrLost if
 // h's key is not; ErrNoCandidate, saying what there is, if no key is x. One Range.
 func (q *Queue) findCandidate(ctx context.Context, h *Hold, to Match) (own, x *mvccpb.KeyValue, err error) {
-	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) {
+	resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) {
 		return q.cli.Get(clientv3.WithRequireLeader(ctx), q.prefix, clientv3.WithPrefix(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	})
@@ -187,7 +187,7 @@ func (q *Queue) HandOver(ctx context.Context, p *Proposal) error {
 		p.Withdraw(ctx)
 		return errKeyGone(h.key)
 	}
-	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
 			If(h.IsOwner(),
 				clientv3.Compare(clientv3.LeaseValue(h.key), "=", h.sess.Lease()),
@@ -246,11 +246,11 @@ func (q *Queue) HandOver(ctx context.Context, p *Proposal) error {
 func (q *Queue) awaitAccept(ctx context.Context, h *Hold, own, x, rec *mvccpb.KeyValue) error {
 	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), handoverWait)
 	defer cancel()
-	_, _ = awaitGone(wctx, q.cli, rec, nil, false)
+	_, _ = AwaitGone(wctx, q.cli, rec, nil, false)
 	// Whatever the watch said, the Txn decides: take the key back unless the record went.
 	bctx, bcancel := Detached(ctx)
 	defer bcancel()
-	resp, err := retry(bctx, func(bctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, err := Retry(bctx, func(bctx context.Context) (*clientv3.TxnResponse, error) {
 		return q.cli.Txn(clientv3.WithRequireLeader(bctx)).
 			If(h.IsOwner(),
 				clientv3.Compare(clientv3.LeaseValue(h.key), "=", x.Lease),
@@ -303,7 +303,7 @@ func (q *Queue) giveUp(ctx context.Context, h *Hold, err error, also ...clientv3
 func dropKey(ctx context.Context, cli *clientv3.Client, sess *Session, key string, rev int64, also ...clientv3.Op) {
 	dctx, cancel := Detached(ctx)
 	defer cancel()
-	_, err := retry(dctx, func(dctx context.Context) (*clientv3.TxnResponse, error) {
+	_, err := Retry(dctx, func(dctx context.Context) (*clientv3.TxnResponse, error) {
 		return cli.Txn(clientv3.WithRequireLeader(dctx)).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev),
 				clientv3.Compare(clientv3.LeaseValue(key), "=", sess.Lease())).
@@ -342,7 +342,7 @@ func (a *acquisition) takeHandover(ctx context.Context, rev int64) *Hold {
 	q, key := a.qs[0], a.slots[0].key()
 	rec := HandoverRecordKey(q.prefix, key)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWait)
-	resp, err := retry(rctx, func(rctx context.Context) (*clientv3.GetResponse, error) {
+	resp, err := Retry(rctx, func(rctx context.Context) (*clientv3.GetResponse, error) {
 		return q.cli.Get(clientv3.WithRequireLeader(rctx), rec)
 	})
 	cancel()
@@ -375,7 +375,7 @@ func (a *acquisition) answer(ctx context.Context, kv *mvccpb.KeyValue, r handove
 	ready.Stage = stageReady
 	val, _ := json.Marshal(ready)
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWait)
-	resp, err := retry(tctx, func(tctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, err := Retry(tctx, func(tctx context.Context) (*clientv3.TxnResponse, error) {
 		return cli.Txn(clientv3.WithRequireLeader(tctx)).
 			If(clientv3.Compare(clientv3.ModRevision(rec), "=", kv.ModRevision)).
 			Then(clientv3.OpPut(rec, string(val), clientv3.WithLease(clientv3.LeaseID(kv.Lease)))).
@@ -396,31 +396,31 @@ func (a *acquisition) answer(ctx context.Context, kv *mvccpb.KeyValue, r handove
 		}
 	}
 	var handed *mvccpb.KeyValue
-	judge := func(kv *mvccpb.KeyValue) verdict {
+	judge := func(kv *mvccpb.KeyValue) Verdict {
 		now, ok := parseRecord(kv, a.qs[0].prefix)
 		switch {
 		case kv.CreateRevision != created || !ok || now.Key != r.Key || now.Token != r.Token:
-			return waitOver // another record: this one was withdrawn
+			return WaitOver // another record: this one was withdrawn
 		case now.Stage == "":
 			handed = kv
-			return waitOver
+			return WaitOver
 		}
-		return stillWaiting
+		return StillWaiting
 	}
-	over, err := follow(ctx, cli, rec, a.sess.Done(),
-		func() (int64, verdict, error) {
-			resp, err := readState(ctx, cli, clientv3.OpGet(rec))
+	over, err := Follow(ctx, cli, rec, a.sess.Done(),
+		func() (int64, Verdict, error) {
+			resp, err := ReadState(ctx, cli, clientv3.OpGet(rec))
 			if err != nil {
-				return 0, stillWaiting, err
+				return 0, StillWaiting, err
 			}
 			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
 				return resp.Header.Revision, judge(kvs[0]), nil
 			}
-			return resp.Header.Revision, waitOver, nil // withdrawn
+			return resp.Header.Revision, WaitOver, nil // withdrawn
 		},
-		func(ev *clientv3.Event) (verdict, error) {
+		func(ev *clientv3.Event) (Verdict, error) {
 			if ev.Type == mvccpb.DELETE {
-				return waitOver, nil
+				return WaitOver, nil
 			}
 			return judge(ev.Kv), nil
 		})
@@ -440,7 +440,7 @@ func (a *acquisition) accept(ctx context.Context, kv *mvccpb.KeyValue, r handove
 	q, rec := a.qs[0], string(kv.Key)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordWait)
 	defer cancel()
-	tresp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	tresp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
 			If(clientv3.Compare(clientv3.CreateRevision(r.Key), "=", r.Token),
 				clientv3.Compare(clientv3.LeaseValue(r.Key), "=", a.sess.Lease()),

@@ -256,7 +256,7 @@ func (h *Hold) checkSession() {
 // until ctx ends.
 func (h *Hold) Check(ctx context.Context) (alive bool, err error) {
 	sent := clockOf(h.cli).now()
-	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) {
+	resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) {
 		return h.cli.Get(clientv3.WithRequireLeader(ctx), h.key, clientv3.WithKeysOnly())
 	})
 	if err != nil {
@@ -294,7 +294,7 @@ var errUnwatched = errors.New("cannot be watched")
 // whether it wrote. One Txn, retried through leader changes until ctx ends; a retry of a put
 // whose answer was lost writes the same value again, which changes only the key's revision.
 func (h *Hold) Put(ctx context.Context, value string) (written bool, err error) {
-	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return h.cli.Txn(clientv3.WithRequireLeader(ctx)).
 			If(h.IsOwner()).
 			Then(clientv3.OpPut(h.key, value, clientv3.WithLease(h.sess.Lease()))).
@@ -523,7 +523,7 @@ func (a *asking) ask(err error) { a.once.Do(func() { a.err = err; close(a.ch) })
 
 // Asked returns a channel that is closed once the hold is asked to let go: a record at its
 // AskRecordKey that names its token. The first call reads the record and follows it until
-// the hold ends (follow's watch-then-read); nil for no hold.
+// the hold ends (Follow's watch-then-read); nil for no hold.
 func (h *Hold) Asked() <-chan struct{} {
 	if h == nil {
 		return nil

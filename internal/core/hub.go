@@ -219,7 +219,7 @@ func (h *hub) readAll() {
 		opts = append(opts, clientv3.WithKeysOnly())
 	}
 	var sent int64
-	resp, err := retry(h.ctx, func(ctx context.Context) (*clientv3.GetResponse, error) {
+	resp, err := Retry(h.ctx, func(ctx context.Context) (*clientv3.GetResponse, error) {
 		sent = clockOf(h.k.cli).now()
 		return h.k.cli.Get(clientv3.WithRequireLeader(ctx), h.k.prefix, opts...)
 	})

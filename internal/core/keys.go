@@ -394,7 +394,7 @@ func Check(ctx context.Context, cli *clientv3.Client, claims ...Claim) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(ops...).Commit()
 	})
 	if err != nil {

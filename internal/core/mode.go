@@ -86,7 +86,7 @@ func (q *Queue) ChangeMode(ctx context.Context, h *Hold, value string) (kvs []*m
 		mod = h.rev // written once, at its creation, unless taken over
 	}
 	// A read first: which keys are behind the hold, and whether one is the recipe's.
-	resp, err := readState(ctx, q.cli, clientv3.OpGet(q.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+	resp, err := ReadState(ctx, q.cli, clientv3.OpGet(q.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly()))
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("change %s: %w", h.key, err)
 	}
@@ -96,7 +96,7 @@ func (q *Queue) ChangeMode(ctx context.Context, h *Hold, value string) (kvs []*m
 	seen := resp.Header.Revision // no key created by then is the recipe's
 	var b backoff
 	for tries := 1; ; tries++ {
-		resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
 				If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev), clientv3.Compare(clientv3.ModRevision(h.key), "=", mod),
 					createdBy(q.prefix, seen)).
@@ -240,7 +240,7 @@ func (q *Queue) drain(ctx context.Context, h *Hold, kvs []*mvccpb.KeyValue, read
 		if guard != nil {
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(guard.key), "=", guard.created))
 		}
-		resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).
 				Then(clientv3.OpPut(h.key, plain, clientv3.WithLease(h.sess.Lease()))).
 				Else(clientv3.OpGet(q.prefix, clientv3.WithPrefix())).

@@ -53,7 +53,7 @@ func (q *Queue) Propose(ctx context.Context, h *Hold, to Match) (*Proposal, erro
 			return nil, err
 		}
 		p := &Proposal{q: q, h: h, own: own, x: x, rec: HandoverRecordKey(q.prefix, string(x.Key))}
-		resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
 				If(h.IsOwner(),
 					clientv3.Compare(clientv3.LeaseValue(h.key), "=", h.sess.Lease()),
@@ -112,7 +112,7 @@ func (p *Proposal) names(kv *mvccpb.KeyValue) bool {
 func (p *Proposal) awaitAnswer(ctx context.Context, proposed int64, to Match) error {
 	cli := p.q.cli
 	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), handoverWait)
-	_, _ = awaitGone(wctx, cli, &mvccpb.KeyValue{Key: []byte(p.rec), CreateRevision: p.created, ModRevision: proposed}, nil, true)
+	_, _ = AwaitGone(wctx, cli, &mvccpb.KeyValue{Key: []byte(p.rec), CreateRevision: p.created, ModRevision: proposed}, nil, true)
 	cancel()
 	if ctx.Err() != nil {
 		p.Withdraw(ctx)
@@ -121,7 +121,7 @@ func (p *Proposal) awaitAnswer(ctx context.Context, proposed int64, to Match) er
 	// Whatever the watch said, this Txn decides: p is withdrawn unless the candidate answered.
 	dctx, dcancel := Detached(ctx)
 	defer dcancel()
-	resp, err := retry(dctx, func(dctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, err := Retry(dctx, func(dctx context.Context) (*clientv3.TxnResponse, error) {
 		return cli.Txn(clientv3.WithRequireLeader(dctx)).
 			If(clientv3.Compare(clientv3.ModRevision(p.rec), "=", proposed)).
 			Then(clientv3.OpDelete(p.rec)).
@@ -236,7 +236,7 @@ func (q *Queue) AskTransfer(ctx context.Context, r TransferRequest) error {
 	key := TransferRequestKey(q.prefix)
 	val, _ := json.Marshal(r)
 	created, err := withSession(ctx, q.sessions, func(sess *Session) (int64, error) {
-		resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
 				If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 				Then(clientv3.OpPut(key, string(val), clientv3.WithLease(sess.Lease()))).
@@ -259,7 +259,7 @@ func (q *Queue) AskTransfer(ctx context.Context, r TransferRequest) error {
 		return fmt.Errorf("ask for a transfer: %w", err)
 	}
 	kv := &mvccpb.KeyValue{Key: []byte(key), CreateRevision: created}
-	if gone, err := awaitGone(ctx, q.cli, kv, nil, false); gone {
+	if gone, err := AwaitGone(ctx, q.cli, kv, nil, false); gone {
 		return nil
 	} else if ctx.Err() == nil {
 		return fmt.Errorf("await the answer to a transfer: %w", err)
@@ -267,7 +267,7 @@ func (q *Queue) AskTransfer(ctx context.Context, r TransferRequest) error {
 
 	dctx, cancel := Detached(ctx)
 	defer cancel()
-	_, _ = retry(dctx, func(dctx context.Context) (*clientv3.TxnResponse, error) {
+	_, _ = Retry(dctx, func(dctx context.Context) (*clientv3.TxnResponse, error) {
 		return q.cli.Txn(clientv3.WithRequireLeader(dctx)).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", created)).
 			Then(clientv3.OpDelete(key)).
@@ -284,7 +284,7 @@ func (q *Queue) AnswerTransfer(ctx context.Context, kv *mvccpb.KeyValue) {
 	}
 	dctx, cancel := Detached(ctx)
 	defer cancel()
-	_, _ = retry(dctx, func(dctx context.Context) (*clientv3.TxnResponse, error) {
+	_, _ = Retry(dctx, func(dctx context.Context) (*clientv3.TxnResponse, error) {
 		return q.cli.Txn(clientv3.WithRequireLeader(dctx)).
 			If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
 			Then(clientv3.OpDelete(string(kv.Key))).
@@ -300,7 +300,7 @@ func (q *Queue) AnswerTransfer(ctx context.Context, kv *mvccpb.KeyValue) {
 // of which, once one has waited settle and the leadership has lasted as long, the most
 // preferred (the oldest of them on a tie) is offered to preferred, which reports whether it
 // asked, or whether that candidate is gone. It reads the request and the candidates, then
-// follows both (follow's watch-then-read, after any gap a read again). A request out of this
+// follows both (Follow's watch-then-read, after any gap a read again). A request out of this
 // client's reach (a grant of the name's keys alone) is not followed; preferences still are.
 // Cost: a Range of the request's key, one Txn, three watches while it lasts, and a read again
 // after a gap or when a candidate has waited long enough.
@@ -397,14 +397,14 @@ func (q *Queue) FollowAsks(ctx context.Context, h *Hold, pref int, settle time.D
 		if requests {
 			ws = append(ws, watched{key: reqKey}, watched{key: askKey})
 		}
-		check := func() (int64, verdict, error) {
+		check := func() (int64, Verdict, error) {
 			reads := []clientv3.Op{clientv3.OpGet(prefRange, clientv3.WithPrefix())}
 			if requests {
 				reads = append(reads, clientv3.OpGet(reqKey), clientv3.OpGet(askKey))
 			}
-			resp, err := readState(ctx, q.cli, reads...)
+			resp, err := ReadState(ctx, q.cli, reads...)
 			if err != nil {
-				return 0, stillWaiting, err
+				return 0, StillWaiting, err
 			}
 			now, present := time.Now(), map[string]bool{}
 			for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
@@ -418,30 +418,30 @@ func (q *Queue) FollowAsks(ctx context.Context, h *Hold, pref int, settle time.D
 			}
 			if requests {
 				if reqs := resp.Responses[1].GetResponseRange().Kvs; len(reqs) == 1 && request(reqs[0]) {
-					return resp.Header.Revision, waitOver, nil
+					return resp.Header.Revision, WaitOver, nil
 				}
 				if asks := resp.Responses[2].GetResponseRange().Kvs; len(asks) == 1 && stepDown(asks[0]) {
-					return resp.Header.Revision, waitOver, nil
+					return resp.Header.Revision, WaitOver, nil
 				}
 			}
-			return resp.Header.Revision, stillWaiting, nil
+			return resp.Header.Revision, StillWaiting, nil
 		}
-		each := func(ev *clientv3.Event) (verdict, error) {
+		each := func(ev *clientv3.Event) (Verdict, error) {
 			switch key := string(ev.Kv.Key); {
 			case key == reqKey:
 				if ev.Type == mvccpb.PUT && request(ev.Kv) {
-					return waitOver, nil
+					return WaitOver, nil
 				}
 			case key == askKey:
 				if ev.Type == mvccpb.PUT && stepDown(ev.Kv) {
-					return waitOver, nil
+					return WaitOver, nil
 				}
 			case ev.Type == mvccpb.DELETE:
 				delete(cands, key)
 			default:
 				note(ev.Kv, time.Now())
 			}
-			return stillWaiting, nil
+			return StillWaiting, nil
 		}
 		asked, err := followAll(ctx, q.cli, ws, wake, check, each)
 		if timer != nil {

@@ -280,7 +280,7 @@ func (w weigher) weight(resps []*etcdserverpb.ResponseOp) int {
 func (q *Queue) HeldUnits(ctx context.Context, kind string, known int) (held, limit int, err error) {
 	w := weigher{units: q.prefix + kind + unitsMark}
 	for most := known; ; {
-		resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(append(limitReads(q.prefix),
 				clientv3.OpGet(q.prefix+kind, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(most))))...).Commit()
@@ -357,23 +357,23 @@ func Served(prefix string, keys []QueuedKey, specOf func(rel, mode string) (Spec
 // The writes also are made with it, in the same Txn. The key has no lease: it outlives
 // every session. It writes nothing while the name holds a key of another use than the
 // claim's: ErrOtherKind, naming it (a second Txn reads what). One Txn, retried through
-// leader changes and tries that got no answer (commitWrite: a retry of a put that was
+// leader changes and tries that got no answer (CommitWrite: a retry of a put that was
 // applied finds its own value).
 func Record(ctx context.Context, cli *clientv3.Client, claim Claim, key, value string, also ...clientv3.Op) (stored string, err error) {
 	if err := ctx.Err(); err != nil {
-		return "", err // before any I/O: a try outlives ctx (see commitWrite), and would write
+		return "", err // before any I/O: a try outlives ctx (see CommitWrite), and would write
 	}
 	guard := claim.Guard()
 	txn := func() (*clientv3.TxnResponse, error) {
-		res, err := commitWrite(ctx, cli, func(t clientv3.Txn) clientv3.Txn {
+		res, err := CommitWrite(ctx, cli, func(t clientv3.Txn) clientv3.Txn {
 			return t.If(append([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, guard...)...).
 				Then(append([]clientv3.Op{clientv3.OpPut(key, value)}, also...)...).
 				Else(clientv3.OpGet(key))
 		})
-		if res.resp == nil && err == nil {
+		if res.Resp == nil && err == nil {
 			err = ctx.Err()
 		}
-		return res.resp, err
+		return res.Resp, err
 	}
 	resp, err := txn()
 	if len(guard) > 0 && errors.Is(err, rpctypes.ErrPermissionDenied) {

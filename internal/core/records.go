@@ -81,7 +81,7 @@ func limitReads(prefix string) []clientv3.Op {
 // ReadLimit is the limit etcd records for the semaphore at prefix; 0 for none. One
 // linearizable Txn, retried through leader changes.
 func ReadLimit(ctx context.Context, cli *clientv3.Client, prefix string) (int, error) {
-	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(limitReads(prefix)...).Commit()
 	})
 	if err != nil {
@@ -138,7 +138,7 @@ func ChangeLimit(ctx context.Context, cli *clientv3.Client, prefix string, n int
 	claim := Claim{prefix, UseSemaphore}
 	var b Backoff
 	for {
-		resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(append(limitReads(prefix),
 				clientv3.OpGet(prefix+KindPermit, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)))...).Commit()
@@ -191,7 +191,7 @@ func ChangeLimit(ctx context.Context, cli *clientv3.Client, prefix string, n int
 				ops = append(ops, clientv3.OpDelete(k))
 			}
 		}
-		tresp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		tresp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).Then(ops...).Commit()
 		})
 		switch {
@@ -309,7 +309,7 @@ func (l *Latch) Set(ctx context.Context, count int) error {
 	stored, err := Record(ctx, l.cli, claim, l.record, value)
 	switch {
 	case err != nil:
-		return waitErr(ctx, l.cli, err)
+		return WaitErr(ctx, l.cli, err)
 	case stored != value:
 		return fmt.Errorf("%w: it holds %q", ErrAlreadySet, stored)
 	}
@@ -327,7 +327,7 @@ type latchState struct {
 
 // read reads the record and counts the markers, at one revision.
 func (l *Latch) read(ctx context.Context) (latchState, error) {
-	resp, err := readState(ctx, l.cli,
+	resp, err := ReadState(ctx, l.cli,
 		clientv3.OpGet(l.record),
 		clientv3.OpGet(l.record+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()))
 	if err != nil {
@@ -363,9 +363,9 @@ func (l *Latch) Count(ctx context.Context) (int, error) {
 // down done: nil. ErrNotSet without a record.
 func (l *Latch) CountDown(ctx context.Context, marker string) error {
 	if err := ctx.Err(); err != nil {
-		return err // before any I/O: a try outlives ctx (see commitWrite), and would write
+		return err // before any I/O: a try outlives ctx (see CommitWrite), and would write
 	}
-	res, err := commitWrite(ctx, l.cli, func(t clientv3.Txn) clientv3.Txn {
+	res, err := CommitWrite(ctx, l.cli, func(t clientv3.Txn) clientv3.Txn {
 		return t.If(
 			clientv3.Compare(clientv3.CreateRevision(l.record), ">", 0),
 			clientv3.Compare(clientv3.CreateRevision(marker), "=", 0),
@@ -373,11 +373,11 @@ func (l *Latch) CountDown(ctx context.Context, marker string) error {
 			Else(clientv3.OpGet(l.record, clientv3.WithCountOnly()))
 	})
 	switch {
-	case res.resp == nil:
-		return waitErr(ctx, l.cli, err)
-	case res.resp.Succeeded:
+	case res.Resp == nil:
+		return WaitErr(ctx, l.cli, err)
+	case res.Resp.Succeeded:
 		return nil
-	case res.resp.Responses[0].GetResponseRange().Count == 0:
+	case res.Resp.Responses[0].GetResponseRange().Count == 0:
 		return ErrNotSet
 	}
 	return nil // counted down already, by this call's earlier try or another
@@ -389,28 +389,28 @@ func (l *Latch) CountDown(ctx context.Context, marker string) error {
 // the count is above zero.
 func (l *Latch) Await(ctx context.Context) error {
 	var s latchState
-	check := func() (int64, verdict, error) {
+	check := func() (int64, Verdict, error) {
 		var err error
 		if s, err = l.read(ctx); err != nil {
-			return 0, stillWaiting, err
+			return 0, StillWaiting, err
 		}
 		if s.set && s.count == 0 {
-			return s.rev, waitOver, nil
+			return s.rev, WaitOver, nil
 		}
-		return s.rev, stillWaiting, nil
+		return s.rev, StillWaiting, nil
 	}
-	_, err := follow(ctx, l.cli, l.record, nil, check, func(ev *clientv3.Event) (verdict, error) {
+	_, err := Follow(ctx, l.cli, l.record, nil, check, func(ev *clientv3.Event) (Verdict, error) {
 		switch key := string(ev.Kv.Key); {
 		case key == l.record && ev.Type == clientv3.EventTypeDelete && s.set:
-			return stillWaiting, fmt.Errorf("%w: the latch was deleted with a count of %d", ErrNotSet, s.count)
+			return StillWaiting, fmt.Errorf("%w: the latch was deleted with a count of %d", ErrNotSet, s.count)
 		case key == l.record:
-			return readAgain, nil // set, or set again: count from a read
+			return ReadAgain, nil // set, or set again: count from a read
 		case ev.Type == clientv3.EventTypePut && ev.IsCreate() && s.set:
 			if s.count--; s.count <= 0 {
-				return waitOver, nil
+				return WaitOver, nil
 			}
 		}
-		return stillWaiting, nil
+		return StillWaiting, nil
 	}, clientv3.WithPrefix())
 	return err
 }
@@ -421,14 +421,14 @@ func (l *Latch) Delete(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err // before any I/O, as CountDown
 	}
-	_, err := commitWrite(ctx, l.cli, func(t clientv3.Txn) clientv3.Txn {
+	_, err := CommitWrite(ctx, l.cli, func(t clientv3.Txn) clientv3.Txn {
 		return t.Then(
 			clientv3.OpDelete(l.record),
 			clientv3.OpDelete(l.record+"/", clientv3.WithPrefix()),
 		)
 	})
 	if err != nil {
-		return waitErr(ctx, l.cli, err)
+		return WaitErr(ctx, l.cli, err)
 	}
 	return nil
 }
@@ -450,7 +450,7 @@ func OnceRecordKey(namePrefix string) string {
 // ReadRecord reads key, linearizably: its value and mod revision, 0 when it is absent. One
 // Range, retried through leader changes and tries that got no answer.
 func ReadRecord(ctx context.Context, cli *clientv3.Client, key string) (value string, modRev int64, err error) {
-	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) {
+	resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) {
 		return cli.Get(clientv3.WithRequireLeader(ctx), key)
 	})
 	if err != nil {
@@ -470,9 +470,9 @@ func ReadRecord(ctx context.Context, cli *clientv3.Client, key string) (value st
 // wrapped, when the hold's key is gone; false with no error when the record moved.
 func PutRecordIf(ctx context.Context, cli *clientv3.Client, holdKey string, token int64, key string, modRev int64, value string) (written bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return false, err // before any I/O: a try outlives ctx (see commitWrite), and would write
+		return false, err // before any I/O: a try outlives ctx (see CommitWrite), and would write
 	}
-	res, err := commitWrite(ctx, cli, func(t clientv3.Txn) clientv3.Txn {
+	res, err := CommitWrite(ctx, cli, func(t clientv3.Txn) clientv3.Txn {
 		return t.If(clientv3.Compare(clientv3.CreateRevision(holdKey), "=", token),
 			clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).
 			Then(clientv3.OpPut(key, value)).
@@ -481,14 +481,14 @@ func PutRecordIf(ctx context.Context, cli *clientv3.Client, holdKey string, toke
 	switch {
 	case err != nil:
 		return false, fmt.Errorf("record %q: %w", key, err)
-	case res.resp.Succeeded:
+	case res.Resp.Succeeded:
 		return true, nil
 	}
-	rec := res.resp.Responses[0].GetResponseRange().Kvs
-	if res.unknown && len(rec) == 1 && string(rec[0].Value) == value {
+	rec := res.Resp.Responses[0].GetResponseRange().Kvs
+	if res.Unknown && len(rec) == 1 && string(rec[0].Value) == value {
 		return true, nil // an earlier try wrote it
 	}
-	if hold := res.resp.Responses[1].GetResponseRange().Kvs; len(hold) == 0 || hold[0].CreateRevision != token {
+	if hold := res.Resp.Responses[1].GetResponseRange().Kvs; len(hold) == 0 || hold[0].CreateRevision != token {
 		return false, fmt.Errorf("%w: %w", ErrLost, errKeyDeleted)
 	}
 	return false, nil

@@ -430,11 +430,11 @@ func deleteFenced(ctx context.Context, cli *clientv3.Client, sess *Session, hold
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(sess.ctx, cancel)()
-	res, err := commitWrite(ctx, cli, build)
+	res, err := CommitWrite(ctx, cli, build)
 	switch {
-	case res.resp == nil && sess.lostErr() != nil:
+	case res.Resp == nil && sess.lostErr() != nil:
 		return nil, sess.lostErr()
-	case res.resp == nil:
+	case res.Resp == nil:
 		return nil, err
 	case err != nil:
 		return nil, err // the holds were lost in the history that went: the session ends
@@ -442,17 +442,17 @@ func deleteFenced(ctx context.Context, cli *clientv3.Client, sess *Session, hold
 	deleted := make([]bool, len(holds))
 	for i := range holds {
 		if len(holds) == 1 {
-			deleted[i] = res.resp.Succeeded
+			deleted[i] = res.Resp.Succeeded
 		} else {
-			deleted[i] = res.resp.Responses[i].GetResponseTxn().GetSucceeded()
+			deleted[i] = res.Resp.Responses[i].GetResponseTxn().GetSucceeded()
 		}
 	}
 	return deleted, nil
 }
 
-// released ends the hold as released, for a caller whose own Txn deleted its key, fenced
+// Released ends the hold as Released, for a caller whose own Txn deleted its key, fenced
 // on its create revision, or found it gone.
-func (h *Hold) released() {
+func (h *Hold) Released() {
 	h.mu.Lock()
 	h.end(over, nil)
 	h.mu.Unlock()
@@ -502,25 +502,25 @@ func (e *AskedError) Unwrap() error { return ErrAsked }
 // name's keys alone does not cover it): then h is never asked.
 func (h *Hold) followAsks(ctx context.Context, a *asking) {
 	key := AskRecordKey(h.key[:h.slot.name], h.key)
-	judge := func(kvs []*mvccpb.KeyValue) verdict {
+	judge := func(kvs []*mvccpb.KeyValue) Verdict {
 		rec, ok := recordOf(kvs, h.rev)
 		if !ok {
-			return stillWaiting
+			return StillWaiting
 		}
 		a.ask(&AskedError{Key: h.key, Record: rec, rec: &mvccpb.KeyValue{Key: kvs[0].Key, CreateRevision: kvs[0].CreateRevision}})
-		return waitOver
+		return WaitOver
 	}
-	_, _ = follow(ctx, h.cli, key, nil,
-		func() (int64, verdict, error) {
-			resp, err := readState(ctx, h.cli, clientv3.OpGet(key))
+	_, _ = Follow(ctx, h.cli, key, nil,
+		func() (int64, Verdict, error) {
+			resp, err := ReadState(ctx, h.cli, clientv3.OpGet(key))
 			if err != nil {
-				return 0, stillWaiting, err
+				return 0, StillWaiting, err
 			}
 			return resp.Header.Revision, judge(resp.Responses[0].GetResponseRange().Kvs), nil
 		},
-		func(ev *clientv3.Event) (verdict, error) {
+		func(ev *clientv3.Event) (Verdict, error) {
 			if ev.Type != clientv3.EventTypePut {
-				return stillWaiting, nil
+				return StillWaiting, nil
 			}
 			return judge([]*mvccpb.KeyValue{ev.Kv}), nil
 		})

@@ -215,7 +215,7 @@ func (s *sharedSession) Session(ctx context.Context) (*Session, error) {
 	// The lease lives at least until the send time plus its TTL.
 	sent := time.Now()
 	seen := clockOf(s.cli).now()
-	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
+	resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
 		return s.cli.Grant(clientv3.WithRequireLeader(ctx), s.ttl)
 	})
 	if err != nil {
@@ -304,7 +304,7 @@ func Shutdown(ctx context.Context, cli *clientv3.Client) error {
 			if idle {
 				continue
 			}
-			_, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) {
+			_, err := Retry(ctx, func(ctx context.Context) (*clientv3.LeaseRevokeResponse, error) {
 				return cli.Revoke(clientv3.WithRequireLeader(ctx), sess.id)
 			})
 			if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {

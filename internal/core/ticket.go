@@ -76,7 +76,7 @@ func (t Ticket) names(kv *mvccpb.KeyValue) bool {
 // as far as one Txn cannot compare: its lease must live and carry its key alone. It returns
 // the lease's remaining TTL. One LeaseTimeToLive.
 func checkTicket(ctx context.Context, cli *clientv3.Client, t Ticket) (time.Duration, error) {
-	ttl, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
+	ttl, err := Retry(ctx, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
 		return cli.TimeToLive(clientv3.WithRequireLeader(ctx), t.Lease, clientv3.WithAttachedKeys())
 	})
 	switch {
@@ -183,7 +183,7 @@ func (h *Hold) Detach(ctx context.Context) (Ticket, error) {
 }
 
 func (h *Hold) detach(ctx context.Context) (Ticket, error) {
-	ttl, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
+	ttl, err := Retry(ctx, func(ctx context.Context) (*clientv3.LeaseTimeToLiveResponse, error) {
 		return h.cli.TimeToLive(clientv3.WithRequireLeader(ctx), h.sess.id)
 	})
 	if err != nil {
@@ -192,13 +192,13 @@ func (h *Hold) detach(ctx context.Context) (Ticket, error) {
 	if ttl.TTL < 0 {
 		return Ticket{}, fmt.Errorf("%w: detach %s: its lease is gone", ErrLost, h.key)
 	}
-	lease, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
+	lease, err := Retry(ctx, func(ctx context.Context) (*clientv3.LeaseGrantResponse, error) {
 		return h.cli.Grant(clientv3.WithRequireLeader(ctx), ttl.GrantedTTL)
 	})
 	if err != nil {
 		return Ticket{}, fmt.Errorf("detach %s: %w", h.key, err)
 	}
-	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return h.cli.Txn(clientv3.WithRequireLeader(ctx)).If(h.IsOwner()).
 			Then(clientv3.OpPut(h.key, detachedMark+OwnerValue(""), clientv3.WithLease(lease.ID))).Commit()
 	})
@@ -250,7 +250,7 @@ func (q *Queue) Resume(ctx context.Context, t Ticket, spec Spec) (*Hold, error) 
 	// The value names this Resume, so that a try sent again after one that was applied
 	// without an answer knows its own write from another Resume's of the same ticket.
 	value := OwnerValue("resume=" + uuid.NewString())
-	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).
 			Then(clientv3.OpPut(t.Key, value, clientv3.WithLease(t.Lease))).
 			Else(clientv3.OpGet(t.Key)).Commit()
@@ -271,7 +271,7 @@ func (q *Queue) Resume(ctx context.Context, t Ticket, spec Spec) (*Hold, error) 
 		}
 	}
 	sent := time.Now()
-	ka, err := retry(ctx, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+	ka, err := Retry(ctx, func(ctx context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
 		return cli.KeepAliveOnce(clientv3.WithRequireLeader(ctx), t.Lease)
 	})
 	if err != nil {

@@ -144,7 +144,7 @@ var errMoved = errors.New("etcdsync: a key arrived since the count")
 // through leader changes.
 func (q *Queue) countKeys(ctx context.Context, spec Spec) (n int, rev int64, err error) {
 	w := weigherOf(q, spec)
-	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+	resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		return q.cli.Txn(clientv3.WithRequireLeader(ctx)).
 			If(spec.Guard...).
 			Then(w.reads(q.prefix + spec.Ahead)...).

@@ -538,7 +538,7 @@ func (o *observer) update() {
 // Head reads the name's head, linearizably: the zero Head when the name has no key. One
 // Range, retried through leader changes until ctx ends.
 func (q *Queue) Head(ctx context.Context) (Head, error) {
-	resp, err := retry(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) {
+	resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.GetResponse, error) {
 		return q.cli.Get(clientv3.WithRequireLeader(ctx), q.prefix, clientv3.WithFirstCreate()...)
 	})
 	if err != nil {
