@@ -69,7 +69,7 @@ func (l *Latch) Set(ctx context.Context, count int) error {
 	if count < 1 || count > MaxCount {
 		return l.errorf("set", fmt.Errorf("%w: count %d is not within 1 to %d", ErrInvalidOption, count, MaxCount))
 	}
-	if err := l.l.Set(ctx, count); err != nil {
+	if err := set(ctx, l.l, count); err != nil {
 		return l.errorf("set", err)
 	}
 	return nil
@@ -100,7 +100,7 @@ func (l *Latch) CountDownAs(ctx context.Context, participant string) error {
 			return l.errorf("count down", fmt.Errorf("participant: %w", err))
 		}
 	}
-	if err := l.l.CountDown(ctx, l.l.MarkerOf(participant)); err != nil {
+	if err := countDown(ctx, l.l, l.l.MarkerOf(participant)); err != nil {
 		return l.errorf("count down", err)
 	}
 	return nil
@@ -119,7 +119,7 @@ func (l *Latch) Await(ctx context.Context) error {
 	if err := l.usable("await"); err != nil {
 		return err
 	}
-	if err := l.l.Await(ctx); err != nil {
+	if err := await(ctx, l.l); err != nil {
 		return l.errorf("await", err)
 	}
 	return nil
@@ -134,7 +134,7 @@ func (l *Latch) Count(ctx context.Context) (int, error) {
 	if err := l.usable("count"); err != nil {
 		return 0, err
 	}
-	n, err := l.l.Count(ctx)
+	n, err := count(ctx, l.l)
 	if err != nil {
 		return 0, l.errorf("count", err)
 	}
@@ -152,7 +152,7 @@ func (l *Latch) Delete(ctx context.Context) error {
 	if err := l.usable("delete"); err != nil {
 		return err
 	}
-	if err := l.l.Delete(ctx); err != nil {
+	if err := deleteAll(ctx, l.l); err != nil {
 		return l.errorf("delete", err)
 	}
 	return nil

@@ -50,8 +50,9 @@
 //     enough of them are gone. Besides these a wait is the hub's (a name's line) or the
 //     hold's key watch (its loss); nothing else in the library watches.
 //   - records.go: the records beside a name: a semaphore's limit (its record and marker,
-//     and its change while permits are held and waited for, SetLimit), a countdown latch (a
-//     record of the count, and a marker per count down), and a once job's record of the
+//     and its change while permits are held and waited for, SetLimit), a countdown latch's
+//     layout (a record of the count, and a marker per count down; package latch sets,
+//     counts down and awaits them on Record and Follow), and a once job's record of the
 //     last period done, written only by its hold (ReadRecord, PutRecordIf).
 //   - hold.go: Hold, a granted key at its create revision (its fencing token), its state and
 //     its end; how its loss is watched (on the client's keyWatch, or by a monitor of its own

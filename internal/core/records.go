@@ -289,8 +289,8 @@ func (l *Latch) MarkerOf(participant string) string {
 	return l.record + "/" + strings.TrimSuffix(NamePrefix(participant), "/")
 }
 
-// parseLatch is the count and Set ID a record's value says.
-func parseLatch(kv *mvccpb.KeyValue) (count int, id string, err error) {
+// ParseLatch is the count and Set ID a record's value says.
+func ParseLatch(kv *mvccpb.KeyValue) (count int, id string, err error) {
 	c, id, _ := strings.Cut(string(kv.Value), " ")
 	count, err = strconv.Atoi(c)
 	if err != nil || count < 0 {
@@ -299,144 +299,16 @@ func parseLatch(kv *mvccpb.KeyValue) (count int, id string, err error) {
 	return count, id, nil
 }
 
-// Set writes the record with count, if there is none: one Txn, retried through leader
-// changes; a retry of one that was applied finds its own ID. ErrAlreadySet if another
-// Set wrote it.
-func (l *Latch) Set(ctx context.Context, count int) error {
-	id := uuid.NewString()
-	value := strconv.Itoa(count) + " " + id
-	claim := Claim{strings.TrimSuffix(l.record, latchKey), UseLatch}
-	stored, err := Record(ctx, l.cli, claim, l.record, value)
-	switch {
-	case err != nil:
-		return WaitErr(ctx, l.cli, err)
-	case stored != value:
-		return fmt.Errorf("%w: it holds %q", ErrAlreadySet, stored)
-	}
-	return nil
-}
+// Client is the latch's client.
+func (l *Latch) Client() *clientv3.Client { return l.cli }
 
-// latchState is what one read says of a latch.
-type latchState struct {
-	set     bool
-	count   int   // the record's less the markers, at least 0
-	markers int   // the markers counted
-	initial int   // the record's
-	rev     int64 // the revision of the read
-}
-
-// read reads the record and counts the markers, at one revision.
-func (l *Latch) read(ctx context.Context) (latchState, error) {
-	resp, err := ReadState(ctx, l.cli,
-		clientv3.OpGet(l.record),
-		clientv3.OpGet(l.record+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()))
-	if err != nil {
-		return latchState{}, err
-	}
-	s := latchState{rev: resp.Header.Revision}
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-		if s.initial, _, err = parseLatch(kvs[0]); err != nil {
-			return s, err
-		}
-		s.set = true
-		s.markers = int(resp.Responses[1].GetResponseRange().Count)
-		s.count = max(s.initial-s.markers, 0)
-	}
-	return s, nil
-}
-
-// Count is the latch's count now: one read. ErrNotSet without a record.
-func (l *Latch) Count(ctx context.Context) (int, error) {
-	s, err := l.read(ctx)
-	switch {
-	case err != nil:
-		return 0, err
-	case !s.set:
-		return 0, ErrNotSet
-	}
-	return s.count, nil
-}
-
-// CountDown writes marker (MarkerOf) if the record is there and the marker is not: one
-// Txn, tried again through leader changes and answers that did not come while ctx has time
-// (a try applied finds its marker, and counts once). A marker there already is a count
-// down done: nil. ErrNotSet without a record.
-func (l *Latch) CountDown(ctx context.Context, marker string) error {
-	if err := ctx.Err(); err != nil {
-		return err // before any I/O: a try outlives ctx (see CommitWrite), and would write
-	}
-	res, err := CommitWrite(ctx, l.cli, func(t clientv3.Txn) clientv3.Txn {
-		return t.If(
-			clientv3.Compare(clientv3.CreateRevision(l.record), ">", 0),
-			clientv3.Compare(clientv3.CreateRevision(marker), "=", 0),
-		).Then(clientv3.OpPut(marker, OwnerValue(""))).
-			Else(clientv3.OpGet(l.record, clientv3.WithCountOnly()))
-	})
-	switch {
-	case res.Resp == nil:
-		return WaitErr(ctx, l.cli, err)
-	case res.Resp.Succeeded:
-		return nil
-	case res.Resp.Responses[0].GetResponseRange().Count == 0:
-		return ErrNotSet
-	}
-	return nil // counted down already, by this call's earlier try or another
-}
-
-// Await returns once the count is zero: the watch of the latch's keys, one read, then the
-// markers the watch sees created, counted; a read again after a gap (see follow.go).
-// Without a record it waits for a Set. ErrNotSet, wrapped, when the record is deleted while
-// the count is above zero.
-func (l *Latch) Await(ctx context.Context) error {
-	var s latchState
-	check := func() (int64, Verdict, error) {
-		var err error
-		if s, err = l.read(ctx); err != nil {
-			return 0, StillWaiting, err
-		}
-		if s.set && s.count == 0 {
-			return s.rev, WaitOver, nil
-		}
-		return s.rev, StillWaiting, nil
-	}
-	_, err := Follow(ctx, l.cli, l.record, nil, check, func(ev *clientv3.Event) (Verdict, error) {
-		switch key := string(ev.Kv.Key); {
-		case key == l.record && ev.Type == clientv3.EventTypeDelete && s.set:
-			return StillWaiting, fmt.Errorf("%w: the latch was deleted with a count of %d", ErrNotSet, s.count)
-		case key == l.record:
-			return ReadAgain, nil // set, or set again: count from a read
-		case ev.Type == clientv3.EventTypePut && ev.IsCreate() && s.set:
-			if s.count--; s.count <= 0 {
-				return WaitOver, nil
-			}
-		}
-		return StillWaiting, nil
-	}, clientv3.WithPrefix())
-	return err
-}
-
-// Delete deletes the latch's record and markers, in one Txn: a waiter then fails with
-// ErrNotSet, and the name may be set again.
-func (l *Latch) Delete(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err // before any I/O, as CountDown
-	}
-	_, err := CommitWrite(ctx, l.cli, func(t clientv3.Txn) clientv3.Txn {
-		return t.Then(
-			clientv3.OpDelete(l.record),
-			clientv3.OpDelete(l.record+"/", clientv3.WithPrefix()),
-		)
-	})
-	if err != nil {
-		return WaitErr(ctx, l.cli, err)
-	}
-	return nil
-}
+// Claim is the latch's claim on its name, for Record.
+func (l *Latch) Claim() Claim { return Claim{strings.TrimSuffix(l.record, latchKey), UseLatch} }
 
 // LatchCount is what a latch's record and the number of its markers say: the count it was
 // set to and the count now (at least 0).
 func LatchCount(record *mvccpb.KeyValue, markers int) (set, now int, err error) {
-	set, _, err = parseLatch(record)
+	set, _, err = ParseLatch(record)
 	return set, max(set-markers, 0), err
 }
 
