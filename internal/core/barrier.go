@@ -64,7 +64,7 @@ func (r Rounds) String() string {
 	return s.String()
 }
 
-// Filled is r after the current round Filled at cutoff.
+// Filled is r after the current round filled at cutoff.
 func (r Rounds) Filled(cutoff int64) Rounds {
 	cuts := append([]int64{cutoff}, r.cuts[:min(len(r.cuts), roundHistory-1)]...)
 	return Rounds{n: r.n + 1, cuts: cuts}

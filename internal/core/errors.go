@@ -164,7 +164,7 @@ func Retry[T any](ctx context.Context, call func(ctx context.Context) (T, error)
 // A WriteResult is what became of a Txn that may write an acquisition's key.
 type WriteResult struct {
 	Resp *clientv3.TxnResponse // etcd's answer; nil if none came
-	// Unknown: some try got no answer, so it may have been applied (resp is then the answer
+	// Unknown: some try got no answer, so it may have been applied (Resp is then the answer
 	// to a later try, or nil).
 	Unknown bool
 }

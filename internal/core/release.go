@@ -450,7 +450,7 @@ func deleteFenced(ctx context.Context, cli *clientv3.Client, sess *Session, hold
 	return deleted, nil
 }
 
-// Released ends the hold as Released, for a caller whose own Txn deleted its key, fenced
+// Released ends the hold as released, for a caller whose own Txn deleted its key, fenced
 // on its create revision, or found it gone.
 func (h *Hold) Released() {
 	h.mu.Lock()
