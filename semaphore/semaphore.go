@@ -144,7 +144,7 @@ func (s *Semaphore) SetLimit(ctx context.Context, n int) error {
 	if err := ctx.Err(); err != nil {
 		return s.errorf("set limit", err) // before any I/O
 	}
-	if err := core.ChangeLimit(ctx, s.sh.Q.Client(), s.sh.Q.Prefix(), n); err != nil {
+	if err := changeLimit(ctx, s.sh.Q.Client(), s.sh.Q.Prefix(), n); err != nil {
 		return s.errorf("set limit", err)
 	}
 	s.limit.Store(int64(n))

@@ -50,7 +50,8 @@
 //     enough of them are gone. Besides these a wait is the hub's (a name's line) or the
 //     hold's key watch (its loss); nothing else in the library watches.
 //   - records.go: the records beside a name: a semaphore's limit (its record and marker,
-//     and its change while permits are held and waited for, SetLimit), a countdown latch's
+//     read as they may change while permits are held and waited for; package semaphore's
+//     SetLimit changes them), a countdown latch's
 //     layout (a record of the count, and a marker per count down; package latch sets,
 //     counts down and awaits them on Record and Follow), and a once job's record of the
 //     last period done, written only by its hold (ReadRecord, PutRecordIf).

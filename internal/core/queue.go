@@ -281,22 +281,22 @@ func (q *Queue) HeldUnits(ctx context.Context, kind string, known int) (held, li
 	w := weigher{units: q.prefix + kind + unitsMark}
 	for most := known; ; {
 		resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
-			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(append(limitReads(q.prefix),
+			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).Then(append(LimitReads(q.prefix),
 				clientv3.OpGet(q.prefix+kind, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend), clientv3.WithLimit(int64(most))))...).Commit()
 		})
 		if err != nil {
 			return 0, 0, fmt.Errorf("read the keys under %s: %w", q.prefix+kind, err)
 		}
-		l, err := limitOf(q.prefix, resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+		l, err := LimitOf(q.prefix, resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
 		if err != nil {
 			return 0, 0, err
 		}
-		if l.n == 0 {
-			l.n = known
+		if l.N == 0 {
+			l.N = known
 		}
 		permits := resp.Responses[2].GetResponseRange().Kvs
-		holds := heldPermits(q.prefix, kind, permits, l)
+		holds := HeldPermits(q.prefix, kind, permits, l)
 		if n := len(permits); n == most && holds[n-1] && resp.Responses[2].GetResponseRange().More {
 			most *= 2 // the last one read holds: the next may too
 			continue
@@ -306,7 +306,7 @@ func (q *Queue) HeldUnits(ctx context.Context, kind string, known int) (held, li
 				held += w.of(string(kv.Key))
 			}
 		}
-		return held, l.n, nil
+		return held, l.N, nil
 	}
 }
 

@@ -9,19 +9,19 @@ import (
 
 	"github.com/google/uuid"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // A semaphore's limit lives in etcd beside its permits, in two keys without a lease: the
 // record (RecordLimit), whose value is the limit and which every write of a permit compares
 // (Spec.Guard), and its marker, "<LimitMark><n>", whose name says the same limit. A change
-// (ChangeLimit) writes the record and replaces the marker in one Txn. Waiters hear deletes
-// only, so the marker's delete is what tells them, in order with the releases, that the
-// limit changed; its successor's name, which a keys-only read of the name returns, says to
-// what (Spec.CapacityMark, queueWaiter.recount). A waiter that approaches watches the marker
-// too. A record written by a version without markers gets its marker before its first
-// change, by a put no waiter needs to hear.
+// (package semaphore's SetLimit) writes the record and replaces the marker in one Txn,
+// having read them (LimitReads, LimitOf) and the permits (HeldPermits). Waiters hear
+// deletes only, so the marker's delete is what tells them, in order with the releases,
+// that the limit changed; its successor's name, which a keys-only read of the name
+// returns, says to what (Spec.CapacityMark, queueWaiter.recount). A waiter that approaches
+// watches the marker too. A record written by a version without markers gets its marker
+// before its first change, by a put no waiter needs to hear.
 //
 // Who holds is then no longer a matter of the present keys alone: after a lowering, the
 // permits that held keep holding, beyond what the new limit would serve. The marker's value
@@ -42,39 +42,39 @@ func CheckLimit(n int) error {
 	return nil
 }
 
-// limitState is what etcd records of a semaphore's limit.
-type limitState struct {
-	n      int      // the limit; 0 without a record
-	rev    int64    // the record's mod revision; 0 without a record
-	marked bool     // its marker is there
-	held   int64    // the marker's watermark (see above)
-	stray  []string // other markers (an operator's: ours are replaced in one Txn)
+// LimitState is what etcd records of a semaphore's limit.
+type LimitState struct {
+	N      int      // the limit; 0 without a record
+	Rev    int64    // the record's mod revision; 0 without a record
+	Marked bool     // its marker is there
+	Held   int64    // the marker's watermark (see above)
+	Stray  []string // other markers (an operator's: ours are replaced in one Txn)
 }
 
-// limitOf is the limitState that record (zero or one key) and markers, read together with
+// LimitOf is the LimitState that record (zero or one key) and markers, read together with
 // their values, say.
-func limitOf(prefix string, record, markers []*mvccpb.KeyValue) (limitState, error) {
-	var l limitState
+func LimitOf(prefix string, record, markers []*mvccpb.KeyValue) (LimitState, error) {
+	var l LimitState
 	if len(record) > 0 {
 		n, ok := markedLimit(string(record[0].Value))
 		if !ok {
-			return limitState{}, fmt.Errorf("%w: %s records %q, not a limit", ErrLimitMismatch, prefix+RecordLimit, record[0].Value)
+			return LimitState{}, fmt.Errorf("%w: %s records %q, not a limit", ErrLimitMismatch, prefix+RecordLimit, record[0].Value)
 		}
-		l.n, l.rev = n, record[0].ModRevision
+		l.N, l.Rev = n, record[0].ModRevision
 	}
 	for _, kv := range markers {
-		if n, ok := markedLimit(strings.TrimPrefix(string(kv.Key), prefix+LimitMark)); ok && n == l.n {
-			l.marked = true
-			l.held, _ = strconv.ParseInt(string(kv.Value), 10, 64)
+		if n, ok := markedLimit(strings.TrimPrefix(string(kv.Key), prefix+LimitMark)); ok && n == l.N {
+			l.Marked = true
+			l.Held, _ = strconv.ParseInt(string(kv.Value), 10, 64)
 		} else {
-			l.stray = append(l.stray, string(kv.Key))
+			l.Stray = append(l.Stray, string(kv.Key))
 		}
 	}
 	return l, nil
 }
 
-// limitReads are the ops that read a semaphore's limit: its record and its markers.
-func limitReads(prefix string) []clientv3.Op {
+// LimitReads are the ops that read a semaphore's limit: its record and its markers.
+func LimitReads(prefix string) []clientv3.Op {
 	return []clientv3.Op{clientv3.OpGet(prefix + RecordLimit), clientv3.OpGet(prefix+LimitMark, clientv3.WithPrefix())}
 }
 
@@ -82,24 +82,24 @@ func limitReads(prefix string) []clientv3.Op {
 // linearizable Txn, retried through leader changes.
 func ReadLimit(ctx context.Context, cli *clientv3.Client, prefix string) (int, error) {
 	resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
-		return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(limitReads(prefix)...).Commit()
+		return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(LimitReads(prefix)...).Commit()
 	})
 	if err != nil {
 		return 0, fmt.Errorf("read %s: %w", prefix+RecordLimit, err)
 	}
-	l, err := limitOf(prefix, resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
-	return l.n, err
+	l, err := LimitOf(prefix, resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
+	return l.N, err
 }
 
-// heldPermits reports which of kvs, the permit keys of a semaphore under prefix+kind in
+// HeldPermits reports which of kvs, the permit keys of a semaphore under prefix+kind in
 // create-revision order, hold under l (see above).
-func heldPermits(prefix, kind string, kvs []*mvccpb.KeyValue, l limitState) []bool {
+func HeldPermits(prefix, kind string, kvs []*mvccpb.KeyValue, l LimitState) []bool {
 	w := weigher{units: prefix + kind + unitsMark}
 	held := make([]bool, len(kvs))
 	ahead := 0
 	for i, kv := range kvs {
 		units := w.of(string(kv.Key))
-		if held[i] = kv.CreateRevision <= l.held || ahead+units <= l.n; !held[i] {
+		if held[i] = kv.CreateRevision <= l.Held || ahead+units <= l.N; !held[i] {
 			break // the permits that hold are always the oldest
 		}
 		ahead += units
@@ -123,99 +123,6 @@ func EnsureLimit(ctx context.Context, cli *clientv3.Client, prefix string, n int
 	return got, nil
 }
 
-// maxChangeCompares bounds the compares of a change's Txn (etcd takes 128 by default):
-// with more permits holding, the change compares none, and a permit served in the
-// milliseconds between its read and its write may be shown waiting (heldPermits) until it
-// is released. Who is served is not affected.
-const maxChangeCompares = 100
-
-// ChangeLimit sets the limit of the semaphore at prefix to n: one Txn writes the record
-// and replaces its marker, if the record and the permits that hold are still what a read
-// found (else it reads again), so that every waiter hears of it in order with the releases
-// (see above). It records n if etcd records no limit.
-func ChangeLimit(ctx context.Context, cli *clientv3.Client, prefix string, n int) error {
-	record, mark := prefix+RecordLimit, prefix+LimitMark
-	claim := Claim{prefix, UseSemaphore}
-	var b Backoff
-	for {
-		resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
-			return cli.Txn(clientv3.WithRequireLeader(ctx)).Then(append(limitReads(prefix),
-				clientv3.OpGet(prefix+KindPermit, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-					clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)))...).Commit()
-		})
-		if err != nil {
-			return fmt.Errorf("read %s: %w", record, err)
-		}
-		l, err := limitOf(prefix, resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs)
-		if err != nil {
-			return err
-		}
-		if l.n == n && l.marked {
-			return nil
-		}
-		permits := resp.Responses[2].GetResponseRange().Kvs
-		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(record), "=", l.rev)}
-		if l.n == 0 {
-			cmps = append(cmps, claim.Guard()...) // a new record: on a name of no other use
-		}
-		var ops []clientv3.Op
-		if l.n != 0 && !l.marked {
-			// A record without its marker: mark it first, so that the change has a delete
-			// for the waiters to hear. Nobody waits on a marker that is not there yet.
-			ops = []clientv3.Op{clientv3.OpPut(mark+strconv.Itoa(l.n), "0")}
-		} else {
-			// The watermark: the newest permit that holds. Those that hold and the first
-			// that waits must still be there when the Txn applies.
-			watermark, held := int64(0), heldPermits(prefix, KindPermit, permits, l)
-			var fence []clientv3.Cmp
-			for i, kv := range permits {
-				fence = append(fence, clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision))
-				if !held[i] {
-					break
-				}
-				watermark = kv.CreateRevision
-			}
-			if len(fence) <= maxChangeCompares {
-				cmps = append(cmps, fence...)
-			}
-			ops = []clientv3.Op{
-				clientv3.OpPut(record, strconv.Itoa(n)),
-				clientv3.OpPut(mark+strconv.Itoa(n), strconv.FormatInt(watermark, 10)),
-			}
-			if l.n != 0 {
-				ops = append(ops, clientv3.OpDelete(mark+strconv.Itoa(l.n)))
-			}
-		}
-		for _, k := range l.stray {
-			if k != mark+strconv.Itoa(n) {
-				ops = append(ops, clientv3.OpDelete(k))
-			}
-		}
-		tresp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
-			return cli.Txn(clientv3.WithRequireLeader(ctx)).If(cmps...).Then(ops...).Commit()
-		})
-		switch {
-		case err != nil && claim.Use != 0 && l.n == 0 && errors.Is(err, rpctypes.ErrPermissionDenied):
-			claim = Claim{} // a user granted the kind's sub-ranges alone: write without the guard
-			continue
-		case err != nil:
-			return fmt.Errorf("write %s: %w", record, err)
-		case tresp.Succeeded && l.n != 0 && !l.marked:
-			continue // marked: now the change
-		case tresp.Succeeded:
-			return nil
-		}
-		if l.n == 0 {
-			if err := Check(ctx, cli, claim); err != nil {
-				return err
-			}
-		}
-		if err := b.wait(ctx); err != nil { // it changed between: read again
-			return err
-		}
-	}
-}
-
 // Watermark is the create revision through which a semaphore's permits hold whatever its
 // limit (see above), from kvs, the keys of its name under prefix read with their values;
 // 0 if none.
@@ -229,11 +136,11 @@ func Watermark(prefix string, kvs []*mvccpb.KeyValue) int64 {
 			markers = append(markers, kv)
 		}
 	}
-	l, err := limitOf(prefix, record, markers)
+	l, err := LimitOf(prefix, record, markers)
 	if err != nil {
 		return 0
 	}
-	return l.held
+	return l.Held
 }
 
 // A countdown latch is data, not a hold: a record "<name>/latch" whose value is the count
