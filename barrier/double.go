@@ -273,7 +273,7 @@ func (b *double) leave(ctx context.Context, p *participant) (err error) {
 		if held {
 			stop = p.h.Done()
 		}
-		if err := b.awaitGone(ctx, wait, stop); err != nil {
+		if _, err := core.AwaitGone(ctx, b.q.Client(), wait, stop, false); err != nil {
 			return err
 		}
 		if held {
@@ -282,11 +282,4 @@ func (b *double) leave(ctx context.Context, p *participant) (err error) {
 			}
 		}
 	}
-}
-
-// awaitGone returns once the key kv (a participant's, at its create revision) is gone, or
-// stop closes: the watch of the key, then a read of whether it is still there.
-func (b *double) awaitGone(ctx context.Context, kv *mvccpb.KeyValue, stop <-chan struct{}) error {
-	_, err := core.AwaitGone(ctx, b.q.Client(), kv, stop, false)
-	return err
 }
