@@ -199,19 +199,25 @@ func (b *backend) newDatabase(tb testing.TB) *database {
 	tb.Helper()
 	b.use(tb)
 	name := fmt.Sprintf("fence_%d", b.made.Add(1))
-	var dsn string
-	if b.admin == nil {
-		dsn = "file:" + filepath.Join(tb.TempDir(), name+".db") + "?_pragma=journal_mode(wal)&_pragma=busy_timeout(20000)"
-		if !durable() {
-			dsn += "&_pragma=synchronous(off)"
-		}
-	} else {
+	if b.admin != nil {
 		if _, err := b.admin.ExecContext(etcdtest.Context(tb), "CREATE DATABASE "+name); err != nil {
 			tb.Fatalf("%s: create database %s: %v", b.name, name, err)
 		}
-		dsn = b.dsnOf(b.adminDSN, name)
+		return b.open(tb, b.dsnOf(b.adminDSN, name))
 	}
-	return b.open(tb, dsn)
+	dsn := "file:" + filepath.Join(tb.TempDir(), name+".db") + "?_pragma=journal_mode(wal)&_pragma=busy_timeout(20000)"
+	if !durable() {
+		dsn += "&_pragma=synchronous(off)"
+	}
+	// One connection turns the new file to WAL before a test opens several at once: SQLite
+	// answers a change of journal mode that races another connection's open with SQLITE_BUSY
+	// at once, without waiting out busy_timeout (TestCreatesAtOnceAllSucceed failed so in CI,
+	// 2026-11-29). In a file already in WAL mode, the pragma of a later open does not race.
+	db := b.open(tb, dsn)
+	if err := db.PingContext(etcdtest.Context(tb)); err != nil {
+		tb.Fatalf("%s: open %s: %v", b.name, dsn, err)
+	}
+	return db
 }
 
 // open opens a pool on dsn, closed by tb's cleanup.
