@@ -47,8 +47,8 @@ func (e *Election) follow(ctx context.Context, h *core.Hold, k *asker) {
 	e.s.Q.FollowAsks(ctx, h, e.pref, e.settle,
 		func(kv *mvccpb.KeyValue) bool { return e.heed(ctx, h, k, kv) },
 		func(key string) (asked, gone bool) {
-			to := core.Match{Key: key}
-			p, err := e.s.Q.Propose(ctx, h, to)
+			to := match{Key: key}
+			p, err := propose(ctx, e.s.Q, h, to)
 			switch {
 			case err == nil:
 				k.ask = transferRequest{to: to, proposal: p}
@@ -75,8 +75,8 @@ func (e *Election) heed(ctx context.Context, h *core.Hold, k *asker, kv *mvccpb.
 	}
 	ask := transferRequest{stepDown: true}
 	if r.To != nil {
-		to := core.Match{Value: *r.To}
-		p, err := e.s.Q.Propose(ctx, h, to)
+		to := match{Value: *r.To}
+		p, err := propose(ctx, e.s.Q, h, to)
 		if err != nil {
 			e.s.Q.AnswerTransfer(ctx, kv)
 			return false

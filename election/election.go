@@ -50,8 +50,8 @@ type term struct {
 // returned (endTerm): to the candidate to matches, which answered proposal, or, with
 // stepDown, a Resign.
 type transferRequest struct {
-	to       core.Match
-	proposal *core.Proposal
+	to       match
+	proposal *proposal
 	stepDown bool
 	done     chan error // the outcome, once
 }
@@ -249,7 +249,7 @@ func (e *Election) endTerm(ctx context.Context, h *core.Hold) error {
 			return nil
 		}
 	case transfer != nil:
-		transfer.proposal.Withdraw(ctx)
+		transfer.proposal.withdraw(ctx)
 		transfer.done <- e.errorf("transfer", fmt.Errorf("%w: the leadership was lost", ErrLost))
 	}
 	return e.resign(ctx, h)

@@ -34,7 +34,7 @@ func (e *Election) Transfer(ctx context.Context, to string) (err error) {
 	}
 	ctx, a := e.shell().Start(ctx, core.Release, "etcdsync.election.Transfer")
 	defer func() { a.End(err) }()
-	return e.transfer(ctx, e.current(), transferRequest{to: core.Match{Value: to}})
+	return e.transfer(ctx, e.current(), transferRequest{to: match{Value: to}})
 }
 
 // transfer moves h, the handle's leadership, as r says: to a candidate, or, with
@@ -45,17 +45,17 @@ func (e *Election) transfer(ctx context.Context, h *core.Hold, r transferRequest
 	_ = h.EndIfClientClosed()
 	switch {
 	case h == nil:
-		r.proposal.Withdraw(ctx)
+		r.proposal.withdraw(ctx)
 		return e.errorf("transfer", errNoLeadership)
 	case !h.Live():
-		r.proposal.Withdraw(ctx)
+		r.proposal.withdraw(ctx)
 		return e.resign(ctx, h) // ErrLost, and forgotten, as by Resign
 	case e.transferring(h):
-		r.proposal.Withdraw(ctx)
+		r.proposal.withdraw(ctx)
 		return e.errorf("transfer", errTransferUnderWay)
 	}
 	if !r.stepDown && r.proposal == nil {
-		p, err := e.s.Q.Propose(ctx, h, r.to)
+		p, err := propose(ctx, e.s.Q, h, r.to)
 		if err != nil {
 			return e.errorf("transfer", err)
 		}
@@ -65,7 +65,7 @@ func (e *Election) transfer(ctx context.Context, h *core.Hold, r transferRequest
 	if t := e.term; t != nil && t.h == h && !t.ended {
 		if t.transfer != nil {
 			e.mu.Unlock()
-			r.proposal.Withdraw(ctx)
+			r.proposal.withdraw(ctx)
 			return e.errorf("transfer", errTransferUnderWay)
 		}
 		r.done = make(chan error, 1)
@@ -100,17 +100,17 @@ func (e *Election) transferring(h *core.Hold) bool {
 
 // handOver hands h, the handle's leadership, to the candidate that answered p, and forgets
 // it once handed; it withdraws p if it does not get to hand over.
-func (e *Election) handOver(ctx context.Context, h *core.Hold, p *core.Proposal) error {
+func (e *Election) handOver(ctx context.Context, h *core.Hold, p *proposal) error {
 	if err := e.resigning.Take(ctx); err != nil {
-		p.Withdraw(ctx)
+		p.withdraw(ctx)
 		return e.errorf("transfer", err)
 	}
 	defer e.resigning.Give()
 	if e.current() != h {
-		p.Withdraw(ctx)
+		p.withdraw(ctx)
 		return e.errorf("transfer", errNoLeadership)
 	}
-	if err := e.s.Q.HandOver(ctx, p); err != nil {
+	if err := p.handOver(ctx); err != nil {
 		return e.errorf("transfer", err)
 	}
 	e.forget(h)

@@ -327,6 +327,17 @@ type janitor struct {
 	running bool
 }
 
+// Tidy gives cli's janitor a chore of a package outside the core: attempt, tried until it
+// reports done, or until the client closes (whatever it left then goes with the lease).
+func Tidy(cli *clientv3.Client, attempt func(ctx context.Context) (done bool)) {
+	janitorOf(cli).add(choreFunc(attempt))
+}
+
+type choreFunc func(ctx context.Context) bool
+
+func (f choreFunc) attempt(ctx context.Context) bool { return f(ctx) }
+func (choreFunc) drop()                              {}
+
 func (j *janitor) add(c chore) {
 	j.mu.Lock()
 	j.chores = append(j.chores, c)
@@ -422,7 +433,7 @@ func (c *keysCleanup) attempt(ctx context.Context) bool {
 // refused ends the chore if etcd refused it for good (permission revoked): the keys then go
 // with their lease, and a slot's next acquisition, finding its key, takes it over.
 func (c *keysCleanup) refused(err error) bool {
-	if refused(err) {
+	if Refused(err) {
 		c.drop()
 		return true
 	}

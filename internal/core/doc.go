@@ -92,15 +92,15 @@
 //   - ticket.go: a hold that outlives its process: Detach onto a lease of its own, the
 //     Ticket, Resume (once per ticket), and the command's renewal and release by ticket.
 //   - handover.go: an election's leadership handed to a chosen candidate (Transfer): the
-//     leader's key moved onto the candidate's lease in one Txn, once the candidate answered
-//     a proposal; the candidate's acceptance, the take-back; a candidate's preference in its
-//     key; the candidate's side, which answers a proposal that deleted its key, follows the
-//     record until the leader hands over, and accepts.
-//   - proposal.go: a handover proposed before the leader stops its work (Propose): the
-//     candidate's answer, awaited for a bound, and the proposal's withdrawal; a request
-//     that the leader transfer (RequestTransfer) and its answer; what asks a leadership to
-//     move, a request or a preferred candidate that has waited its settle time, followed for
-//     the leader (FollowAsks, on followAll).
+//     protocol, the record of a handover and its stages (HandoverRecord), the leader's
+//     errors and wait (ErrNoCandidate, HandoverWait); a candidate's preference in its key;
+//     the candidate's side, which answers a proposal that deleted its key, follows the
+//     record until the leader hands over, and accepts; a hold handed over (HandedOver) or
+//     dropped (Drop). The leader's side (propose, hand over, take back) is package
+//     election's.
+//   - asks.go: what asks a leadership to move: a request that the leader transfer
+//     (RequestTransfer) and its answer, an ask of its key (admin.Ask), a preferred candidate
+//     that has waited its settle time, followed for the leader (FollowAsks, on followAll).
 //   - barrier.go: a double barrier's record of rounds (slices of its participants' create
 //     revisions), read by package barrier, whose algorithm joins participants at once
 //     (Queue.Join), and by admin.

@@ -120,10 +120,10 @@ func unknownButTransient(msg string) bool {
 	return false
 }
 
-// refused reports whether err is etcd's answer that it did not apply a request (no such
+// Refused reports whether err is etcd's answer that it did not apply a request (no such
 // lease, permission denied, a request it will not take): anything else that is not a
 // success leaves it unknown whether a write was applied.
-func refused(err error) bool {
+func Refused(err error) bool {
 	var ee rpctypes.EtcdError
 	if !errors.As(err, &ee) {
 		var ok bool
@@ -189,7 +189,7 @@ func CommitWrite(ctx context.Context, cli *clientv3.Client, build func(clientv3.
 			res.Resp = resp
 			return res, settleLinear(cli, resp.Header, sent)
 		}
-		if !refused(err) {
+		if !Refused(err) {
 			res.Unknown = true
 		}
 		if ctx.Err() != nil {

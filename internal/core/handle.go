@@ -203,7 +203,7 @@ func (c scopedRelease) attempt(ctx context.Context) bool {
 
 // settled reports whether a release that returned err needs no other try.
 func (scopedRelease) settled(err error) bool {
-	return err == nil || errors.Is(err, ErrLost) || errors.Is(err, ErrNotLocked) || refused(err)
+	return err == nil || errors.Is(err, ErrLost) || errors.Is(err, ErrNotLocked) || Refused(err)
 }
 
 func (scopedRelease) drop() {} // the client is closed: the key goes with its lease
@@ -234,7 +234,7 @@ func (h *Hold) EndIfClientClosed() error {
 		return nil
 	}
 	loss := fmt.Errorf("%w: %w", ErrLost, errClientClosed)
-	h.observe(loss)
+	h.Lose(loss)
 	return loss
 }
 

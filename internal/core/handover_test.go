@@ -25,7 +25,7 @@ func TestPreferenceKeys(t *testing.T) {
 		"app/leader/read/694d9a6f_0": false,
 		"app/other/694d9a6f_0":       false,
 	} {
-		if got := q.handsOver(key); got != want {
+		if got := q.HandsOver(key); got != want {
 			t.Errorf("handsOver(%q) = %v, want %v", key, got, want)
 		}
 	}

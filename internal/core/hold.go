@@ -94,6 +94,9 @@ func (h *Hold) Token() int64 {
 	return h.rev
 }
 
+// Lease is the lease the hold's key is on (its session's).
+func (h *Hold) Lease() clientv3.LeaseID { return h.sess.Lease() }
+
 // Done is closed when the hold ends, by release or by loss. The first call starts the watch.
 // A session known to have ended is reported at once, also on the first call.
 func (h *Hold) Done() <-chan struct{} {
@@ -228,9 +231,9 @@ func (e *ending) finish(err error) {
 	e.onEnd = nil
 }
 
-// observe records a loss: it ends a hold that is held; during a release, the release weighs
+// Lose records a loss: it ends a hold that is held; during a release, the release weighs
 // it (see Release).
-func (h *Hold) observe(loss error) {
+func (h *Hold) Lose(loss error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch h.state {
@@ -246,7 +249,7 @@ func (h *Hold) observe(loss error) {
 // checkSession ends the hold as lost if its session is known to have ended.
 func (h *Hold) checkSession() {
 	if err := h.sess.lostErr(); err != nil {
-		h.observe(err)
+		h.Lose(err)
 	}
 }
 
@@ -269,14 +272,14 @@ func (h *Hold) Check(ctx context.Context) (alive bool, err error) {
 	}
 	alive = len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.rev
 	if !alive {
-		h.observe(h.goneErr(ctx))
+		h.Lose(h.goneErr(ctx))
 		h.settleLoss()
 	}
 	return alive, nil
 }
 
-// errKeyGone is the loss of a hold whose key is no longer the one it created.
-func errKeyGone(key string) error {
+// KeyGone is the loss of a hold whose key is no longer the one it created.
+func KeyGone(key string) error {
 	return fmt.Errorf("%w: key %s %w", ErrLost, key, errKeyDeleted)
 }
 
@@ -311,7 +314,7 @@ func (c holdRelease) attempt(ctx context.Context) bool {
 	return ended || errors.Is(err, ErrNotLocked)
 }
 
-func (c holdRelease) drop() { c.h.observe(fmt.Errorf("%w: %w", ErrLost, errClientClosed)) }
+func (c holdRelease) drop() { c.h.Lose(fmt.Errorf("%w: %w", ErrLost, errClientClosed)) }
 
 // isHeld reports whether h is held: neither being released nor ended.
 func (h *Hold) isHeld() bool {
@@ -385,7 +388,7 @@ func (h *Hold) waitMonitor() {
 // nothing left to close it.
 func (h *Hold) monitor(stop context.Context) {
 	defer close(h.mon.done)
-	defer h.observe(errMonitorStopped)
+	defer h.Lose(errMonitorStopped)
 	ctx, cancel := context.WithCancel(stop)
 	defer cancel()
 	defer context.AfterFunc(h.sess.ctx, cancel)()
@@ -406,7 +409,7 @@ func (h *Hold) monitor(stop context.Context) {
 			loss = fmt.Errorf("%w: %w", ErrLost, errClientClosed)
 		}
 		if loss != nil {
-			h.observe(loss)
+			h.Lose(loss)
 			h.settleLoss()
 			return
 		}

@@ -206,7 +206,7 @@ func (k *keyWatch) run(ctx context.Context, gen uint64) {
 			loss = fmt.Errorf("%w: %w", ErrLost, errClientClosed)
 		}
 		for _, h := range left {
-			h.observe(loss)
+			h.Lose(loss)
 		}
 	}()
 	var b backoff
@@ -450,11 +450,11 @@ func (k *keyWatch) recheck(c keyCheck) bool {
 	case !watched:
 		return true
 	case c.loss != nil:
-		h.observe(c.loss)
+		h.Lose(c.loss)
 		h.settleLoss()
 		return true
 	case c.gone:
-		h.observe(h.goneErr(k.cli.Ctx()))
+		h.Lose(h.goneErr(k.cli.Ctx()))
 		h.settleLoss()
 		return true
 	}
@@ -467,11 +467,11 @@ func (k *keyWatch) recheck(c keyCheck) bool {
 	case err != nil && (transient(err) || ctx.Err() != nil):
 		return false
 	case err != nil:
-		h.observe(errUnwatchable(h.key, err))
+		h.Lose(errUnwatchable(h.key, err))
 		h.settleLoss()
 		return true
 	case len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev:
-		h.observe(h.goneErr(k.cli.Ctx()))
+		h.Lose(h.goneErr(k.cli.Ctx()))
 		h.settleLoss()
 		return true
 	}
@@ -511,7 +511,7 @@ func (k *keyWatch) tellGone(cs []keyCheck) {
 		case !h.isHeld():
 			// Being released, it sees its own delete go: that needs no reason and must
 			// cost no read (the release weighs what it observed).
-			h.observe(errKeyGone(h.key))
+			h.Lose(KeyGone(h.key))
 			h.settleLoss()
 		default:
 			bySession[h.sess] = append(bySession[h.sess], h)
@@ -524,7 +524,7 @@ func (k *keyWatch) tellGone(cs []keyCheck) {
 			continue
 		}
 		for _, h := range holds {
-			h.observe(errKeyGone(h.key))
+			h.Lose(KeyGone(h.key))
 		}
 		for _, h := range holds {
 			h.settleLossAs(true)
@@ -533,7 +533,7 @@ func (k *keyWatch) tellGone(cs []keyCheck) {
 	var named []*Hold
 	for _, h := range alive {
 		if h.recordKey() == "" {
-			h.observe(errKeyGone(h.key))
+			h.Lose(KeyGone(h.key))
 			h.settleLossAs(false)
 			continue
 		}
@@ -542,9 +542,9 @@ func (k *keyWatch) tellGone(cs []keyCheck) {
 	for i, rel := range releasedErrs(k.cli.Ctx(), k.cli, named) {
 		h := named[i]
 		if rel == nil {
-			rel = errKeyGone(h.key)
+			rel = KeyGone(h.key)
 		}
-		h.observe(rel)
+		h.Lose(rel)
 		h.settleLossAs(false)
 	}
 }
@@ -562,7 +562,7 @@ func (k *keyWatch) sessionEnded(s *Session) {
 	k.mu.Unlock()
 	loss := s.lostErr()
 	for _, h := range mine {
-		h.observe(loss)
+		h.Lose(loss)
 	}
 }
 

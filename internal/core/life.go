@@ -225,7 +225,7 @@ func (h *Hold) goneErr(ctx context.Context) error {
 			return err
 		}
 	}
-	return errKeyGone(h.key)
+	return KeyGone(h.key)
 }
 
 // releasedErr is the loss of the key of slot s created at rev if an operator released it (a

@@ -153,8 +153,8 @@ func ownIn(kvs []*mvccpb.KeyValue, h *Hold) *mvccpb.KeyValue {
 
 // gone ends h as lost, its key found gone, and returns the loss.
 func (h *Hold) gone() error {
-	loss := fmt.Errorf("%w: %w", ErrLost, errKeyGone(h.key))
-	h.observe(loss)
+	loss := fmt.Errorf("%w: %w", ErrLost, KeyGone(h.key))
+	h.Lose(loss)
 	return loss
 }
 
@@ -317,7 +317,7 @@ func (d *drainer) reset(kvs []*mvccpb.KeyValue, rev int64) {
 		d.keys[k] = drainKey{key: k, created: kv.CreateRevision, modRev: kv.ModRevision, mode: ModeOf(string(kv.Value))}
 	}
 	if !own {
-		d.fail(fmt.Errorf("%w: %w", ErrLost, errKeyGone(d.own)))
+		d.fail(fmt.Errorf("%w: %w", ErrLost, KeyGone(d.own)))
 	}
 	signal(d.wake)
 }
@@ -332,7 +332,7 @@ func (d *drainer) apply(rev int64, evs []event) {
 		case e.put:
 			d.keys[e.key] = drainKey{key: e.key, created: e.created, modRev: e.modRev, mode: e.mode}
 		case e.key == d.own:
-			d.fail(fmt.Errorf("%w: %w", ErrLost, errKeyGone(d.own)))
+			d.fail(fmt.Errorf("%w: %w", ErrLost, KeyGone(d.own)))
 			return
 		default:
 			delete(d.keys, e.key)

@@ -357,7 +357,7 @@ func release(ctx context.Context, cli *clientv3.Client, sess *Session, members [
 		case deleted != nil && !deleted[i]:
 			loss = why[h]
 			if loss == nil {
-				loss = errKeyGone(h.key)
+				loss = KeyGone(h.key)
 			}
 		case deleted != nil:
 		case h.seen != nil && errors.Is(h.seen, errUnwatched) && !sess.ended():

@@ -26,9 +26,9 @@ import (
 const (
 	maxFiles      = 24
 	maxFileLines  = 600
-	maxLines      = 10520
-	maxAgainstDoc = 20 // uses of a file that doc.go's map lists after the user's (113 before the regroup)
-	maxCycle      = 20 // files in the largest cycle of uses (29 before the regroup)
+	maxLines      = 10182
+	maxAgainstDoc = 19 // uses of a file that doc.go's map lists after the user's (113 before the regroup)
+	maxCycle      = 19 // files in the largest cycle of uses (29 before the regroup)
 )
 
 func TestCoreShape(t *testing.T) {
