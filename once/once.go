@@ -126,7 +126,7 @@ func (j *Job) Due(ctx context.Context) (p Period, due bool, err error) {
 }
 
 func (j *Job) due(ctx context.Context) (p Period, due bool, err error) {
-	value, modRev, err := core.ReadRecord(ctx, j.cli, j.key)
+	value, modRev, err := readRecord(ctx, j.cli, j.key)
 	if err != nil {
 		return Period{}, false, err
 	}
@@ -162,7 +162,7 @@ func (j *Job) complete(ctx context.Context, p Period) error {
 		return fmt.Errorf("%w: the job's lock is not held", ErrNotLocked)
 	}
 	rec := Record{Start: p.Start, Period: j.period, At: time.Now(), Token: token, Owner: core.OwnerValue("")}
-	written, err := core.PutRecordIf(ctx, j.cli, key, token, j.key, p.modRev, rec.encode())
+	written, err := putRecordIf(ctx, j.cli, key, token, j.key, p.modRev, rec.encode())
 	switch {
 	case err != nil:
 		return fmt.Errorf("record the period of %v done: %w", p.Start.Format(time.RFC3339), err)
@@ -191,7 +191,7 @@ func (j *Job) Last(ctx context.Context) (Record, error) {
 	if j == nil || j.m == nil {
 		return Record{}, fmt.Errorf("once: last: %w", (*core.Queue)(nil).Unusable())
 	}
-	value, _, err := core.ReadRecord(ctx, j.cli, j.key)
+	value, _, err := readRecord(ctx, j.cli, j.key)
 	if err != nil {
 		return Record{}, j.errorf("last", err)
 	}

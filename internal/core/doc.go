@@ -51,10 +51,10 @@
 //     hold's key watch (its loss); nothing else in the library watches.
 //   - records.go: the records beside a name: a semaphore's limit (its record and marker,
 //     read as they may change while permits are held and waited for; package semaphore's
-//     SetLimit changes them), a countdown latch's
-//     layout (a record of the count, and a marker per count down; package latch sets,
-//     counts down and awaits them on Record and Follow), and a once job's record of the
-//     last period done, written only by its hold (ReadRecord, PutRecordIf).
+//     SetLimit changes them), a countdown latch's layout (a record of the count, and a
+//     marker per count down; package latch sets, counts down and awaits them on Record and
+//     Follow), and where a once job's record of the last period done lies (OnceRecordKey;
+//     package once reads and writes it).
 //   - hold.go: Hold, a granted key at its create revision (its fencing token), its state and
 //     its end; how its loss is watched (on the client's keyWatch, or by a monitor of its own
 //     on a client whose KV or Watcher is wrapped); Asked, closed once it is asked to let go.
