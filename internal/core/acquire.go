@@ -34,6 +34,9 @@ type acquisition struct {
 	// spec.Guard (see withAcquisition).
 	claims    []Claim
 	useGuards int
+	// heardAt is the revision at which the hub of its one name heard it served (see
+	// Hold.nearAt); 0 when a read served it or it did not wait.
+	heardAt int64
 }
 
 func (a *acquisition) cli() *clientv3.Client { return a.qs[0].cli }
@@ -292,6 +295,9 @@ func grant[T any](ctx context.Context, a *acquisition, rev int64, err error, mk 
 	t := mk(a.cli(), a.sess, a.slots, rev)
 	if h, ok := any(t).(*Hold); ok {
 		h.capacity = int32(a.capacity)
+		if a.spec.slots() == 1 && a.qs[0].hubKey().mode == deletesOnly {
+			h.nearAt = a.heardAt
+		}
 	}
 	bound(a.qs, t)
 	return t, nil
@@ -565,11 +571,14 @@ func (a *acquisition) wait(ctx context.Context, e enqueued) error {
 		}
 		if !pending {
 			for _, s := range subs {
+				s.h.mu.Lock()
 				if s.w.mark != "" {
-					s.h.mu.Lock()
 					a.capacity = s.w.slots + s.w.units - 1
-					s.h.mu.Unlock()
 				}
+				if len(a.qs) == 1 {
+					a.heardAt = s.w.heard
+				}
+				s.h.mu.Unlock()
 			}
 			return nil
 		}

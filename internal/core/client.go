@@ -478,6 +478,47 @@ func StopMonitor(h *Hold) {
 	stateOf(h.cli).keys.crash()
 }
 
+// HeardByHub reports whether h's loss is watched by its client's hub of its name (see
+// keeper), not by a watch of its own on the client's key watch.
+func HeardByHub(h *Hold) bool {
+	k := stateOf(h.cli).keys
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	e := k.holds[h]
+	return e != nil && e.onHub
+}
+
+// crash ends run as a goroutine that returned by mistake would (a test's hook); with no run,
+// it ends the holds whose keys the hubs watch as it would.
+func (k *keyWatch) crash() {
+	k.mu.Lock()
+	if !k.running {
+		k.loseAll(errMonitorStopped)
+		return
+	}
+	k.crashed = true
+	stop := k.stop
+	k.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
+
+// KeyWatchPlaced reports whether every hold watched on the key watch of cli has a watch
+// in place: created, and answered by etcd, on the open stream. For tests that must know
+// that etcd has checked a hold's watch (a permission is checked when a watch starts).
+func KeyWatchPlaced(cli *clientv3.Client) bool {
+	k := stateOf(cli).keys
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, e := range k.holds {
+		if !e.onHub && (e.id == 0 || e.checking) {
+			return false // one a hub watches is in place: its hub's watch had started
+		}
+	}
+	return k.cur == nil || len(k.cur.pending) == 0
+}
+
 // NearAhead is how many keys may be ahead of a waiter for it to join its client's hub at
 // once (see SetNearAhead).
 func NearAhead() int { return int(nearAhead.Load()) }

@@ -64,8 +64,8 @@
 //     primitive's handle is built on: the check of a handle New did not make or a closed
 //     client, the label of its errors, the telemetry of its calls (Begin, Start).
 //   - watchers.go: the hub's subscribers: the view they share, queueWaiter (an acquisition
-//     that waits), Sentry (WatchBehind), ReleaseWatch (WatchRelease, for one name or
-//     several) and Observer (WatchHead, for elections).
+//     that waits), Sentry (WatchBehind), keeper (a hold's key, for its loss, on the hub
+//     that heard it served: joinNear) and Observer (WatchHead, for elections).
 //   - mode.go: a hold that changes what it is in place (rwmutex Downgrade, the upgradable
 //     read): who passes which mode (Spec.Passes), the change (ChangeMode), and an upgrade
 //     that every client agrees on (Upgrade); a change refused while a waiter of etcd's
@@ -77,7 +77,8 @@
 //     hold's life and the cause of its end.
 //   - keywatch.go: the client's one watch stream for the keys of its holds: each create
 //     under a fresh ID, a watch cancelled or refused has its key read first, the holds of
-//     a lease that ended told at once.
+//     a lease that ended told at once; a hold its waiter's hub heard served is watched by
+//     that hub instead (a keeper), and by the stream once the hub fails it.
 //   - release.go: Group, the Holds of one acquisition of several names, which end as one;
 //     the release of a hold or a Group, one fenced delete (release, deleteFenced); an ask
 //     that a hold let go (admin.Ask): its record, followed from the hold's first Asked
@@ -88,7 +89,8 @@
 //     that waits for nobody (Join).
 //   - try.go: an acquisition that does not wait (TryAcquire): one Txn, or a count and a
 //     put when a key may have others ahead of it (a semaphore's); the guard of a name's use;
-//     what fits in one Txn (MaxNames, FitOneTxn).
+//     what fits in one Txn (MaxNames, FitOneTxn); ReleaseWatch (WatchRelease, for one name
+//     or several), a hub's subscriber that wakes a retry of a failed try.
 //   - ticket.go: a hold that outlives its process: Detach onto a lease of its own, the
 //     Ticket, Resume (once per ticket), and the command's renewal and release by ticket.
 //   - handover.go: an election's leadership handed to a chosen candidate (Transfer): the
@@ -123,9 +125,9 @@
 // little enough is ahead; a read confirms the waiter's view after any gap. A waiter far
 // back with no hub of the name on its client (and few other waiters of the name there)
 // approaches first: it watches the keys a few places ahead of it that weigh its threshold
-// and joins the hub once enough are gone. A cancelled or failed acquisition
-// deletes its keys, fenced on their create revision, or leaves that to the janitor. Once
-// held, Done adds the key to the client's keyWatch; Unlock calls Hold.Release, one fenced
-// delete, which ends the hold and takes its key off the keyWatch; the next waiter's hub
-// delivers the delete, and so on.
+// and joins the hub once enough are gone. A cancelled or failed acquisition deletes its
+// keys, fenced on their create revision, or leaves that to the janitor. Once held, Done adds
+// the key to the client's keyWatch (which leaves a hold its waiter's hub heard served to
+// that hub); Unlock calls Hold.Release, one fenced delete, which ends the hold and takes its
+// key off the keyWatch; the next waiter's hub delivers the delete, and so on.
 package core

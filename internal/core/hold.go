@@ -29,8 +29,9 @@ const (
 // From the first call to Done or Err on, the key is watched (keywatch.go), from the
 // revision after its creation so that no delete is missed whenever the watch starts, and so
 // is the session, so that Done closes and Err turns ErrLost as soon as etcd says the key is
-// gone or the session ends. The watch is one of many on the client's one watch stream: a
-// watched hold costs no goroutine. It is started on demand because it costs an RPC's worth
+// gone or the session ends. The watch is one of many on the client's one watch stream, or,
+// for a hold its waiter's hub heard served, that hub's (see keeper): a watched hold costs
+// no goroutine. It is started on demand because it costs an RPC's worth
 // of work, which a holder that never asks should not pay; a loss is still reported by
 // Release, whose fenced delete then fails.
 //
@@ -62,7 +63,11 @@ type Hold struct {
 	group   *Group       // the Group it is a member of, which is what is counted; nil for none
 	timer   *time.Timer  // its maximum hold's (life.go); nil for none
 	mod     int64        // the revision of its last change of mode (mode.go); 0 before one
-	asking  *asking      // what asks it to let go, once Asked was called
+	// nearAt is a revision at which its key is known to have been its own, as a hub of its
+	// name (its waiter's) heard it served, so that the hub may watch its key for its loss
+	// (see keeper); 0: it was not, or the name's keys are not exclusive. Set by grant.
+	nearAt int64
+	asking *asking // what asks it to let go, once Asked was called
 }
 
 func newHold(cli *clientv3.Client, sess *Session, slot *slot, rev int64) *Hold {
@@ -478,22 +483,21 @@ func (h *Hold) checkKey(ctx context.Context, from int64) (next int64, loss error
 	return resp.Header.Revision + 1, nil
 }
 
-// KeyWatchPlaced reports whether every hold watched on the key watch of cli has a watch
-// in place: created, and answered by etcd, on the open stream. For tests that must know
-// that etcd has checked a hold's watch (a permission is checked when a watch starts).
-func KeyWatchPlaced(cli *clientv3.Client) bool {
-	k := stateOf(cli).keys
+// sessionEnded ends every watched hold of s as lost: its lease is gone, or may be.
+func (k *keyWatch) sessionEnded(s *Session) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.cur == nil || len(k.cur.pending) > 0 {
-		return false
-	}
-	for _, e := range k.holds {
-		if e.id == 0 || e.checking {
-			return false
+	delete(k.sessions, s)
+	var mine []*Hold
+	for h := range k.holds {
+		if h.sess == s {
+			mine = append(mine, h)
 		}
 	}
-	return true
+	k.mu.Unlock()
+	loss := s.lostErr()
+	for _, h := range mine {
+		h.Lose(loss)
+	}
 }
 
 // ownWatch reports whether the holds of cli can be watched on a raw stream: the client's KV

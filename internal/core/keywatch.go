@@ -50,6 +50,7 @@ type keyWatch struct {
 	idleGen  uint64             // bumped by every add and idle close: see closeIfIdle
 	stop     context.CancelFunc // ends the current run
 	crashed  bool               // see crash
+	hubbed   int                // holds whose keys hubs watch (onHub): the stream idles without them
 }
 
 // keyEntry is a watched hold, as the keyWatch sees it. Under the keyWatch's lock.
@@ -60,6 +61,10 @@ type keyEntry struct {
 	// checking: its key is being read before it is watched again (see recheck).
 	checking bool
 	refused  int // creates etcd refused in a row (see maxRefusals)
+	// onHub: the client's hub of its name, hb, watches its key (kp, which remove leaves).
+	onHub bool
+	kp    *keeper
+	hb    *hub
 }
 
 // keyCheck is a key to read before its hold is watched again: etcd cancelled its watch
@@ -93,8 +98,8 @@ func newKeyWatch(cli *clientv3.Client) *keyWatch {
 	return &keyWatch{cli: cli, holds: map[*Hold]*keyEntry{}, ids: map[int64]*keyEntry{}, sessions: map[*Session]func() bool{}}
 }
 
-// add starts watching h's key, from the revision after its creation. Under h.mu: it must not
-// call back into h.
+// add starts watching h's key, from the revision after its creation, on a hub of its name
+// if a keeper may (see keeper), else on the stream. Under h.mu: it must not call back into h.
 func (k *keyWatch) add(h *Hold) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -105,6 +110,27 @@ func (k *keyWatch) add(h *Hold) {
 		s := h.sess
 		k.sessions[s] = context.AfterFunc(s.ctx, func() { k.sessionEnded(s) })
 	}
+	if h.nearAt == 0 {
+		k.place(e)
+		return
+	}
+	p := &keeper{k: k, e: e, key: h.key, rev: h.rev, snap: h.nearAt}
+	e.kp, e.onHub = p, true
+	k.hubbed++
+	k.mu.Unlock()
+	hb := joinNear(hubKey{cli: k.cli, prefix: h.key[:h.slot.name], mode: deletesOnly}, p)
+	k.mu.Lock()
+	switch {
+	case hb != nil:
+		e.hb = hb
+	default: // no hub that needs no read: the stream watches it
+		e.kp = nil
+		k.unhub(e)
+	}
+}
+
+// place watches e's key on the stream, opening one if none is open. Under k.mu.
+func (k *keyWatch) place(e *keyEntry) {
 	k.create(e)
 	if !k.running {
 		k.running = true
@@ -118,14 +144,20 @@ func (k *keyWatch) add(h *Hold) {
 // remove stops watching h's key. Under h.mu: it must not call back into h.
 func (k *keyWatch) remove(h *Hold) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	e := k.holds[h]
+	if e != nil && e.hb != nil {
+		defer e.hb.leave(e.kp) // after k.mu: a keeper takes it under the hub's lock
+	}
+	defer k.mu.Unlock()
 	if e == nil {
 		return
 	}
 	delete(k.holds, h)
 	k.drop(e)
-	if len(k.holds) > 0 {
+	if e.onHub {
+		k.hubbed--
+	}
+	if len(k.holds) > k.hubbed {
 		return
 	}
 	k.idleGen++
@@ -133,14 +165,20 @@ func (k *keyWatch) remove(h *Hold) {
 	time.AfterFunc(keyWatchLinger, func() { k.closeIfIdle(gen) })
 }
 
-// closeIfIdle ends run unless a hold came since idle close gen was armed.
+// closeIfIdle ends run unless a hold came since idle close gen was armed, or one that the
+// stream watches is left; once no hold is left, it forgets the sessions.
 func (k *keyWatch) closeIfIdle(gen uint64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if len(k.holds) == 0 && k.idleGen == gen && k.running {
+	if len(k.holds) > k.hubbed || k.idleGen != gen {
+		return
+	}
+	if k.running {
 		k.stop()
 		k.running, k.cur = false, nil
 		k.gen++ // the stopped run leaves the state to the next one
+	}
+	if len(k.holds) == 0 {
 		for s, stop := range k.sessions {
 			stop()
 			delete(k.sessions, s)
@@ -199,15 +237,11 @@ func (k *keyWatch) run(ctx context.Context, gen uint64) {
 			return
 		}
 		k.running, k.cur, k.crashed = false, nil, false
-		left := k.takeAll()
-		k.mu.Unlock()
 		loss := errMonitorStopped
 		if k.cli.Ctx().Err() != nil {
 			loss = fmt.Errorf("%w: %w", ErrLost, errClientClosed)
 		}
-		for _, h := range left {
-			h.Lose(loss)
-		}
+		k.loseAll(loss) // unlocks k.mu
 	}()
 	var b backoff
 	for ctx.Err() == nil && !k.isCrashed() {
@@ -227,19 +261,27 @@ func (k *keyWatch) run(ctx context.Context, gen uint64) {
 	}
 }
 
-// takeAll removes every watched hold, and forgets the sessions. Under k.mu.
-func (k *keyWatch) takeAll() []*Hold {
-	left := make([]*Hold, 0, len(k.holds))
-	for h := range k.holds {
-		left = append(left, h)
+// loseAll removes every watched hold, forgets the sessions, unlocks k.mu, and ends each of
+// those holds as lost with loss. Under k.mu.
+func (k *keyWatch) loseAll(loss error) {
+	left := make([]*keyEntry, 0, len(k.holds))
+	for _, e := range k.holds {
+		left = append(left, e)
 	}
 	clear(k.holds)
 	clear(k.ids)
+	k.hubbed = 0
 	for s, stop := range k.sessions {
 		stop()
 		delete(k.sessions, s)
 	}
-	return left
+	k.mu.Unlock()
+	for _, e := range left {
+		if e.hb != nil {
+			e.hb.leave(e.kp)
+		}
+		e.h.Lose(loss)
+	}
 }
 
 // serve opens a stream, creates the watch of every watched hold on it, and reads it until it
@@ -261,7 +303,7 @@ func (k *keyWatch) serve(ctx context.Context) (answered bool) {
 	clear(k.ids) // the watches of the last stream went with it
 	for _, e := range k.holds {
 		e.id = 0
-		if !e.checking { // one being read is watched again once read
+		if !e.checking && !e.onHub { // one being read is watched again once read
 			k.create(e)
 		}
 	}
@@ -546,34 +588,6 @@ func (k *keyWatch) tellGone(cs []keyCheck) {
 		}
 		h.Lose(rel)
 		h.settleLossAs(false)
-	}
-}
-
-// sessionEnded ends every watched hold of s as lost: its lease is gone, or may be.
-func (k *keyWatch) sessionEnded(s *Session) {
-	k.mu.Lock()
-	delete(k.sessions, s)
-	var mine []*Hold
-	for h := range k.holds {
-		if h.sess == s {
-			mine = append(mine, h)
-		}
-	}
-	k.mu.Unlock()
-	loss := s.lostErr()
-	for _, h := range mine {
-		h.Lose(loss)
-	}
-}
-
-// crash ends run as a goroutine that returned by mistake would (a test's hook).
-func (k *keyWatch) crash() {
-	k.mu.Lock()
-	k.crashed = true
-	stop := k.stop
-	k.mu.Unlock()
-	if stop != nil {
-		stop()
 	}
 }
 

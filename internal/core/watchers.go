@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"time"
@@ -68,6 +67,7 @@ type queueWaiter struct {
 	served bool // fewer than slots keys are ahead
 	far    bool // it approached (see approach): its hub lingers briefly once it leaves
 	by     servedBy
+	heard  int64 // the last revision it took in with its key still its own (see Hold.nearAt)
 }
 
 // servedBy is what served a waiter, for WithLockDelay: the delete of a key of lease (0
@@ -93,7 +93,7 @@ func newQueueWaiter(key string, rev, snap int64, ahead int, prefix string, slots
 // went at the same revision (a lease that ends takes a client's holder and its waiters
 // together): the waiter is not served on a key that is already gone. A waiter that is
 // re-reading still heeds its own key's delete, which needs no count.
-func (w *queueWaiter) apply(_ int64, evs []event) {
+func (w *queueWaiter) apply(rev int64, evs []event) {
 	if w.err != nil {
 		return
 	}
@@ -124,6 +124,9 @@ func (w *queueWaiter) apply(_ int64, evs []event) {
 			gone += w.weigh.of(e.key)
 			by = servedBy{lease: e.lease, known: true}
 		}
+	}
+	if !w.rereading {
+		w.heard = rev
 	}
 	switch {
 	case w.served || w.rereading:
@@ -177,6 +180,7 @@ func (w *queueWaiter) recount(kvs []*mvccpb.KeyValue, rev int64) {
 			return
 		}
 	}
+	w.heard = rev
 	w.count(n, servedBy{prefix: w.prefix, rev: w.rev, from: from, to: rev})
 }
 
@@ -277,124 +281,111 @@ func (s *sentry) recount(kvs []*mvccpb.KeyValue, rev int64) {
 	}
 }
 
-// A ReleaseWatch tells a caller that retries a failed try when a key of the name has been
-// deleted: a holder or a waiter let go, so the next try may succeed. It is a registration
-// with the client's watch on the name, like a waiter's, and sends no RPC of its own.
-//
-// It is armed before each try and then waited on: Arm counts from every delete the watch
-// has dispatched, which is never ahead of the revision at which the try that follows runs,
-// so a release between the try and the wait is not missed. A delete the try already saw may
-// wake it too; so may a watch that cannot tell what it missed (it just started, or etcd
-// compacted its history): a spurious wake costs one more try, never a lost one.
-//
-// It is for one goroutine at a time. Registering never blocks: the watch is opened by the
-// hub's own goroutine.
-type ReleaseWatch struct {
-	subs []releaseSub
-	wake chan struct{} // every name's: what Arm returns
-	once sync.Once
+// A keeper is a hold's key as its client's hub of the name watches it, in place of a watch
+// of its own on the keyWatch's stream (see Hold.near): a hold granted while its client has
+// a hub of the name (its waiter's, which lingers) hears its key's delete there, so that a
+// hand-off in a fleet costs no watch created and cancelled, nor a stream opened, for the
+// leader's loss. It joins only a hub whose ring holds every event since the key's creation
+// (joinNear): it never makes the hub read the name. What it hears goes to the keyWatch,
+// which tells the hold as it tells those it watches itself; if the hub fails it, the
+// keyWatch's stream watches the key from then on (unhub). Its fields are guarded by the
+// hub's mutex.
+type keeper struct {
+	k    *keyWatch
+	e    *keyEntry
+	key  string
+	rev  int64 // the key's create revision
+	snap int64 // the revision its view reflects: Hold.nearAt, or a read of the name after a gap
+	// rereading: the hub lost events, and reads the name; over: it told the keyWatch.
+	rereading, over bool
 }
 
-type releaseSub struct {
-	h *hub
-	w *releaseWatch
-}
+func (p *keeper) since() int64 { return p.snap }
 
-// WatchReleases registers a release watch for the deletes of keys in the sub-range kind of
-// the name ("" for every kind). It is disarmed until Arm. Stop it when done.
-func (q *Queue) WatchReleases(kind string) *ReleaseWatch {
-	return WatchReleasesAll([]*Queue{q}, kind)
-}
-
-// WatchReleasesAll is WatchReleases for the names of several queues at once: a delete in any
-// of them fires it. It is a registration with the client's watch on each name, all with one
-// wake channel, and starts no goroutine.
-func WatchReleasesAll(qs []*Queue, kind string) *ReleaseWatch {
-	r := &ReleaseWatch{subs: make([]releaseSub, len(qs)), wake: make(chan struct{}, 1)}
-	for i, q := range qs {
-		w := &releaseWatch{prefix: q.prefix + kind, wake: r.wake}
-		r.subs[i] = releaseSub{join(q.hubKey(), w), w}
-	}
-	return r
-}
-
-// WatchRelease is WatchReleases in the shape of package trylock's ReleaseWatcher: arm is
-// Arm, stop is Stop.
-func (q *Queue) WatchRelease(kind string) (arm func() <-chan struct{}, stop func()) {
-	r := q.WatchReleases(kind)
-	return r.Arm, r.Stop
-}
-
-// Arm starts a new round: the returned channel yields once a key of the watch's kind is
-// deleted at a revision after every delete dispatched so far (or when the watch cannot tell,
-// see ReleaseWatch). It forgets the rounds before; the channel is the same every round and
-// yields at most once per round.
-func (r *ReleaseWatch) Arm() <-chan struct{} {
-	select {
-	case <-r.wake:
-	default:
-	}
-	for _, s := range r.subs {
-		s.h.mu.Lock()
-		// 0 before the watch has started: its start then counts as a release (catchUp),
-		// since it may start after the try and so after a release that the try did not see.
-		s.w.armed, s.w.snap = true, s.h.dispatched()
-		s.h.mu.Unlock()
-	}
-	return r.wake
-}
-
-// Stop ends the registration; only the first call counts.
-func (r *ReleaseWatch) Stop() {
-	r.once.Do(func() {
-		for _, s := range r.subs {
-			s.h.leave(s.w)
-		}
-	})
-}
-
-// releaseWatch is a ReleaseWatch as its hub sees it. Its fields are guarded by the hub's
-// mutex.
-type releaseWatch struct {
-	prefix string
-	wake   chan struct{}
-	armed  bool
-	snap   int64
-}
-
-// since is the armed round's start; a disarmed watch wants no event, and no replay.
-func (w *releaseWatch) since() int64 {
-	if !w.armed {
-		return math.MaxInt64
-	}
-	return w.snap
-}
-
-func (w *releaseWatch) apply(_ int64, evs []event) {
+func (p *keeper) apply(_ int64, evs []event) {
 	for _, e := range evs {
-		// A change of a key's mode (see mode.go) may let the next try in too.
-		if (!e.put || e.changed) && strings.HasPrefix(e.key, w.prefix) {
-			w.fire()
+		if !e.put && e.key == p.key {
+			p.tell(true)
 			return
 		}
 	}
 }
 
-// missed counts as a release: the watch cannot know whether one went by.
-func (w *releaseWatch) missed() { w.fire() }
+func (p *keeper) missed() { p.rereading = true }
 
-func (w *releaseWatch) stale() bool { return false }
+func (p *keeper) stale() bool { return p.rereading && !p.over }
 
-func (w *releaseWatch) recount([]*mvccpb.KeyValue, int64) {}
-
-// fail wakes the caller, whose next try then meets what failed.
-func (w *releaseWatch) fail(error) { w.fire() }
-
-func (w *releaseWatch) fire() {
-	if w.armed {
-		w.armed = false
-		signal(w.wake)
+func (p *keeper) recount(kvs []*mvccpb.KeyValue, rev int64) {
+	if !p.stale() || rev < p.snap {
+		return
 	}
+	p.snap, p.rereading = rev, false
+	for _, kv := range kvs {
+		if string(kv.Key) == p.key && kv.CreateRevision == p.rev {
+			return
+		}
+	}
+	p.tell(true)
+}
+
+func (p *keeper) fail(error) { p.tell(false) }
+
+// tell hands the key to the keyWatch once: gone, its delete to tell the hold of; else the
+// hub failed, and the stream watches it.
+func (p *keeper) tell(gone bool) {
+	if p.over {
+		return
+	}
+	p.over = true
+	k, e := p.k, p.e
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	switch {
+	case k.holds[e.h] != e || !e.onHub || e.kp != p:
+	case gone:
+		k.check(keyCheck{e: e, gone: true})
+	default:
+		k.unhub(e)
+	}
+}
+
+// unhub watches e's key on the stream from now on: no hub watches it (see keeper). Under
+// k.mu.
+func (k *keyWatch) unhub(e *keyEntry) {
+	if k.holds[e.h] != e || !e.onHub {
+		return
+	}
+	e.onHub = false
+	k.hubbed--
+	k.place(e)
+}
+
+// joinNear registers s with the hub of k if there is one whose watch has started and whose
+// ring holds every event after s.since(), so that s needs no read of the name; else it
+// returns nil, and starts nothing. Unlike join, it leaves the hub's linger as it is.
+func joinNear(k hubKey, s subscriber) *hub {
+	st := stateOf(k.cli)
+	st.mu.Lock()
+	h := st.hubs[k]
+	if h == nil {
+		st.mu.Unlock()
+		return nil
+	}
+	h.mu.Lock()
+	st.mu.Unlock()
+	if h.closed || !h.started || s.since() < h.floor {
+		h.mu.Unlock()
+		return nil
+	}
+	h.subs[s] = struct{}{}
+	h.idleGen++ // a pending idle close no longer applies
+	h.catchUp(s)
+	first := len(h.subs) == 1
+	h.mu.Unlock()
+	if first {
+		h.pokePump() // it may await a subscriber
+	}
+	return h
 }
 
 // Head is the oldest live key of a name: an election's leader. The zero Head says the name

@@ -1,0 +1,75 @@
+package core_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/etcdsync/etcdsync/internal/core"
+	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+)
+
+// handedOn returns a hold of name served to a waiter on a client of its own (cli, whose
+// RPCs cnt counts) when another client's holder released, with its loss watched (Done).
+func handedOn(t *testing.T, name string) (h *core.Hold, cli *clientv3.Client, watches func() int64) {
+	t.Helper()
+	ctx := testContext(t)
+	first, err := queue(t, cluster.Client(t), name).Acquire(ctx, exclusive, nil)
+	require.NoError(t, err)
+	cli, cnt := countedClient(t)
+	got := acquireAsync(ctx, queue(t, cli, name), exclusive)
+	awaitCount(t, cluster.Client(t), name, 2)
+	_, err = first.Release(ctx)
+	require.NoError(t, err)
+	select {
+	case h = <-got:
+		require.NotNil(t, h, "the waiter failed")
+	case <-ctx.Done():
+		t.Fatal("the waiter was not served")
+	}
+	h.Done()
+	return h, cli, func() int64 { return cnt.Counts()["Watch.send"] }
+}
+
+// TestAHoldServedThroughItsHubHearsItsLossThere: a waiter served while its client's hub of
+// the name lingers has its loss watched by that hub, with no watch created for it, and is
+// told of its key's delete by another client, and of its lease's end, as any hold is; once
+// released, the hub closes as it would have.
+func TestAHoldServedThroughItsHubHearsItsLossThere(t *testing.T) {
+	t.Run("deleted", func(t *testing.T) {
+		const name = "heard-by-hub-deleted"
+		h, _, watches := handedOn(t, name)
+		assert.True(t, core.HeardByHub(h), "the hold's loss is watched on its own")
+		assert.Equal(t, int64(1), watches(), "watch requests sent: the hub's, and one for the hold")
+		_, err := cluster.Client(t).Delete(testContext(t), h.Key())
+		require.NoError(t, err)
+		etcdtest.Within(t, h.Done(), lossNews, "the hold's Done after its key's delete")
+		assert.ErrorIs(t, h.Err(), core.ErrLost)
+		_, err = h.Release(testContext(t))
+		assert.ErrorIs(t, err, core.ErrLost)
+	})
+	t.Run("lease", func(t *testing.T) {
+		const name = "heard-by-hub-lease"
+		h, _, _ := handedOn(t, name)
+		require.True(t, core.HeardByHub(h))
+		_, err := cluster.Client(t).Revoke(testContext(t), h.Lease())
+		require.NoError(t, err)
+		etcdtest.Within(t, h.Done(), lossNews, "the hold's Done after its lease's revoke")
+		assert.ErrorIs(t, h.Err(), core.ErrLost)
+	})
+	t.Run("released", func(t *testing.T) {
+		const name = "heard-by-hub-released"
+		h, cli, _ := handedOn(t, name)
+		require.True(t, core.HeardByHub(h))
+		ended, err := h.Release(testContext(t))
+		require.NoError(t, err)
+		assert.True(t, ended)
+		assert.NoError(t, h.Err())
+		assert.False(t, core.HeardByHub(h))
+		require.Eventually(t, func() bool { return !core.HasHub(cli, name) }, lossNews, 10*time.Millisecond,
+			"the hub of a released hold's name does not close")
+	})
+}
