@@ -26,8 +26,8 @@ import (
 const (
 	maxFiles      = 24
 	maxFileLines  = 600
-	maxLines      = 10135
-	maxAgainstDoc = 19 // uses of a file that doc.go's map lists after the user's (113 before the regroup)
+	maxLines      = 10320
+	maxAgainstDoc = 20 // uses of a file that doc.go's map lists after the user's (113 before the regroup)
 	maxCycle      = 19 // files in the largest cycle of uses (29 before the regroup)
 )
 
