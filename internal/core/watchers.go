@@ -282,11 +282,11 @@ func (s *sentry) recount(kvs []*mvccpb.KeyValue, rev int64) {
 }
 
 // A keeper is a hold's key as its client's hub of the name watches it, in place of a watch
-// of its own on the keyWatch's stream (see Hold.near): a hold granted while its client has
-// a hub of the name (its waiter's, which lingers) hears its key's delete there, so that a
-// hand-off in a fleet costs no watch created and cancelled, nor a stream opened, for the
-// leader's loss. It joins only a hub whose ring holds every event since the key's creation
-// (joinNear): it never makes the hub read the name. What it hears goes to the keyWatch,
+// of its own on the keyWatch's stream (see Hold.nearAt): a hold whose waiter that hub
+// served (the hub lingers) hears its key's delete there, so that a hand-off in a fleet
+// costs no watch created and cancelled, nor a stream opened, for the leader's loss. It
+// joins only a hub whose ring holds every event after the revision at which the waiter was
+// last heard with its key (joinNear): it never makes the hub read the name. What it hears goes to the keyWatch,
 // which tells the hold as it tells those it watches itself; if the hub fails it, the
 // keyWatch's stream watches the key from then on (unhub). Its fields are guarded by the
 // hub's mutex.
