@@ -67,16 +67,17 @@ func ExampleAsk() {
 		fmt.Println(err)
 		return
 	}
-	err = m.Do(ctx, func(ctx context.Context) error {
-		// The operator's side, here for the example: etcdsync status shows the token.
+	err = m.Do(ctx, func(work context.Context) error {
+		// The operator's side, here for the example: etcdsync status shows the token. Its
+		// own ctx: the ask ends work's, perhaps before Ask has its answer.
 		if err := admin.Ask(ctx, cli, "nightly-reindex", m.Token(), "deploy at 02:00"); err != nil {
 			return err
 		}
 		for {
 			select {
-			case <-ctx.Done(): // asked: stop between steps; Do releases
+			case <-work.Done(): // asked: stop between steps; Do releases
 				var asked *etcdsync.AskedError
-				if errors.As(context.Cause(ctx), &asked) {
+				if errors.As(context.Cause(work), &asked) {
 					fmt.Println("asked to let go:", asked.Record.Reason)
 				}
 				return nil

@@ -35,7 +35,7 @@ type acquisition struct {
 	claims    []Claim
 	useGuards int
 	// heardAt is the revision at which the hub of its one name heard it served (see
-	// Hold.nearAt); 0 when a read served it or it did not wait.
+	// Hold.near); 0 when a read served it or it did not wait.
 	heardAt int64
 }
 
@@ -295,8 +295,8 @@ func grant[T any](ctx context.Context, a *acquisition, rev int64, err error, mk 
 	t := mk(a.cli(), a.sess, a.slots, rev)
 	if h, ok := any(t).(*Hold); ok {
 		h.capacity = int32(a.capacity)
-		if a.spec.slots() == 1 && a.qs[0].hubKey().mode == deletesOnly {
-			h.nearAt = a.heardAt
+		if a.heardAt != 0 && a.spec.slots() == 1 && a.qs[0].hubKey().mode == deletesOnly {
+			h.near, h.at = true, a.heardAt
 		}
 	}
 	bound(a.qs, t)

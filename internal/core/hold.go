@@ -49,6 +49,7 @@ type Hold struct {
 	state holdState
 	keyed bool // its key is watched on the client's keyWatch
 	yield bool // its queue heeds asks (WithYieldOnAsk): a Do's fn's ctx ends at one
+	near  bool // its waiter's hub heard it served at revision at (see keeper); set by grant
 	// capacity is the capacity it was served under when a change of it was heard while it
 	// waited (a semaphore's SetLimit); 0: its spec's. Set before the Hold is handed out. An
 	// int32 (MaxUnits fits) beside the flags: a Hold stays in its allocation size class
@@ -62,11 +63,10 @@ type Hold struct {
 	metrics *holdMetrics // nil unless counted: see Telemetry.Held
 	group   *Group       // the Group it is a member of, which is what is counted; nil for none
 	timer   *time.Timer  // its maximum hold's (life.go); nil for none
-	mod     int64        // the revision of its last change of mode (mode.go); 0 before one
-	// nearAt is a revision at which its key is known to have been its own, as a hub of its
-	// name (its waiter's) heard it served, so that the hub may watch its key for its loss
-	// (see keeper); 0: it was not, or the name's keys are not exclusive. Set by grant.
-	nearAt int64
+	// at is, with near, the revision at which its waiter's hub last heard its key its own;
+	// on a queue that watches arrivals (never near), the revision of its last change of
+	// mode (mode.go), 0 before one. One field for the two keeps a Hold in its size class.
+	at     int64
 	asking *asking // what asks it to let go, once Asked was called
 }
 

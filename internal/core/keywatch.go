@@ -60,11 +60,10 @@ type keyEntry struct {
 	from int64 // the revision its watch starts at
 	// checking: its key is being read before it is watched again (see recheck).
 	checking bool
-	refused  int // creates etcd refused in a row (see maxRefusals)
-	// onHub: the client's hub of its name, hb, watches its key (kp, which remove leaves).
-	onHub bool
-	kp    *keeper
-	hb    *hub
+	// onHub: the client's hub of its name watches its key (kp, which remove leaves).
+	onHub   bool
+	refused int // creates etcd refused in a row (see maxRefusals)
+	kp      *keeper
 }
 
 // keyCheck is a key to read before its hold is watched again: etcd cancelled its watch
@@ -110,22 +109,25 @@ func (k *keyWatch) add(h *Hold) {
 		s := h.sess
 		k.sessions[s] = context.AfterFunc(s.ctx, func() { k.sessionEnded(s) })
 	}
-	if h.nearAt == 0 {
+	if !h.near {
 		k.place(e)
 		return
 	}
-	p := &keeper{k: k, e: e, key: h.key, rev: h.rev, snap: h.nearAt}
-	e.kp, e.onHub = p, true
-	k.hubbed++
+	p := &keeper{k: k, e: e, key: h.key, rev: h.rev, snap: h.at}
+	e.kp, e.onHub, k.hubbed = p, true, k.hubbed+1
 	k.mu.Unlock()
 	hb := joinNear(hubKey{cli: k.cli, prefix: h.key[:h.slot.name], mode: deletesOnly}, p)
 	k.mu.Lock()
 	switch {
-	case hb != nil:
-		e.hb = hb
-	default: // no hub that needs no read: the stream watches it
+	case hb == nil: // no hub that needs no read: the stream watches it
 		e.kp = nil
 		k.unhub(e)
+	case k.holds[h] != e: // taken meanwhile (the client closed)
+		k.mu.Unlock()
+		hb.leave(p)
+		k.mu.Lock()
+	default:
+		p.hb = hb
 	}
 }
 
@@ -145,8 +147,8 @@ func (k *keyWatch) place(e *keyEntry) {
 func (k *keyWatch) remove(h *Hold) {
 	k.mu.Lock()
 	e := k.holds[h]
-	if e != nil && e.hb != nil {
-		defer e.hb.leave(e.kp) // after k.mu: a keeper takes it under the hub's lock
+	if e != nil && e.kp != nil {
+		defer e.kp.leave() // after k.mu: a keeper takes it under the hub's lock
 	}
 	defer k.mu.Unlock()
 	if e == nil {
@@ -277,8 +279,8 @@ func (k *keyWatch) loseAll(loss error) {
 	}
 	k.mu.Unlock()
 	for _, e := range left {
-		if e.hb != nil {
-			e.hb.leave(e.kp)
+		if e.kp != nil {
+			e.kp.leave()
 		}
 		e.h.Lose(loss)
 	}

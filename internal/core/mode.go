@@ -80,7 +80,7 @@ func createdBy(prefix string, rev int64) clientv3.Cmp {
 // acquisition that took over its own key).
 func (q *Queue) ChangeMode(ctx context.Context, h *Hold, value string) (kvs []*mvccpb.KeyValue, read, at int64, err error) {
 	h.mu.Lock()
-	mod, known := h.mod, h.mod != 0
+	mod, known := h.at, h.at != 0 && !h.near
 	h.mu.Unlock()
 	if !known {
 		mod = h.rev // written once, at its creation, unless taken over
@@ -137,7 +137,7 @@ func (q *Queue) ChangeMode(ctx context.Context, h *Hold, value string) (kvs []*m
 // wrote records mod as the revision of h's last change of mode.
 func (h *Hold) wrote(mod int64) {
 	h.mu.Lock()
-	h.mod = mod
+	h.at, h.near = mod, false
 	h.mu.Unlock()
 }
 

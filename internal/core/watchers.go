@@ -67,7 +67,7 @@ type queueWaiter struct {
 	served bool // fewer than slots keys are ahead
 	far    bool // it approached (see approach): its hub lingers briefly once it leaves
 	by     servedBy
-	heard  int64 // the last revision it took in with its key still its own (see Hold.nearAt)
+	heard  int64 // the last revision it took in with its key still its own (see Hold.near)
 }
 
 // servedBy is what served a waiter, for WithLockDelay: the delete of a key of lease (0
@@ -282,7 +282,7 @@ func (s *sentry) recount(kvs []*mvccpb.KeyValue, rev int64) {
 }
 
 // A keeper is a hold's key as its client's hub of the name watches it, in place of a watch
-// of its own on the keyWatch's stream (see Hold.nearAt): a hold whose waiter that hub
+// of its own on the keyWatch's stream (see Hold.near): a hold whose waiter that hub
 // served (the hub lingers) hears its key's delete there, so that a hand-off in a fleet
 // costs no watch created and cancelled, nor a stream opened, for the leader's loss. It
 // joins only a hub whose ring holds every event after the revision at which the waiter was
@@ -293,14 +293,22 @@ func (s *sentry) recount(kvs []*mvccpb.KeyValue, rev int64) {
 type keeper struct {
 	k    *keyWatch
 	e    *keyEntry
+	hb   *hub // set, under the keyWatch's lock, once it joined
 	key  string
 	rev  int64 // the key's create revision
-	snap int64 // the revision its view reflects: Hold.nearAt, or a read of the name after a gap
+	snap int64 // the revision its view reflects: its hold's at (see Hold.near), or a read after a gap
 	// rereading: the hub lost events, and reads the name; over: it told the keyWatch.
 	rereading, over bool
 }
 
 func (p *keeper) since() int64 { return p.snap }
+
+// leave unregisters it from its hub, if it joined one. Not under the hub's lock.
+func (p *keeper) leave() {
+	if p.hb != nil {
+		p.hb.leave(p)
+	}
+}
 
 func (p *keeper) apply(_ int64, evs []event) {
 	for _, e := range evs {
