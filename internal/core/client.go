@@ -511,9 +511,9 @@ func KeyWatchPlaced(cli *clientv3.Client) bool {
 	k := stateOf(cli).keys
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for _, e := range k.holds {
+	for _, e := range k.holds { // one a hub watches is in place: that hub's watch had started
 		if !e.onHub && (e.id == 0 || e.checking) {
-			return false // one a hub watches is in place: its hub's watch had started
+			return false
 		}
 	}
 	return k.cur == nil || len(k.cur.pending) == 0

@@ -10,18 +10,29 @@ import (
 
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
+	"github.com/etcdsync/etcdsync/internal/testkit/rpcstat"
 )
 
 // handedOn returns a hold of name served to a waiter on a client of its own (cli, whose
 // RPCs cnt counts) when another client's holder released, with its loss watched (Done).
 func handedOn(t *testing.T, name string) (h *core.Hold, cli *clientv3.Client, watches func() int64) {
+	return handedOnIn(t, cluster, name)
+}
+
+// handedOnIn is handedOn on the cluster c.
+func handedOnIn(t *testing.T, c *etcdtest.Cluster, name string) (h *core.Hold, cli *clientv3.Client, watches func() int64) {
 	t.Helper()
 	ctx := testContext(t)
-	first, err := queue(t, cluster.Client(t), name).Acquire(ctx, exclusive, nil)
+	first, err := queue(t, c.Client(t), name).Acquire(ctx, exclusive, nil)
 	require.NoError(t, err)
-	cli, cnt := countedClient(t)
+	cnt := &rpcstat.Counter{}
+	cfg := c.ClientConfig()
+	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
+	cli, err = c.Open(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { cli.Close() })
 	got := acquireAsync(ctx, queue(t, cli, name), exclusive)
-	awaitCount(t, cluster.Client(t), name, 2)
+	etcdtest.AwaitKeys(t, c.Client(t), core.NamePrefix(name), 2)
 	_, err = first.Release(ctx)
 	require.NoError(t, err)
 	select {
@@ -74,5 +85,26 @@ func TestAHoldServedThroughItsHubHearsItsLossThere(t *testing.T) {
 		assert.False(t, core.HeardByHub(h))
 		require.Eventually(t, func() bool { return !core.HasHub(cli, name) }, lossNews, 10*time.Millisecond,
 			"the hub of a released hold's name does not close")
+	})
+}
+
+// TestAHoldHeardByItsHubAcrossACompactionAndARestartIsToldOfItsDelete: the hub of a hold it
+// watches loses its history (compacted, then its member restarted): it reads the name
+// again, and a delete of the hold's key after that still reaches the hold.
+func TestAHoldHeardByItsHubAcrossACompactionAndARestartIsToldOfItsDelete(t *testing.T) {
+	onEachSetup(t, func(t *testing.T, s setup) {
+		if s.confine {
+			t.Skip("a confined client's holds are watched through its Watcher, never by a hub")
+		}
+		h, _, _ := handedOnIn(t, s.c, "heard-by-hub-compacted")
+		require.True(t, core.HeardByHub(h))
+		admin := s.c.Client(t)
+		compactPast(t, admin)
+		s.c.Stop(0)
+		require.NoError(t, s.c.Restart(0))
+		_, err := admin.Delete(testContext(t), h.Key())
+		require.NoError(t, err)
+		etcdtest.Within(t, h.Done(), lossNews, "the hold's Done after its key's delete")
+		assert.ErrorIs(t, h.Err(), core.ErrLost)
 	})
 }
