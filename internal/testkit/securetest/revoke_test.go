@@ -183,3 +183,57 @@ func TestRevokedGrantEndsWaitWhenItsWatchResumes(t *testing.T) {
 		t.Errorf("Lock still waiting %v after its watch was refused; cancelled: %v", refusedWithin, <-locked)
 	}
 }
+
+// TestRevokedGrantReachesAHoldItsHubWatches: a hold served through its client's hub of the
+// name has its loss watched by that hub (core's keeper), not by a watch of its own. When the
+// grant is revoked and the hub's watch resumes (after a restart of the member), etcd refuses
+// it and the hub's read of the name: the hub hands the key to the client's key watch, whose
+// watch etcd refuses too, and the hold ends as lost, with the refusal as the cause, rather
+// than staying held with nothing watching it. Its release once the grant is back removes
+// its key, and no key is left.
+func TestRevokedGrantReachesAHoldItsHubWatches(t *testing.T) {
+	ctx := etcdtest.Context(t)
+	admin := cluster.Client(t)
+	const name = "hub-watched"
+	keys := revocablePrefix + core.NamePrefix(name)
+	t.Cleanup(func() { _, _ = admin.Delete(context.Background(), keys, clientv3.WithPrefix()) })
+	cfg, err := core.Options([]core.Option{core.WithPrefix(revocablePrefix)})
+	require.NoError(t, err)
+	first, err := core.NewQueue(admin, cfg, name).Acquire(ctx, core.Spec{}, nil)
+	require.NoError(t, err)
+	cli := cluster.ClientAs(t, revocable)
+	type result struct {
+		h   *core.Hold
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		h, err := core.NewQueue(cli, cfg, name).Acquire(ctx, core.Spec{}, nil)
+		got <- result{h, err}
+	}()
+	etcdtest.AwaitKeys(t, admin, keys, 2)
+	_, err = first.Release(ctx)
+	require.NoError(t, err)
+	var h *core.Hold
+	select {
+	case r := <-got:
+		require.NoError(t, r.err)
+		h = r.h
+	case <-time.After(served):
+		t.Fatal("the waiter was not served")
+	}
+	h.Done()
+	require.True(t, core.HeardByHub(h), "the served hold's loss is watched by its hub")
+
+	restore := revokeGrant(t, admin)
+	cluster.Stop(0)
+	require.NoError(t, cluster.Restart(0))
+	etcdtest.Within(t, h.Done(), refusedWithin, "the hold's end once its hub's watch and read are refused")
+	assert.ErrorIs(t, h.Err(), core.ErrLost)
+	assert.ErrorIs(t, h.Err(), rpctypes.ErrPermissionDenied)
+	assert.False(t, core.HeardByHub(h))
+	restore()
+	_, err = h.Release(ctx)
+	assert.ErrorIs(t, err, core.ErrLost, "the release of a lost hold")
+	assertNoLockKeys(t, admin, keys)
+}
