@@ -1,16 +1,14 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"fmt"
-
-	"context"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"slices"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -178,12 +176,10 @@ func CommitWrite(ctx context.Context, cli *clientv3.Client, build func(clientv3.
 	var res WriteResult
 	var b backoff
 	for {
-		tctx, cancel := tryContext(ctx)
-		stop := context.AfterFunc(cli.Ctx(), cancel) // a closed client ends the try
+		tctx, cancel := tryContext(ctx, cli)
 		sent := clockOf(cli).now()
 		resp, err := build(cli.Txn(clientv3.WithRequireLeader(tctx))).Commit()
 		tryEnded := tctx.Err() != nil
-		stop()
 		cancel()
 		if err == nil {
 			res.Resp = resp
@@ -300,13 +296,44 @@ func Detached(ctx context.Context) (context.Context, context.CancelFunc) {
 	return detached(ctx, tryTimeout)
 }
 
-// tryContext is the context of one try of a Txn that may write a key: it outlives ctx, so
-// that a try cancelled in flight is still answered (etcd may apply it after the client gave
-// up), by answerGrace, and is bounded by tryTimeout in any case.
-func tryContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	octx, cancel := Outlive(ctx, answerGrace)
-	tctx, cancelTry := context.WithTimeout(octx, tryTimeout)
-	return tctx, func() { cancelTry(); cancel() }
+// tryContext is the context of one try of a Txn that may write a key: it has ctx's values,
+// and ends after tryTimeout, answerGrace after ctx ends (a try cancelled in flight is still
+// answered: etcd may apply it after the client gave up), or when cli closes. One context
+// and two AfterFuncs, the first none for a ctx that never ends: it is made for every write.
+func tryContext(ctx context.Context, cli *clientv3.Client) (context.Context, context.CancelFunc) {
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tryTimeout)
+	stopCli := context.AfterFunc(cli.Ctx(), cancel)
+	if ctx.Done() == nil {
+		return tctx, func() { stopCli(); cancel() }
+	}
+	g := &graceTimer{cancel: cancel}
+	stopCtx := context.AfterFunc(ctx, g.start)
+	return tctx, func() { stopCtx(); stopCli(); g.stop(); cancel() }
+}
+
+// A graceTimer ends a try answerGrace after its caller's ctx ended (see tryContext).
+type graceTimer struct {
+	mu     sync.Mutex
+	t      *time.Timer
+	ended  bool // the try ended: no timer any more
+	cancel context.CancelFunc
+}
+
+func (g *graceTimer) start() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.ended {
+		g.t = time.AfterFunc(answerGrace, g.cancel)
+	}
+}
+
+func (g *graceTimer) stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ended = true
+	if g.t != nil {
+		g.t.Stop()
+	}
 }
 
 // outlivingKey is the context key of WithOutliving.
