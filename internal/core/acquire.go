@@ -246,7 +246,7 @@ func withSession[T any](ctx context.Context, sessions Sessions, attempt func(*Se
 	if err := ctx.Err(); err != nil {
 		return none, err // before any I/O, which would only have to be undone
 	}
-	var b backoff
+	var b Backoff
 	for try := 1; ; try++ {
 		sess, err := sessions.Session(ctx)
 		if err != nil {

@@ -174,7 +174,7 @@ func (q *Queue) FollowAsks(ctx context.Context, h *Hold, pref int, settle time.D
 	// watch refused for it would be placed again and again, and the read never made.
 	_, err := q.cli.Get(clientv3.WithRequireLeader(ctx), reqKey, clientv3.WithCountOnly())
 	requests := !errors.Is(err, rpctypes.ErrPermissionDenied)
-	var b backoff
+	var b Backoff
 	for ctx.Err() == nil {
 		// The best candidate that has waited long enough, if the leadership has lasted as
 		// long; and when the next one will have.

@@ -350,7 +350,7 @@ func (j *janitor) add(c chore) {
 }
 
 func (j *janitor) run() {
-	var b backoff
+	var b Backoff
 	for {
 		j.mu.Lock()
 		chores := j.chores

@@ -144,7 +144,7 @@ func Refused(err error) bool {
 // returns the last call's result, or ctx's error if ctx ended during a pause. Every call
 // must be safe to send again after a try whose outcome is unknown.
 func Retry[T any](ctx context.Context, call func(ctx context.Context) (T, error)) (T, error) {
-	var b backoff
+	var b Backoff
 	for {
 		tctx, cancel := context.WithTimeout(ctx, tryTimeout)
 		v, err := call(tctx)
@@ -174,12 +174,14 @@ type WriteResult struct {
 // error, and whether a write may have been applied all the same.
 func CommitWrite(ctx context.Context, cli *clientv3.Client, build func(clientv3.Txn) clientv3.Txn) (WriteResult, error) {
 	var res WriteResult
-	var b backoff
+	var b Backoff
 	for {
-		tctx, cancel := tryContext(ctx, cli)
+		tctx, cancel := tryContext(ctx)
+		stop := context.AfterFunc(cli.Ctx(), cancel) // a closed client ends the try
 		sent := clockOf(cli).now()
 		resp, err := build(cli.Txn(clientv3.WithRequireLeader(tctx))).Commit()
 		tryEnded := tctx.Err() != nil
+		stop()
 		cancel()
 		if err == nil {
 			res.Resp = resp
@@ -219,9 +221,6 @@ const (
 	backoffMax     = time.Second
 )
 
-// backoff is Backoff under the name the core's retry loops use; its zero value is theirs.
-type backoff = Backoff
-
 // Next is the next delay of the sequence.
 func (b *Backoff) Next() time.Duration {
 	limit := b.Max
@@ -240,11 +239,8 @@ func (b *Backoff) Next() time.Duration {
 	return min(d, limit)
 }
 
-// step is Next, under the name the core's loops use.
-func (b *Backoff) step() time.Duration { return b.Next() }
-
 // wait waits for the next delay, or until ctx ends (returning its error).
-func (b *Backoff) wait(ctx context.Context) error { return Pause(ctx, b.step()) }
+func (b *Backoff) wait(ctx context.Context) error { return Pause(ctx, b.Next()) }
 
 // Pause waits d, or returns ctx's error if ctx ends first.
 func Pause(ctx context.Context, d time.Duration) error {
@@ -296,44 +292,13 @@ func Detached(ctx context.Context) (context.Context, context.CancelFunc) {
 	return detached(ctx, tryTimeout)
 }
 
-// tryContext is the context of one try of a Txn that may write a key: it has ctx's values,
-// and ends after tryTimeout, answerGrace after ctx ends (a try cancelled in flight is still
-// answered: etcd may apply it after the client gave up), or when cli closes. One context
-// and two AfterFuncs, the first none for a ctx that never ends: it is made for every write.
-func tryContext(ctx context.Context, cli *clientv3.Client) (context.Context, context.CancelFunc) {
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tryTimeout)
-	stopCli := context.AfterFunc(cli.Ctx(), cancel)
-	if ctx.Done() == nil {
-		return tctx, func() { stopCli(); cancel() }
-	}
-	g := &graceTimer{cancel: cancel}
-	stopCtx := context.AfterFunc(ctx, g.start)
-	return tctx, func() { stopCtx(); stopCli(); g.stop(); cancel() }
-}
-
-// A graceTimer ends a try answerGrace after its caller's ctx ended (see tryContext).
-type graceTimer struct {
-	mu     sync.Mutex
-	t      *time.Timer
-	ended  bool // the try ended: no timer any more
-	cancel context.CancelFunc
-}
-
-func (g *graceTimer) start() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if !g.ended {
-		g.t = time.AfterFunc(answerGrace, g.cancel)
-	}
-}
-
-func (g *graceTimer) stop() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.ended = true
-	if g.t != nil {
-		g.t.Stop()
-	}
+// tryContext is the context of one try of a Txn that may write a key: it outlives ctx, so
+// that a try cancelled in flight is still answered (etcd may apply it after the client gave
+// up), by answerGrace, and is bounded by tryTimeout in any case.
+func tryContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	octx, cancel := Outlive(ctx, answerGrace)
+	tctx, cancelTry := context.WithTimeout(octx, tryTimeout)
+	return tctx, func() { cancelTry(); cancel() }
 }
 
 // outlivingKey is the context key of WithOutliving.

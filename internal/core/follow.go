@@ -101,7 +101,7 @@ func followAllKept(ctx context.Context, cli *clientv3.Client, ws []watched, stop
 	each func(*clientv3.Event) (Verdict, error), keep bool) (bool, error) {
 	probe := time.NewTicker(probeEvery)
 	defer probe.Stop()
-	var b backoff
+	var b Backoff
 	for {
 		ok, gap, err := followOnce(ctx, cli, ws, stop, probe.C, check, each, keep)
 		if !gap || err != nil {
@@ -336,7 +336,7 @@ func (a *acquisition) approach(ctx context.Context, q *Queue, key string, rev in
 	if a.spec.CapacityMark != "" {
 		mark = q.prefix + a.spec.CapacityMark
 	}
-	var b backoff
+	var b Backoff
 	for limit := near + need; ; {
 		// Its own key is read too: the read's revision is the waiter's new snapshot, and a
 		// delete of the key before it would be no news to the hub's events. Every key that

@@ -398,7 +398,7 @@ func (h *Hold) monitor(stop context.Context) {
 	defer cancel()
 	defer context.AfterFunc(h.sess.ctx, cancel)()
 	from := h.rev + 1
-	var b backoff
+	var b Backoff
 	for {
 		var next int64
 		var loss error

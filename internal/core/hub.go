@@ -53,7 +53,7 @@ type hub struct {
 // pump runs the hub until it closes: the watch, its renewals after failures, and the reads.
 func (h *hub) pump() {
 	defer close(h.exited)
-	var b backoff
+	var b Backoff
 	from := int64(0)
 	for {
 		var err error
@@ -71,7 +71,7 @@ func (h *hub) pump() {
 			return
 		}
 		// A member without a leader cancels a watch at once: do not spin.
-		t := time.NewTimer(b.step())
+		t := time.NewTimer(b.Next())
 		select {
 		case <-t.C:
 		case <-h.ctx.Done():

@@ -303,6 +303,14 @@ func (u Use) String() string {
 // the prefix's range.
 type span struct{ from, to string }
 
+// end is the end of the span's range under prefix.
+func (s span) end(prefix string) string {
+	if s.to == "" {
+		return clientv3.GetPrefixRangeEnd(prefix)
+	}
+	return prefix + s.to
+}
+
 // ownedBy are the sub-ranges each use owns.
 var ownedBy = map[Use][]span{
 	UseLock:      {{"", "g"}},
@@ -360,11 +368,7 @@ func (c Claim) Guard() []clientv3.Cmp {
 	f := c.Use.foreign()
 	cmps := make([]clientv3.Cmp, len(f))
 	for i, s := range f {
-		end := clientv3.GetPrefixRangeEnd(c.Prefix)
-		if s.to != "" {
-			end = c.Prefix + s.to
-		}
-		cmps[i] = clientv3.Compare(clientv3.CreateRevision(c.Prefix+s.from), "=", 0).WithRange(end)
+		cmps[i] = clientv3.Compare(clientv3.CreateRevision(c.Prefix+s.from), "=", 0).WithRange(s.end(c.Prefix))
 	}
 	return cmps
 }
@@ -373,11 +377,7 @@ func (c Claim) Guard() []clientv3.Cmp {
 func (c Claim) probes() []clientv3.Op {
 	var ops []clientv3.Op
 	for _, s := range c.Use.foreign() {
-		end := clientv3.GetPrefixRangeEnd(c.Prefix)
-		if s.to != "" {
-			end = c.Prefix + s.to
-		}
-		ops = append(ops, clientv3.OpGet(c.Prefix+s.from, clientv3.WithRange(end), clientv3.WithKeysOnly(), clientv3.WithLimit(1)))
+		ops = append(ops, clientv3.OpGet(c.Prefix+s.from, clientv3.WithRange(s.end(c.Prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(1)))
 	}
 	return ops
 }

@@ -245,16 +245,16 @@ func (k *keyWatch) run(ctx context.Context, gen uint64) {
 		}
 		k.loseAll(loss) // unlocks k.mu
 	}()
-	var b backoff
+	var b Backoff
 	for ctx.Err() == nil && !k.isCrashed() {
 		if k.serve(ctx) {
-			b = backoff{}
+			b = Backoff{}
 		}
 		if ctx.Err() != nil || k.isCrashed() {
 			return
 		}
 		// A member without a leader ends the stream at once: do not spin.
-		t := time.NewTimer(b.step())
+		t := time.NewTimer(b.Next())
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -441,7 +441,7 @@ func (k *keyWatch) startCheck() {
 // until none is left. A read that fails for now is tried again after a pause, until the
 // hold ends (its session ends at the latest at its local deadline) or the client closes.
 func (k *keyWatch) checkAll() {
-	var b backoff
+	var b Backoff
 	for {
 		k.mu.Lock()
 		checks := k.checks

@@ -94,7 +94,7 @@ func (q *Queue) ChangeMode(ctx context.Context, h *Hold, value string) (kvs []*m
 		return nil, 0, 0, fmt.Errorf("change %s: %w", h.key, ErrRecipeBehind)
 	}
 	seen := resp.Header.Revision // no key created by then is the recipe's
-	var b backoff
+	var b Backoff
 	for tries := 1; ; tries++ {
 		resp, err := Retry(ctx, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 			return q.cli.Txn(clientv3.WithRequireLeader(ctx)).

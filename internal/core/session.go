@@ -429,7 +429,7 @@ func (k *keepAlive) run(sent time.Time, ttl time.Duration) {
 	defer expiry.Stop()
 	next := time.NewTimer(time.Until(sent.Add(ttl / 3)))
 	defer next.Stop()
-	var b backoff
+	var b Backoff
 	var failed error // why the renewals since the last one that got through failed
 	for {
 		select {
@@ -481,12 +481,12 @@ func (k *keepAlive) run(sent time.Time, ttl time.Duration) {
 			k.mu.Unlock()
 			expiry.Reset(time.Until(deadline))
 			next.Reset(time.Until(now.Add(ttl / 3)))
-			b = backoff{}
+			b = Backoff{}
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			k.end(errLeaseGone) // expired or revoked: etcd said so
 			return
 		default:
-			next.Reset(min(b.step(), 250*time.Millisecond))
+			next.Reset(min(b.Next(), 250*time.Millisecond))
 		}
 	}
 }
@@ -568,7 +568,7 @@ func earliest(a, b time.Time) time.Time {
 // revoke revokes the lease, retrying until etcd answers or the client closes: until then
 // the lease may live on in etcd, and with it the keys of holds that were told they lost.
 func (k *keepAlive) revoke() {
-	var b backoff
+	var b Backoff
 	for {
 		ctx, cancel := context.WithTimeout(k.ctx, tryTimeout)
 		_, err := k.cli.Revoke(clientv3.WithRequireLeader(ctx), k.id)
