@@ -108,3 +108,53 @@ func TestAHoldHeardByItsHubAcrossACompactionAndARestartIsToldOfItsDelete(t *test
 		assert.ErrorIs(t, h.Err(), core.ErrLost)
 	})
 }
+
+// TestAHoldHeardByItsHubOnAFollowerIsToldOfItsLoss: three members; the holder's client on
+// the leader, the waiter's on a follower, the client that deletes on the third member. The
+// hold the waiter's hub heard served is watched by that hub, through the follower; after
+// the follower restarts under it, a delete of its key by the other member's client still
+// reaches it; a second such hold is told of its lease's revoke.
+func TestAHoldHeardByItsHubOnAFollowerIsToldOfItsLoss(t *testing.T) {
+	etcdtest.OwnMembers(t)
+	c, err := etcdtest.NewEmbedded(3)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	leader, err := c.Leader(testContext(t))
+	require.NoError(t, err)
+	follower, third := (leader+1)%3, (leader+2)%3
+	admin := etcdtest.ClientOf(t, c.MemberEndpoint(third))
+	served := func(name string) *core.Hold {
+		t.Helper()
+		ctx := testContext(t)
+		first, err := queue(t, etcdtest.ClientOf(t, c.MemberEndpoint(leader)), name).Acquire(ctx, exclusive, nil)
+		require.NoError(t, err)
+		got := acquireAsync(ctx, queue(t, etcdtest.ClientOf(t, c.MemberEndpoint(follower)), name), exclusive)
+		etcdtest.AwaitKeys(t, admin, core.NamePrefix(name), 2)
+		_, err = first.Release(ctx)
+		require.NoError(t, err)
+		var h *core.Hold
+		select {
+		case h = <-got:
+			require.NotNil(t, h, "the waiter failed")
+		case <-ctx.Done():
+			t.Fatal("the waiter was not served")
+		}
+		h.Done()
+		require.True(t, core.HeardByHub(h), "the served hold's loss is watched by its hub")
+		return h
+	}
+
+	h := served("heard-on-a-follower-deleted")
+	c.Stop(follower)
+	require.NoError(t, c.Restart(follower))
+	_, err = admin.Delete(testContext(t), h.Key())
+	require.NoError(t, err)
+	etcdtest.Within(t, h.Done(), lossNews, "the hold's Done after its key's delete on another member")
+	assert.ErrorIs(t, h.Err(), core.ErrLost)
+
+	h = served("heard-on-a-follower-revoked")
+	_, err = admin.Revoke(testContext(t), h.Lease())
+	require.NoError(t, err)
+	etcdtest.Within(t, h.Done(), lossNews, "the hold's Done after its lease's revoke on another member")
+	assert.ErrorIs(t, h.Err(), core.ErrLost)
+}
