@@ -22,27 +22,35 @@ func handedOn(t *testing.T, name string) (h *core.Hold, cli *clientv3.Client, wa
 // handedOnIn is handedOn on the cluster c.
 func handedOnIn(t *testing.T, c *etcdtest.Cluster, name string) (h *core.Hold, cli *clientv3.Client, watches func() int64) {
 	t.Helper()
-	ctx := testContext(t)
-	first, err := queue(t, c.Client(t), name).Acquire(ctx, exclusive, nil)
-	require.NoError(t, err)
 	cnt := &rpcstat.Counter{}
 	cfg := c.ClientConfig()
 	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err = c.Open(cfg)
+	cli, err := c.Open(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { cli.Close() })
-	got := acquireAsync(ctx, queue(t, cli, name), exclusive)
-	etcdtest.AwaitKeys(t, c.Client(t), core.NamePrefix(name), 2)
+	return handedOnVia(t, c.Client(t), cli, c.Client(t), name), cli, func() int64 { return cnt.Counts()["Watch.send"] }
+}
+
+// handedOnVia returns a hold of name served to a waiter on client to when a holder on
+// client from released, with its loss watched (Done); admin sees both keys first.
+func handedOnVia(t *testing.T, from, to, admin *clientv3.Client, name string) *core.Hold {
+	t.Helper()
+	ctx := testContext(t)
+	first, err := queue(t, from, name).Acquire(ctx, exclusive, nil)
+	require.NoError(t, err)
+	got := acquireAsync(ctx, queue(t, to, name), exclusive)
+	etcdtest.AwaitKeys(t, admin, core.NamePrefix(name), 2)
 	_, err = first.Release(ctx)
 	require.NoError(t, err)
 	select {
-	case h = <-got:
+	case h := <-got:
 		require.NotNil(t, h, "the waiter failed")
+		h.Done()
+		return h
 	case <-ctx.Done():
 		t.Fatal("the waiter was not served")
+		return nil
 	}
-	h.Done()
-	return h, cli, func() int64 { return cnt.Counts()["Watch.send"] }
 }
 
 // TestAHoldServedThroughItsHubHearsItsLossThere: a waiter served while its client's hub of
@@ -125,21 +133,7 @@ func TestAHoldHeardByItsHubOnAFollowerIsToldOfItsLoss(t *testing.T) {
 	admin := etcdtest.ClientOf(t, c.MemberEndpoint(third))
 	served := func(name string) *core.Hold {
 		t.Helper()
-		ctx := testContext(t)
-		first, err := queue(t, etcdtest.ClientOf(t, c.MemberEndpoint(leader)), name).Acquire(ctx, exclusive, nil)
-		require.NoError(t, err)
-		got := acquireAsync(ctx, queue(t, etcdtest.ClientOf(t, c.MemberEndpoint(follower)), name), exclusive)
-		etcdtest.AwaitKeys(t, admin, core.NamePrefix(name), 2)
-		_, err = first.Release(ctx)
-		require.NoError(t, err)
-		var h *core.Hold
-		select {
-		case h = <-got:
-			require.NotNil(t, h, "the waiter failed")
-		case <-ctx.Done():
-			t.Fatal("the waiter was not served")
-		}
-		h.Done()
+		h := handedOnVia(t, etcdtest.ClientOf(t, c.MemberEndpoint(leader)), etcdtest.ClientOf(t, c.MemberEndpoint(follower)), admin, name)
 		require.True(t, core.HeardByHub(h), "the served hold's loss is watched by its hub")
 		return h
 	}
