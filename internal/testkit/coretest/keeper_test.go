@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/etcdsync/etcdsync/internal/core"
@@ -108,6 +109,7 @@ func TestAHoldHeardByItsHubAcrossACompactionAndARestartIsToldOfItsDelete(t *test
 		require.True(t, core.HeardByHub(h))
 		admin := s.c.Client(t)
 		compactPast(t, admin)
+		compactPast(t, admin) // past the revision after the hub's last event, where its watch resumes
 		s.c.Stop(0)
 		require.NoError(t, s.c.Restart(0))
 		_, err := admin.Delete(testContext(t), h.Key())
@@ -150,5 +152,37 @@ func TestAHoldHeardByItsHubOnAFollowerIsToldOfItsLoss(t *testing.T) {
 	_, err = admin.Revoke(testContext(t), h.Lease())
 	require.NoError(t, err)
 	etcdtest.Within(t, h.Done(), lossNews, "the hold's Done after its lease's revoke on another member")
+	assert.ErrorIs(t, h.Err(), core.ErrLost)
+}
+
+// TestAHoldHeardByItsHubIsToldOfItsDeleteWhenTheHubsReadGetsNoAnswer: the hub of a hold it
+// watches loses its history (compacted, then its member restarted) and reads the name
+// again; that read's answer never comes (the injector loses it). The read is tried again
+// once its try's bound passes, and a delete of the hold's key meanwhile reaches the hold.
+func TestAHoldHeardByItsHubIsToldOfItsDeleteWhenTheHubsReadGetsNoAnswer(t *testing.T) {
+	etcdtest.OwnMembers(t)
+	c, err := etcdtest.NewEmbedded(1)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	const name = "heard-by-hub-unanswered"
+	inj, admin := &etcdtest.Injector{}, c.Client(t)
+	wcli := inj.Client(t, c)
+	h := handedOnVia(t, admin, wcli, admin, name)
+	require.True(t, core.HeardByHub(h))
+	lost := make(chan struct{}, 1)
+	inj.Add(etcdtest.Rule{Method: "Range", Action: etcdtest.Lose, Times: 1,
+		Match: func(req any) bool {
+			r, ok := req.(*pb.RangeRequest)
+			return ok && string(r.Key) == core.NamePrefix(name)
+		},
+		Matched: func() { lost <- struct{}{} }})
+	compactPast(t, admin)
+	compactPast(t, admin) // past the revision after the hub's last event, where its watch resumes
+	c.Stop(0)
+	require.NoError(t, c.Restart(0))
+	etcdtest.Within(t, lost, lossNews, "the hub's read of the name, whose answer is lost")
+	_, err = admin.Delete(testContext(t), h.Key())
+	require.NoError(t, err)
+	etcdtest.Within(t, h.Done(), lossNews, "the hold's Done after its key's delete")
 	assert.ErrorIs(t, h.Err(), core.ErrLost)
 }
