@@ -17,10 +17,16 @@ import (
 // countedClient is a client whose RPCs are counted.
 func countedClient(t *testing.T) (*clientv3.Client, *rpcstat.Counter) {
 	t.Helper()
+	return countedClientOf(t, cluster)
+}
+
+// countedClientOf is countedClient on the cluster c.
+func countedClientOf(t *testing.T, c *etcdtest.Cluster) (*clientv3.Client, *rpcstat.Counter) {
+	t.Helper()
 	cnt := &rpcstat.Counter{}
-	cfg := cluster.ClientConfig()
+	cfg := c.ClientConfig()
 	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err := cluster.Open(cfg)
+	cli, err := c.Open(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { cli.Close() })
 	return cli, cnt

@@ -11,7 +11,6 @@ import (
 
 	"github.com/etcdsync/etcdsync/internal/core"
 	"github.com/etcdsync/etcdsync/internal/testkit/etcdtest"
-	"github.com/etcdsync/etcdsync/internal/testkit/rpcstat"
 )
 
 // handedOn returns a hold of name served to a waiter on a client of its own (cli, whose
@@ -23,12 +22,7 @@ func handedOn(t *testing.T, name string) (h *core.Hold, cli *clientv3.Client, wa
 // handedOnIn is handedOn on the cluster c.
 func handedOnIn(t *testing.T, c *etcdtest.Cluster, name string) (h *core.Hold, cli *clientv3.Client, watches func() int64) {
 	t.Helper()
-	cnt := &rpcstat.Counter{}
-	cfg := c.ClientConfig()
-	cfg.DialOptions = append(cfg.DialOptions, cnt.DialOptions()...)
-	cli, err := c.Open(cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { cli.Close() })
+	cli, cnt := countedClientOf(t, c)
 	return handedOnVia(t, c.Client(t), cli, c.Client(t), name), cli, func() int64 { return cnt.Counts()["Watch.send"] }
 }
 
@@ -67,11 +61,8 @@ func TestAHoldServedThroughItsHubHearsItsLossThere(t *testing.T) {
 		h, _, watches := handedOn(t, name)
 		assert.True(t, core.HeardByHub(h), "the hold's loss is watched on its own")
 		assert.Equal(t, int64(1), watches(), "watch requests sent: the hub's, and one for the hold")
-		_, err := cluster.Client(t).Delete(testContext(t), h.Key())
-		require.NoError(t, err)
-		etcdtest.Within(t, h.Done(), lossNews, "the hold's Done after its key's delete")
-		assert.ErrorIs(t, h.Err(), core.ErrLost)
-		_, err = h.Release(testContext(t))
+		deleteAndAwait(t, cluster.Client(t), h, "the hold's Done after its key's delete")
+		_, err := h.Release(testContext(t))
 		assert.ErrorIs(t, err, core.ErrLost)
 	})
 	t.Run("lease", func(t *testing.T) {
@@ -108,14 +99,8 @@ func TestAHoldHeardByItsHubAcrossACompactionAndARestartIsToldOfItsDelete(t *test
 		h, _, _ := handedOnIn(t, s.c, "heard-by-hub-compacted")
 		require.True(t, core.HeardByHub(h))
 		admin := s.c.Client(t)
-		compactPast(t, admin)
-		compactPast(t, admin) // past the revision after the hub's last event, where its watch resumes
-		s.c.Stop(0)
-		require.NoError(t, s.c.Restart(0))
-		_, err := admin.Delete(testContext(t), h.Key())
-		require.NoError(t, err)
-		etcdtest.Within(t, h.Done(), lossNews, "the hold's Done after its key's delete")
-		assert.ErrorIs(t, h.Err(), core.ErrLost)
+		loseHistory(t, s.c, admin)
+		deleteAndAwait(t, admin, h, "the hold's Done after its key's delete")
 	})
 }
 
@@ -143,10 +128,7 @@ func TestAHoldHeardByItsHubOnAFollowerIsToldOfItsLoss(t *testing.T) {
 	h := served("heard-on-a-follower-deleted")
 	c.Stop(follower)
 	require.NoError(t, c.Restart(follower))
-	_, err = admin.Delete(testContext(t), h.Key())
-	require.NoError(t, err)
-	etcdtest.Within(t, h.Done(), lossNews, "the hold's Done after its key's delete on another member")
-	assert.ErrorIs(t, h.Err(), core.ErrLost)
+	deleteAndAwait(t, admin, h, "the hold's Done after its key's delete on another member")
 
 	h = served("heard-on-a-follower-revoked")
 	_, err = admin.Revoke(testContext(t), h.Lease())
@@ -176,13 +158,26 @@ func TestAHoldHeardByItsHubIsToldOfItsDeleteWhenTheHubsReadGetsNoAnswer(t *testi
 			return ok && string(r.Key) == core.NamePrefix(name)
 		},
 		Matched: func() { lost <- struct{}{} }})
+	loseHistory(t, c, admin)
+	etcdtest.Within(t, lost, lossNews, "the hub's read of the name, whose answer is lost")
+	deleteAndAwait(t, admin, h, "the hold's Done after its key's delete")
+}
+
+// loseHistory makes the watches of c's member 0 lose their history: it compacts past the
+// revision after a hub's last event (where its watch resumes), then restarts the member.
+func loseHistory(t *testing.T, c *etcdtest.Cluster, admin *clientv3.Client) {
+	t.Helper()
 	compactPast(t, admin)
-	compactPast(t, admin) // past the revision after the hub's last event, where its watch resumes
+	compactPast(t, admin)
 	c.Stop(0)
 	require.NoError(t, c.Restart(0))
-	etcdtest.Within(t, lost, lossNews, "the hub's read of the name, whose answer is lost")
-	_, err = admin.Delete(testContext(t), h.Key())
+}
+
+// deleteAndAwait deletes h's key through admin and checks that h is told, as a loss.
+func deleteAndAwait(t *testing.T, admin *clientv3.Client, h *core.Hold, what string) {
+	t.Helper()
+	_, err := admin.Delete(testContext(t), h.Key())
 	require.NoError(t, err)
-	etcdtest.Within(t, h.Done(), lossNews, "the hold's Done after its key's delete")
+	etcdtest.Within(t, h.Done(), lossNews, what)
 	assert.ErrorIs(t, h.Err(), core.ErrLost)
 }

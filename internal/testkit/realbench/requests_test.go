@@ -3,6 +3,7 @@ package realbench
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ import (
 func BenchmarkMutexUncontendedRequests(b *testing.B) {
 	forEachCluster(b, func(b *testing.B, t *target) {
 		ctx := context.Background()
+		ours, etcd := t.clients(b, 1, 0), t.clients(b, 1, 0)
 		var oursWork, etcdWork func(context.Context) error
 		{
 			rec, cli := t.recordingClient(b)
@@ -41,8 +43,8 @@ func BenchmarkMutexUncontendedRequests(b *testing.B) {
 			if len(reqs) != 2 || len(release.Compare) != 1 || release.Compare[0].Target != pb.Compare_CREATE {
 				b.Fatalf("realbench: our uncontended cycle sent %d requests, its release %v: want a lock's Txn and a release fenced on the key's create revision", len(reqs), release)
 			}
+			kv := pb.NewKVClient(ours[0].ActiveConnection()) // a bare client; ours' counts see its calls
 			oursWork = func(ctx context.Context) error {
-				kv := kvOf(ctx)
 				resp, err := kv.Txn(ctx, lock)
 				if err != nil || !resp.Succeeded {
 					return fmt.Errorf("our lock's Txn: %v (succeeded: %v)", err, resp.GetSucceeded())
@@ -66,8 +68,8 @@ func BenchmarkMutexUncontendedRequests(b *testing.B) {
 			if len(reqs) != 2 || !ok {
 				b.Fatalf("realbench: etcd's uncontended cycle sent %d requests (%T last): want a Txn and a DeleteRange", len(reqs), reqs[len(reqs)-1])
 			}
+			kv := pb.NewKVClient(etcd[0].ActiveConnection())
 			etcdWork = func(ctx context.Context) error {
-				kv := kvOf(ctx)
 				if _, err := kv.Txn(ctx, lock); err != nil {
 					return fmt.Errorf("etcd's lock's Txn: %w", err)
 				}
@@ -77,9 +79,7 @@ func BenchmarkMutexUncontendedRequests(b *testing.B) {
 				return nil
 			}
 		}
-		ours, etcd := t.clients(b, 1, 0), t.clients(b, 1, 0)
-		oursW := []func(context.Context) error{bareOn(ours[0].Client, oursWork)}
-		etcdW := []func(context.Context) error{bareOn(etcd[0].Client, etcdWork)}
+		oursW, etcdW := []func(context.Context) error{oursWork}, []func(context.Context) error{etcdWork}
 		warm(b, ctx, oursW, etcdW)
 		t.measure(b, comparison{
 			ours:    loopSide("ours", "cycle", ours, oursW),
@@ -110,7 +110,7 @@ func (r *recorder) during(b *testing.B, fn func() error) []any {
 
 func (r *recorder) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	r.mu.Lock()
-	if r.on && len(method) > len("/etcdserverpb.KV/") && method[:len("/etcdserverpb.KV/")] == "/etcdserverpb.KV/" {
+	if r.on && strings.HasPrefix(method, "/etcdserverpb.KV/") {
 		r.reqs = append(r.reqs, req)
 	}
 	r.mu.Unlock()
@@ -140,16 +140,3 @@ func txnOf(b *testing.B, reqs []any, i int) *pb.TxnRequest {
 	}
 	return t
 }
-
-// bareKV is the context key of the KV client work runs with (see bareOn).
-type bareKV struct{}
-
-// bareOn runs work with cli's connection's bare KV client, whose calls cli's interceptors
-// (the RPC counts) still see.
-func bareOn(cli *clientv3.Client, work func(context.Context) error) func(context.Context) error {
-	kv := pb.NewKVClient(cli.ActiveConnection())
-	return func(ctx context.Context) error { return work(context.WithValue(ctx, bareKV{}, kv)) }
-}
-
-// kvOf is the KV client of bareOn.
-func kvOf(ctx context.Context) pb.KVClient { return ctx.Value(bareKV{}).(pb.KVClient) }
