@@ -163,6 +163,60 @@ func TestAHoldHeardByItsHubIsToldOfItsDeleteWhenTheHubsReadGetsNoAnswer(t *testi
 	deleteAndAwait(t, admin, h, "the hold's Done after its key's delete")
 }
 
+// TestAHoldItsHubFailsIsToldOfADeleteMadeBeforeItsOwnWatchIsCreated: the hub of a hold it
+// watches loses its history and its read of the name is refused, so the hub hands the key
+// to the client's key watch, whose stream cannot open yet (the injector holds every new
+// watch stream). The key is deleted meanwhile; once the stream opens, the key's watch,
+// created from the revision after the key's creation, tells the hold of the delete.
+func TestAHoldItsHubFailsIsToldOfADeleteMadeBeforeItsOwnWatchIsCreated(t *testing.T) {
+	etcdtest.OwnMembers(t)
+	c, err := etcdtest.NewEmbedded(1)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	const name = "heard-by-hub-refused"
+	inj, admin := &etcdtest.Injector{}, c.Client(t)
+	wcli := inj.Client(t, c)
+	h := handedOnVia(t, admin, wcli, admin, name)
+	require.True(t, core.HeardByHub(h))
+	open, held := make(chan struct{}), make(chan struct{}, 1)
+	t.Cleanup(func() {
+		select {
+		case <-open:
+		default:
+			close(open)
+		}
+	})
+	inj.Add(etcdtest.Rule{Method: "Range", Action: etcdtest.Refuse, Times: 1,
+		Match: func(req any) bool {
+			r, ok := req.(*pb.RangeRequest)
+			return ok && string(r.Key) == core.NamePrefix(name)
+		},
+		Matched: func() {
+			inj.Add(etcdtest.Rule{Method: "Watch", Action: etcdtest.Hold, Until: open,
+				Matched: func() {
+					select {
+					case held <- struct{}{}:
+					default:
+					}
+				}})
+		}})
+	loseHistory(t, c, admin)
+	require.Eventually(t, func() bool { return !core.HeardByHub(h) }, lossNews, 10*time.Millisecond,
+		"the hub whose read was refused still watches the hold's key")
+	etcdtest.Within(t, held, lossNews, "a watch stream opened for the hold's key")
+
+	_, err = admin.Delete(testContext(t), h.Key())
+	require.NoError(t, err)
+	select {
+	case <-h.Done():
+		t.Fatal("the hold was told of its key's delete with no watch of it in place")
+	default:
+	}
+	close(open)
+	etcdtest.Within(t, h.Done(), lossNews, "the hold's Done once its key's watch is created")
+	assert.ErrorIs(t, h.Err(), core.ErrLost)
+}
+
 // loseHistory makes the watches of c's member 0 lose their history: it compacts past the
 // revision after a hub's last event (where its watch resumes), then restarts the member.
 func loseHistory(t *testing.T, c *etcdtest.Cluster, admin *clientv3.Client) {
