@@ -142,21 +142,10 @@ func TestAHoldHeardByItsHubOnAFollowerIsToldOfItsLoss(t *testing.T) {
 // again; that read's answer never comes (the injector loses it). The read is tried again
 // once its try's bound passes, and a delete of the hold's key meanwhile reaches the hold.
 func TestAHoldHeardByItsHubIsToldOfItsDeleteWhenTheHubsReadGetsNoAnswer(t *testing.T) {
-	etcdtest.OwnMembers(t)
-	c, err := etcdtest.NewEmbedded(1)
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
 	const name = "heard-by-hub-unanswered"
-	inj, admin := &etcdtest.Injector{}, c.Client(t)
-	wcli := inj.Client(t, c)
-	h := handedOnVia(t, admin, wcli, admin, name)
-	require.True(t, core.HeardByHub(h))
+	c, inj, admin, h := heardOnInjected(t, name)
 	lost := make(chan struct{}, 1)
-	inj.Add(etcdtest.Rule{Method: "Range", Action: etcdtest.Lose, Times: 1,
-		Match: func(req any) bool {
-			r, ok := req.(*pb.RangeRequest)
-			return ok && string(r.Key) == core.NamePrefix(name)
-		},
+	inj.Add(etcdtest.Rule{Method: "Range", Action: etcdtest.Lose, Times: 1, Match: readsName(name),
 		Matched: func() { lost <- struct{}{} }})
 	loseHistory(t, c, admin)
 	etcdtest.Within(t, lost, lossNews, "the hub's read of the name, whose answer is lost")
@@ -169,15 +158,8 @@ func TestAHoldHeardByItsHubIsToldOfItsDeleteWhenTheHubsReadGetsNoAnswer(t *testi
 // watch stream). The key is deleted meanwhile; once the stream opens, the key's watch,
 // created from the revision after the key's creation, tells the hold of the delete.
 func TestAHoldItsHubFailsIsToldOfADeleteMadeBeforeItsOwnWatchIsCreated(t *testing.T) {
-	etcdtest.OwnMembers(t)
-	c, err := etcdtest.NewEmbedded(1)
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
 	const name = "heard-by-hub-refused"
-	inj, admin := &etcdtest.Injector{}, c.Client(t)
-	wcli := inj.Client(t, c)
-	h := handedOnVia(t, admin, wcli, admin, name)
-	require.True(t, core.HeardByHub(h))
+	c, inj, admin, h := heardOnInjected(t, name)
 	open, held := make(chan struct{}), make(chan struct{}, 1)
 	t.Cleanup(func() {
 		select {
@@ -186,11 +168,7 @@ func TestAHoldItsHubFailsIsToldOfADeleteMadeBeforeItsOwnWatchIsCreated(t *testin
 			close(open)
 		}
 	})
-	inj.Add(etcdtest.Rule{Method: "Range", Action: etcdtest.Refuse, Times: 1,
-		Match: func(req any) bool {
-			r, ok := req.(*pb.RangeRequest)
-			return ok && string(r.Key) == core.NamePrefix(name)
-		},
+	inj.Add(etcdtest.Rule{Method: "Range", Action: etcdtest.Refuse, Times: 1, Match: readsName(name),
 		Matched: func() {
 			inj.Add(etcdtest.Rule{Method: "Watch", Action: etcdtest.Hold, Until: open,
 				Matched: func() {
@@ -205,7 +183,7 @@ func TestAHoldItsHubFailsIsToldOfADeleteMadeBeforeItsOwnWatchIsCreated(t *testin
 		"the hub whose read was refused still watches the hold's key")
 	etcdtest.Within(t, held, lossNews, "a watch stream opened for the hold's key")
 
-	_, err = admin.Delete(testContext(t), h.Key())
+	_, err := admin.Delete(testContext(t), h.Key())
 	require.NoError(t, err)
 	select {
 	case <-h.Done():
@@ -215,6 +193,29 @@ func TestAHoldItsHubFailsIsToldOfADeleteMadeBeforeItsOwnWatchIsCreated(t *testin
 	close(open)
 	etcdtest.Within(t, h.Done(), lossNews, "the hold's Done once its key's watch is created")
 	assert.ErrorIs(t, h.Err(), core.ErrLost)
+}
+
+// heardOnInjected starts a cluster of one member of its own and returns a hold of name
+// served, and watched, by the hub of a client on it that inj disturbs; admin is another
+// client, undisturbed.
+func heardOnInjected(t *testing.T, name string) (c *etcdtest.Cluster, inj *etcdtest.Injector, admin *clientv3.Client, h *core.Hold) {
+	t.Helper()
+	etcdtest.OwnMembers(t)
+	c, err := etcdtest.NewEmbedded(1)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	inj, admin = &etcdtest.Injector{}, c.Client(t)
+	h = handedOnVia(t, admin, inj.Client(t, c), admin, name)
+	require.True(t, core.HeardByHub(h), "the served hold's loss is watched by its hub")
+	return c, inj, admin, h
+}
+
+// readsName matches a read of every key of name (a hub's).
+func readsName(name string) func(any) bool {
+	return func(req any) bool {
+		r, ok := req.(*pb.RangeRequest)
+		return ok && string(r.Key) == core.NamePrefix(name)
+	}
 }
 
 // loseHistory makes the watches of c's member 0 lose their history: it compacts past the
